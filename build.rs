@@ -1,0 +1,22 @@
+//! Compiles `proto/agentry/v1/*.proto` with protox (pure Rust, no system `protoc`) and writes
+//! the encoded descriptor set that server reflection serves.
+
+use std::{env, path::PathBuf};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protos = ["proto/agentry/v1/agentry.proto"];
+    for p in &protos {
+        println!("cargo:rerun-if-changed={p}");
+    }
+    let fds = protox::compile(protos, ["proto"])?;
+    let out = PathBuf::from(env::var("OUT_DIR")?);
+    std::fs::write(
+        out.join("agentry_descriptor.bin"),
+        prost::Message::encode_to_vec(&fds),
+    )?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(fds)?;
+    Ok(())
+}

@@ -1,0 +1,504 @@
+//! Typed, strict configuration: a YAML file plus `AGENTRY_<KEY>` overrides of the scalar
+//! top-level keys (SPEC §8.1).
+//!
+//! Every key is optional and has the default the spec gives; an unknown key or a bad value is an
+//! error that names the key. Environment overrides are injected as a map so tests never touch the
+//! process environment. This module depends on nothing else in the crate.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use serde::Deserialize;
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file named with `--config` could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The YAML did not match the schema (unknown key, wrong type, bad duration).
+    #[error("invalid config{where_}: {message}")]
+    Invalid {
+        /// ` in FILE` when a file was read.
+        where_: String,
+        /// serde's message, which names the offending key.
+        message: String,
+    },
+    /// An `AGENTRY_*` variable had a bad value.
+    #[error("invalid value for {var}: {message}")]
+    Env {
+        /// The variable.
+        var: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// A value parsed but breaks a rule (e.g. a relative `agent_dirs` path).
+    #[error("invalid config key {key}: {message}")]
+    Rule {
+        /// Dotted key path.
+        key: String,
+        /// What was wrong.
+        message: String,
+    },
+}
+
+/// One extra persona directory (`agent_dirs`).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AgentDir {
+    /// Absolute directory to read.
+    pub path: PathBuf,
+    /// Load `<path>/**/*.md` (minus README.md) instead of only the top level. Default false.
+    #[serde(default)]
+    pub recursive: bool,
+}
+
+/// `plan_mode`: what MODE_PLAN does to an agent.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PlanMode {
+    /// Preamble put before the agent's prompt in plan mode.
+    pub prompt: String,
+    /// The exact tool list a plan-mode worker gets.
+    pub tools: Vec<String>,
+}
+
+impl Default for PlanMode {
+    fn default() -> Self {
+        Self {
+            prompt: "You are in plan mode. Investigate and produce a plan; do not modify files, \
+                     run mutating commands or spawn other agents. Report the plan as your result."
+                .to_owned(),
+            tools: ["read", "grep", "find", "ls", "lsp", "fetch", "web_search"]
+                .map(String::from)
+                .to_vec(),
+        }
+    }
+}
+
+/// `store`: where worker rows live.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// SQLite file; default `$XDG_STATE_HOME/agentry/agentry.db` (or `~/.local/state/...`).
+    pub path: Option<PathBuf>,
+}
+
+/// `executor`: how workers are run.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExecutorConfig {
+    /// argv of the agent runtime started per worker (never through a shell).
+    pub command: Vec<String>,
+    /// Extra environment for every worker process.
+    pub env: BTreeMap<String, String>,
+    /// Default and maximum run time of one worker. Default 10 minutes.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Time between SIGTERM and SIGKILL when stopping. Default 5 s.
+    #[serde(with = "humantime_serde")]
+    pub kill_grace: Duration,
+    /// Bound on a worker's stdout, in bytes. Default 1 MiB.
+    pub max_output_bytes: usize,
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        Self {
+            command: vec!["/usr/local/bin/run-agent".to_owned()],
+            env: BTreeMap::new(),
+            timeout: Duration::from_secs(600),
+            kill_grace: Duration::from_secs(5),
+            max_output_bytes: 1 << 20,
+        }
+    }
+}
+
+/// `dedupe`: the identical-dispatch cache.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DedupeConfig {
+    /// How long a dispatch is remembered. Default 120 s.
+    #[serde(with = "humantime_serde")]
+    pub ttl: Duration,
+    /// Bound on remembered dispatches. Default 100 000.
+    pub max_entries: u64,
+}
+
+impl Default for DedupeConfig {
+    fn default() -> Self {
+        Self {
+            ttl: Duration::from_secs(120),
+            max_entries: 100_000,
+        }
+    }
+}
+
+/// `limits`: admission bounds.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Workers running at once. Default 32.
+    pub max_running: usize,
+    /// Workers waiting in `pending`. Default 1024.
+    pub max_pending: usize,
+    /// Largest accepted prompt, in bytes. Default 256 KiB.
+    pub max_prompt_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_running: 32,
+            max_pending: 1024,
+            max_prompt_bytes: 256 * 1024,
+        }
+    }
+}
+
+/// `review`: the review gate.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReviewConfig {
+    /// Persona run as the reviewer. Default `reviewer`.
+    pub agent: String,
+    /// Bound on one review, independent of the executor timeout. Default 60 s.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+}
+
+impl Default for ReviewConfig {
+    fn default() -> Self {
+        Self {
+            agent: "reviewer".to_owned(),
+            timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// `auth`: bearer tokens.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// YAML map token → principal; unset = no auth, every caller is `anonymous`.
+    pub tokens_file: Option<PathBuf>,
+}
+
+/// `discovery`: snapshot caching (an agentry addition to SPEC §8.1).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DiscoveryConfig {
+    /// Second line of defence behind the file watcher: a snapshot older than this is rebuilt.
+    /// Default 30 s.
+    #[serde(with = "humantime_serde")]
+    pub cache_ttl: Duration,
+    /// Bound on cached per-workspace snapshots. Default 256.
+    pub cache_max_workspaces: u64,
+}
+
+impl Default for DiscoveryConfig {
+    fn default() -> Self {
+        Self {
+            cache_ttl: Duration::from_secs(30),
+            cache_max_workspaces: 256,
+        }
+    }
+}
+
+/// The whole configuration (SPEC §8.1).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// `host:port` to listen on. Default `127.0.0.1:50051`.
+    pub listen: String,
+    /// Home directory for user dirs and the plugin registry. Default `$HOME`.
+    pub home: Option<PathBuf>,
+    /// Config-dir families in precedence order.
+    pub families: Vec<String>,
+    /// Extra persona directories, after plugins and before bundled agents.
+    pub agent_dirs: Vec<AgentDir>,
+    /// When non-empty, a workspace must lie under one of these (after resolving symlinks).
+    pub workspace_roots: Vec<PathBuf>,
+    /// Include the six bundled agents. Default true.
+    pub bundled_agents: bool,
+    /// Tools appended to every explicit `tools` list. Default `[submit_result]`.
+    pub implicit_tools: Vec<String>,
+    /// Name of the tool that spawns workers. Default `task`.
+    pub spawn_tool: String,
+    /// Agents that can be resolved but never spawned nor listed in a catalog.
+    pub reserved_agents: Vec<String>,
+    /// Deepest allowed worker depth; negative = unlimited. Default 2.
+    pub max_recursion_depth: i64,
+    /// Universal preamble of every composed system prompt.
+    pub base_prompt: String,
+    /// Plan-mode preamble and tools.
+    pub plan_mode: PlanMode,
+    /// Worker store.
+    pub store: StoreConfig,
+    /// Worker executor.
+    pub executor: ExecutorConfig,
+    /// Dispatch dedupe.
+    pub dedupe: DedupeConfig,
+    /// Admission limits.
+    pub limits: Limits,
+    /// Review gate.
+    pub review: ReviewConfig,
+    /// Bound on a graceful shutdown. Default 10 s.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+    /// Bearer-token authentication.
+    pub auth: AuthConfig,
+    /// Snapshot caching.
+    pub discovery: DiscoveryConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:50051".to_owned(),
+            home: None,
+            families: [".xcsh", ".claude", ".codex", ".gemini"]
+                .map(String::from)
+                .to_vec(),
+            agent_dirs: Vec::new(),
+            workspace_roots: Vec::new(),
+            bundled_agents: true,
+            implicit_tools: vec!["submit_result".to_owned()],
+            spawn_tool: "task".to_owned(),
+            reserved_agents: vec!["reviewer".to_owned(), "default".to_owned()],
+            max_recursion_depth: 2,
+            base_prompt: String::new(),
+            plan_mode: PlanMode::default(),
+            store: StoreConfig::default(),
+            executor: ExecutorConfig::default(),
+            dedupe: DedupeConfig::default(),
+            limits: Limits::default(),
+            review: ReviewConfig::default(),
+            shutdown_grace: Duration::from_secs(10),
+            auth: AuthConfig::default(),
+            discovery: DiscoveryConfig::default(),
+        }
+    }
+}
+
+/// Scalar top-level keys that `AGENTRY_<KEY>` may override.
+const ENV_KEYS: &[&str] = &[
+    "listen",
+    "home",
+    "bundled_agents",
+    "spawn_tool",
+    "max_recursion_depth",
+    "base_prompt",
+    "shutdown_grace",
+];
+
+impl Config {
+    /// Loads the optional file, then applies overrides from `env` (normally `std::env::vars()`),
+    /// then fills derived defaults (`home`) and checks cross-field rules.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let (text, where_) = match file {
+            Some(path) => (
+                std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                })?,
+                format!(" in {}", path.display()),
+            ),
+            None => (String::new(), String::new()),
+        };
+        let mut value: serde_yaml::Value = if text.trim().is_empty() {
+            serde_yaml::Value::Mapping(Default::default())
+        } else {
+            serde_yaml::from_str(&text).map_err(|e| ConfigError::Invalid {
+                where_: where_.clone(),
+                message: e.to_string(),
+            })?
+        };
+        let map = value.as_mapping_mut().ok_or_else(|| ConfigError::Invalid {
+            where_: where_.clone(),
+            message: "the top level must be a mapping".to_owned(),
+        })?;
+        let mut home_env = None;
+        for (var, raw) in env {
+            if var == "HOME" {
+                home_env = Some(PathBuf::from(&raw));
+                continue;
+            }
+            let Some(key) = var.strip_prefix("AGENTRY_") else {
+                continue;
+            };
+            let key = key.to_ascii_lowercase();
+            if !ENV_KEYS.contains(&key.as_str()) {
+                continue;
+            }
+            let bad = |message: String| ConfigError::Env {
+                var: var.clone(),
+                message,
+            };
+            let parsed = match key.as_str() {
+                "bundled_agents" => serde_yaml::Value::Bool(
+                    raw.parse()
+                        .map_err(|_| bad(format!("expected true or false, got {raw:?}")))?,
+                ),
+                "max_recursion_depth" => serde_yaml::Value::Number(
+                    raw.parse::<i64>()
+                        .map_err(|_| bad(format!("expected an integer, got {raw:?}")))?
+                        .into(),
+                ),
+                _ => serde_yaml::Value::String(raw),
+            };
+            map.insert(serde_yaml::Value::String(key), parsed);
+        }
+        // Round-trip through text so serde_yaml's errors carry the key path (`executor.timeout`).
+        let text = serde_yaml::to_string(&value).map_err(|e| ConfigError::Invalid {
+            where_: where_.clone(),
+            message: e.to_string(),
+        })?;
+        let mut cfg: Config = serde_yaml::from_str(&text).map_err(|e| ConfigError::Invalid {
+            where_,
+            message: e.to_string(),
+        })?;
+        if cfg.home.is_none() {
+            cfg.home = home_env;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let rule = |key: &str, message: String| ConfigError::Rule {
+            key: key.to_owned(),
+            message,
+        };
+        if self.listen.trim().is_empty() {
+            return Err(rule("listen", "must be host:port or unix:/path".into()));
+        }
+        for (i, d) in self.agent_dirs.iter().enumerate() {
+            if !d.path.is_absolute() {
+                return Err(rule(
+                    &format!("agent_dirs[{i}].path"),
+                    format!("must be absolute, got {}", d.path.display()),
+                ));
+            }
+        }
+        for (i, r) in self.workspace_roots.iter().enumerate() {
+            if !r.is_absolute() {
+                return Err(rule(
+                    &format!("workspace_roots[{i}]"),
+                    format!("must be absolute, got {}", r.display()),
+                ));
+            }
+        }
+        for (i, f) in self.families.iter().enumerate() {
+            if f.is_empty() || f.contains('/') || f == "." || f == ".." {
+                return Err(rule(
+                    &format!("families[{i}]"),
+                    format!("must be a single directory name, got {f:?}"),
+                ));
+            }
+        }
+        if self.spawn_tool.trim().is_empty() {
+            return Err(rule("spawn_tool", "must not be empty".into()));
+        }
+        if self.executor.max_output_bytes == 0 {
+            return Err(rule("executor.max_output_bytes", "must be positive".into()));
+        }
+        if self.limits.max_running == 0 {
+            return Err(rule("limits.max_running", "must be positive".into()));
+        }
+        if self.discovery.cache_max_workspaces == 0 {
+            return Err(rule(
+                "discovery.cache_max_workspaces",
+                "must be positive".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The store file: `store.path`, else `$XDG_STATE_HOME/agentry/agentry.db`, else
+    /// `<home>/.local/state/agentry/agentry.db`.
+    pub fn store_path(&self, xdg_state_home: Option<PathBuf>) -> PathBuf {
+        if let Some(p) = &self.store.path {
+            return p.clone();
+        }
+        let base = xdg_state_home.unwrap_or_else(|| {
+            self.home
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("/tmp"))
+                .join(".local/state")
+        });
+        base.join("agentry/agentry.db")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_str(yaml: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.yaml");
+        std::fs::write(&path, yaml).unwrap();
+        Config::load(
+            Some(&path),
+            env.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+        )
+    }
+
+    #[test]
+    fn defaults_without_a_file() {
+        let c = Config::load(None, [("HOME".to_owned(), "/h".to_owned())]).unwrap();
+        assert_eq!(c.listen, "127.0.0.1:50051");
+        assert_eq!(c.home, Some(PathBuf::from("/h")));
+        assert_eq!(c.max_recursion_depth, 2);
+        assert_eq!(c.dedupe.ttl, Duration::from_secs(120));
+        assert_eq!(c.reserved_agents, ["reviewer", "default"]);
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let e = load_str("listen: a:1\nlistne: b\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("listne"), "{e}");
+        let e = load_str("executor: {comand: [x]}\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("comand"), "{e}");
+    }
+
+    #[test]
+    fn bad_duration_is_an_error() {
+        let e = load_str("shutdown_grace: soon\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("shutdown_grace"), "{e}");
+    }
+
+    #[test]
+    fn env_overrides_scalars() {
+        let c = load_str(
+            "listen: 1.2.3.4:5\n",
+            &[
+                ("AGENTRY_LISTEN", "0.0.0.0:7"),
+                ("AGENTRY_MAX_RECURSION_DEPTH", "-1"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.listen, "0.0.0.0:7");
+        assert_eq!(c.max_recursion_depth, -1);
+        let e = load_str("", &[("AGENTRY_MAX_RECURSION_DEPTH", "deep")]).unwrap_err();
+        assert!(e.to_string().contains("AGENTRY_MAX_RECURSION_DEPTH"), "{e}");
+    }
+
+    #[test]
+    fn relative_agent_dir_is_refused() {
+        let e = load_str("agent_dirs: [{path: rel}]\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("agent_dirs[0].path"), "{e}");
+    }
+}

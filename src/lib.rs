@@ -1,0 +1,16 @@
+//! agentry: the registry of agent personas and the supervisor of the workers spawned from them.
+//!
+//! A coordinator runtime asks agentry over gRPC which agents exist for a workspace, resolves one
+//! into exactly what a worker must get, and (later layers) spawns, watches and stops workers.
+//!
+//! # Layout
+//! - [`config`]: typed, strict configuration (YAML + `AGENTRY_*`).
+//! - [`persona`]: one file's bytes → a persona or diagnostics. Pure.
+//! - [`discovery`]: which directories, in which order; merge; snapshots; file watching.
+//! - [`resolve`]: caller lineage, spawn policy and the effective agent a worker gets.
+//! - [`grpc`]: translation only — proto ⇄ domain, errors → `Status`, server wiring.
+//!
+//! Dependencies point one way: `grpc → {discovery, resolve} → persona`.
+
+pub mod config;
+pub mod persona;

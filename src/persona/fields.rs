@@ -1,0 +1,475 @@
+//! Reads the frontmatter block into fields (SPEC §2.2–§2.3): YAML first, the line-by-line
+//! fallback when YAML fails, key normalisation, coercions and `extra`.
+
+use serde_json::Value as Json;
+use serde_yaml::Value as Yaml;
+
+use super::{
+    MAX_NAME_BYTES, Persona, Severity, Spawns, ThinkingLevel, split::Block, split_csv,
+};
+
+/// Settings that change how fields are read (from the service configuration).
+#[derive(Debug, Clone)]
+pub struct ParseOptions {
+    /// Appended to every explicit `tools` list that lacks them.
+    pub implicit_tools: Vec<String>,
+    /// The spawn tool; `tools` containing it implies `spawns: *` when `spawns` is absent.
+    pub spawn_tool: String,
+}
+
+impl Default for ParseOptions {
+    fn default() -> Self {
+        Self {
+            implicit_tools: vec!["submit_result".to_owned()],
+            spawn_tool: "task".to_owned(),
+        }
+    }
+}
+
+/// One frontmatter entry after normalisation.
+struct Entry {
+    /// The key as written.
+    raw_key: String,
+    /// snake_case form used to recognise known keys.
+    key: String,
+    value: Yaml,
+    /// 0-based line index in the block, when found.
+    line: Option<usize>,
+}
+
+/// `thinkingLevel` / `thinking-level` / `Thinking_Level` → `thinking_level`.
+pub(super) fn normalise_key(k: &str) -> String {
+    let mut out = String::with_capacity(k.len() + 4);
+    let mut prev_lower = false;
+    for c in k.trim().chars() {
+        if c == '-' || c == ' ' {
+            out.push('_');
+            prev_lower = false;
+        } else if c.is_uppercase() {
+            if prev_lower {
+                out.push('_');
+            }
+            out.extend(c.to_lowercase());
+            prev_lower = false;
+        } else {
+            out.push(c);
+            prev_lower = c.is_lowercase() || c.is_ascii_digit();
+        }
+    }
+    out
+}
+
+/// Finds the 0-based block line where an unindented `key:` starts.
+fn find_key_line(block: &Block, raw_key: &str) -> Option<usize> {
+    block.text.split('\n').position(|l| {
+        let l = l.strip_prefix('"').unwrap_or(l);
+        l.starts_with(raw_key)
+            && l[raw_key.len()..]
+                .trim_start_matches('"')
+                .trim_start()
+                .starts_with(':')
+    })
+}
+
+/// The line-by-line fallback: unindented `key: value` lines only.
+fn fallback_entries(block: &Block) -> Vec<(String, String, usize)> {
+    let mut out: Vec<(String, String, usize)> = Vec::new();
+    for (i, line) in block.text.split('\n').enumerate() {
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
+        if k.is_empty()
+            || !k
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            continue;
+        }
+        let v = v.trim().to_owned();
+        if let Some(e) = out.iter_mut().find(|e| e.0 == k) {
+            e.1 = v;
+            e.2 = i;
+        } else {
+            out.push((k.to_owned(), v, i));
+        }
+    }
+    out
+}
+
+type DiagFn<'a> = dyn FnMut(Option<u32>, Severity, &'static str, String) + 'a;
+
+/// Reads the block and body into a persona, reporting through `diag`.
+pub(super) fn read(
+    block: &Block,
+    body: String,
+    opts: &ParseOptions,
+    diag: &mut DiagFn<'_>,
+) -> Option<Persona> {
+    let yaml_text = block.text.replace('\t', "  ");
+    let entries: Vec<Entry> = match serde_yaml::from_str::<Yaml>(&yaml_text) {
+        Ok(Yaml::Mapping(m)) => m
+            .into_iter()
+            .filter_map(|(k, v)| {
+                let raw_key = match k {
+                    Yaml::String(s) => s,
+                    Yaml::Number(n) => n.to_string(),
+                    Yaml::Bool(b) => b.to_string(),
+                    _ => return None,
+                };
+                let line = find_key_line(block, &raw_key);
+                Some(Entry {
+                    key: normalise_key(&raw_key),
+                    raw_key,
+                    value: v,
+                    line,
+                })
+            })
+            .collect(),
+        Ok(Yaml::Null) => Vec::new(),
+        other => {
+            let (line, why) = match other {
+                Err(e) => (
+                    e.location().map(|l| block.orig_line(l.line().saturating_sub(1))),
+                    e.to_string(),
+                ),
+                Ok(_) => (
+                    Some(block.open_line + 1),
+                    "the frontmatter is not a mapping".to_owned(),
+                ),
+            };
+            diag(
+                line,
+                Severity::Warning,
+                "yaml_fallback",
+                format!("frontmatter is not valid YAML ({why}); read it line by line instead"),
+            );
+            fallback_entries(block)
+                .into_iter()
+                .map(|(k, v, i)| Entry {
+                    key: normalise_key(&k),
+                    raw_key: k,
+                    value: Yaml::String(v),
+                    line: Some(i),
+                })
+                .collect()
+        }
+    };
+
+    let mut r = Reader {
+        block,
+        diag,
+        failed: false,
+    };
+    let mut p = Persona {
+        name: String::new(),
+        description: String::new(),
+        system_prompt: body,
+        when_to_use: None,
+        tools: None,
+        disallowed_tools: None,
+        spawns: None,
+        model: None,
+        thinking_level: None,
+        output: None,
+        permission_mode: None,
+        max_turns: None,
+        critical_reminder: None,
+        extra: serde_json::Map::new(),
+    };
+    let mut name = None;
+    let mut description = None;
+    let mut seen: Vec<String> = Vec::new();
+    for e in entries {
+        if seen.contains(&e.key) {
+            r.warn(
+                &e,
+                "duplicate_key",
+                format!("`{}` repeats an earlier key; the later value wins", e.raw_key),
+            );
+        } else {
+            seen.push(e.key.clone());
+        }
+        match e.key.as_str() {
+            "name" => name = r.string(&e),
+            "description" => description = r.string(&e),
+            "when_to_use" => p.when_to_use = r.string(&e),
+            "tools" => p.tools = r.list(&e),
+            "disallowed_tools" => p.disallowed_tools = r.list(&e),
+            "spawns" => p.spawns = r.spawns(&e),
+            "model" => p.model = r.list(&e),
+            "thinking_level" | "thinking" => {
+                if let Some(t) = r.thinking(&e) {
+                    p.thinking_level = Some(t);
+                }
+            }
+            "output" => p.output = Some(yaml_to_json(e.value)),
+            "permission_mode" => p.permission_mode = r.string(&e),
+            "max_turns" => p.max_turns = r.max_turns(&e),
+            "critical_reminder" => p.critical_reminder = r.string(&e),
+            _ => {
+                p.extra.insert(e.raw_key, yaml_to_json(e.value));
+            }
+        }
+    }
+
+    let open = Some(block.open_line);
+    match name.map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()) {
+        None => {
+            (r.diag)(
+                open,
+                Severity::Error,
+                "missing_name",
+                "frontmatter has no non-empty `name`".to_owned(),
+            );
+            r.failed = true;
+        }
+        Some(n) => match invalid_name(&n) {
+            Some(why) => {
+                (r.diag)(
+                    open,
+                    Severity::Error,
+                    "invalid_name",
+                    format!("name {n:?} {why}"),
+                );
+                r.failed = true;
+            }
+            None => p.name = n,
+        },
+    }
+    match description
+        .map(|d| d.trim().to_owned())
+        .filter(|d| !d.is_empty())
+    {
+        None => {
+            (r.diag)(
+                open,
+                Severity::Error,
+                "missing_description",
+                "frontmatter has no non-empty `description`".to_owned(),
+            );
+            r.failed = true;
+        }
+        Some(d) => p.description = d,
+    }
+    if r.failed {
+        return None;
+    }
+
+    // Implicit tools, then the compatibility rule for `spawns`.
+    if let Some(tools) = &mut p.tools {
+        for t in &opts.implicit_tools {
+            if !tools.contains(t) {
+                tools.push(t.clone());
+            }
+        }
+        if p.spawns.is_none() && tools.contains(&opts.spawn_tool) {
+            p.spawns = Some(Spawns::Any);
+        }
+    }
+    Some(p)
+}
+
+/// Why a name is unusable, if it is.
+fn invalid_name(n: &str) -> Option<String> {
+    if n.len() > MAX_NAME_BYTES {
+        return Some(format!(
+            "is {} bytes long; the limit is {MAX_NAME_BYTES}",
+            n.len()
+        ));
+    }
+    if let Some(c) = n
+        .chars()
+        .find(|c| *c == '/' || *c == '\\' || c.is_control())
+    {
+        return Some(format!("contains the forbidden character {c:?}"));
+    }
+    None
+}
+
+struct Reader<'a, 'd> {
+    block: &'a Block,
+    diag: &'a mut DiagFn<'d>,
+    failed: bool,
+}
+
+impl Reader<'_, '_> {
+    fn line(&self, e: &Entry) -> Option<u32> {
+        Some(
+            e.line
+                .map(|i| self.block.orig_line(i))
+                .unwrap_or(self.block.open_line),
+        )
+    }
+
+    fn warn(&mut self, e: &Entry, code: &'static str, msg: String) {
+        let line = self.line(e);
+        (self.diag)(line, Severity::Warning, code, msg);
+    }
+
+    fn error(&mut self, e: &Entry, code: &'static str, msg: String) {
+        let line = self.line(e);
+        (self.diag)(line, Severity::Error, code, msg);
+        self.failed = true;
+    }
+
+    /// A string field; numbers and booleans are taken as their text, null as absent.
+    fn string(&mut self, e: &Entry) -> Option<String> {
+        match &e.value {
+            Yaml::String(s) => Some(s.clone()),
+            Yaml::Number(n) => Some(n.to_string()),
+            Yaml::Bool(b) => Some(b.to_string()),
+            Yaml::Null => None,
+            _ => {
+                self.error(
+                    e,
+                    "invalid_field",
+                    format!("`{}` must be a string", e.raw_key),
+                );
+                None
+            }
+        }
+    }
+
+    /// A CSV string or a list of strings.
+    fn list(&mut self, e: &Entry) -> Option<Vec<String>> {
+        match &e.value {
+            Yaml::String(s) => Some(split_csv(s)),
+            Yaml::Null => None,
+            Yaml::Sequence(items) => {
+                let mut out = Vec::with_capacity(items.len());
+                for (i, it) in items.iter().enumerate() {
+                    match it {
+                        Yaml::String(s) => {
+                            let s = s.trim();
+                            if !s.is_empty() {
+                                out.push(s.to_owned());
+                            }
+                        }
+                        _ => {
+                            self.error(
+                                e,
+                                "invalid_field",
+                                format!("`{}` item {i} must be a string", e.raw_key),
+                            );
+                            return None;
+                        }
+                    }
+                }
+                Some(out)
+            }
+            _ => {
+                self.error(
+                    e,
+                    "invalid_field",
+                    format!(
+                        "`{}` must be a comma-separated string or a list of strings",
+                        e.raw_key
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    fn spawns(&mut self, e: &Entry) -> Option<Spawns> {
+        if let Yaml::String(s) = &e.value {
+            if s.trim() == "*" {
+                return Some(Spawns::Any);
+            }
+            if s.trim().is_empty() {
+                return None;
+            }
+        }
+        let names = self.list(e)?;
+        if names.iter().any(|n| n == "*") {
+            return Some(Spawns::Any);
+        }
+        Some(Spawns::Only(names))
+    }
+
+    fn thinking(&mut self, e: &Entry) -> Option<ThinkingLevel> {
+        let text = match &e.value {
+            Yaml::String(s) => s.trim().to_owned(),
+            Yaml::Null => return None,
+            other => serde_yaml::to_string(other)
+                .unwrap_or_default()
+                .trim()
+                .to_owned(),
+        };
+        let t = ThinkingLevel::parse(&text);
+        if t.is_none() {
+            self.warn(
+                e,
+                "invalid_thinking_level",
+                format!(
+                    "`{}: {text}` is not one of off, minimal, low, medium, high, xhigh; ignored",
+                    e.raw_key
+                ),
+            );
+        }
+        t
+    }
+
+    fn max_turns(&mut self, e: &Entry) -> Option<u32> {
+        let n = match &e.value {
+            Yaml::Number(n) => n.as_u64(),
+            Yaml::String(s) => s.trim().parse::<u64>().ok(),
+            Yaml::Null => return None,
+            _ => None,
+        };
+        match n.and_then(|n| u32::try_from(n).ok()).filter(|n| *n > 0) {
+            Some(n) => Some(n),
+            None => {
+                let shown = serde_yaml::to_string(&e.value).unwrap_or_default();
+                self.warn(
+                    e,
+                    "invalid_max_turns",
+                    format!(
+                        "`{}: {}` is not a positive integer; ignored",
+                        e.raw_key,
+                        shown.trim()
+                    ),
+                );
+                None
+            }
+        }
+    }
+}
+
+/// Converts a YAML value to JSON. Tagged values lose their tag; non-string keys become strings;
+/// non-finite floats become strings (JSON has no NaN).
+pub(super) fn yaml_to_json(v: Yaml) -> Json {
+    match v {
+        Yaml::Null => Json::Null,
+        Yaml::Bool(b) => Json::Bool(b),
+        Yaml::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Json::from(i)
+            } else if let Some(u) = n.as_u64() {
+                Json::from(u)
+            } else {
+                let f = n.as_f64().unwrap_or(f64::NAN);
+                serde_json::Number::from_f64(f)
+                    .map(Json::Number)
+                    .unwrap_or_else(|| Json::String(n.to_string()))
+            }
+        }
+        Yaml::String(s) => Json::String(s),
+        Yaml::Sequence(items) => Json::Array(items.into_iter().map(yaml_to_json).collect()),
+        Yaml::Mapping(m) => Json::Object(
+            m.into_iter()
+                .map(|(k, v)| {
+                    let k = match k {
+                        Yaml::String(s) => s,
+                        other => serde_yaml::to_string(&other)
+                            .unwrap_or_default()
+                            .trim()
+                            .to_owned(),
+                    };
+                    (k, yaml_to_json(v))
+                })
+                .collect(),
+        ),
+        Yaml::Tagged(t) => yaml_to_json(t.value),
+    }
+}

@@ -1,0 +1,273 @@
+//! Parses one persona file (markdown with YAML frontmatter) into a [`Persona`] or diagnostics
+//! (SPEC §2).
+//!
+//! Pure: bytes in, a value out. No file system access, no knowledge of where the file came from
+//! beyond the path used in diagnostics. Must not depend on discovery, workers or gRPC.
+
+mod fields;
+mod split;
+
+use std::fmt;
+
+use serde::Serialize;
+
+pub use fields::ParseOptions;
+
+/// Largest persona file read, in bytes (SPEC §2.4 `too_large`).
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// Longest accepted agent name, in bytes.
+pub const MAX_NAME_BYTES: usize = 128;
+
+/// How bad a diagnostic is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// The file loaded; something was ignored or guessed.
+    Warning,
+    /// The file was skipped.
+    Error,
+}
+
+/// One problem found in a file; what an operator reads to learn why an agent is missing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Diagnostic {
+    /// The file concerned.
+    pub path: String,
+    /// 1-based line, when known.
+    pub line: Option<u32>,
+    /// Warning or error.
+    pub severity: Severity,
+    /// Stable code (`missing_name`, `yaml_fallback`, ...).
+    pub code: &'static str,
+    /// Human-readable explanation.
+    pub message: String,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sev = match self.severity {
+            Severity::Warning => "warning",
+            Severity::Error => "error",
+        };
+        match self.line {
+            Some(l) => write!(f, "{}:{l}: {sev}[{}]: {}", self.path, self.code, self.message),
+            None => write!(f, "{}: {sev}[{}]: {}", self.path, self.code, self.message),
+        }
+    }
+}
+
+/// Reasoning effort (`thinking_level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ThinkingLevel {
+    /// off
+    Off,
+    /// minimal
+    Minimal,
+    /// low
+    Low,
+    /// medium
+    Medium,
+    /// high
+    High,
+    /// xhigh
+    Xhigh,
+}
+
+impl ThinkingLevel {
+    /// Parses the exact lowercase spelling the spec lists.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "off" => Self::Off,
+            "minimal" => Self::Minimal,
+            "low" => Self::Low,
+            "medium" => Self::Medium,
+            "high" => Self::High,
+            "xhigh" => Self::Xhigh,
+            _ => return None,
+        })
+    }
+
+    /// The spelling used in files and in the worker spec.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Minimal => "minimal",
+            Self::Low => "low",
+            Self::Medium => "medium",
+            Self::High => "high",
+            Self::Xhigh => "xhigh",
+        }
+    }
+}
+
+/// A spawn policy: which agents may be spawned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Spawns {
+    /// `*`: any agent.
+    Any,
+    /// Exactly these names (empty = none).
+    Only(Vec<String>),
+}
+
+impl Spawns {
+    /// Whether `name` is allowed.
+    pub fn allows(&self, name: &str) -> bool {
+        match self {
+            Spawns::Any => true,
+            Spawns::Only(names) => names.iter().any(|n| n == name),
+        }
+    }
+
+    /// `*`, empty, or the comma-joined names: the wire and environment form.
+    pub fn to_policy_string(&self) -> String {
+        match self {
+            Spawns::Any => "*".to_owned(),
+            Spawns::Only(names) => names.join(","),
+        }
+    }
+
+    /// Parses the wire form: `*` (spaces allowed around it) = any; otherwise comma-separated
+    /// names, trimmed, empties dropped (so an empty string is "none").
+    pub fn parse_policy(s: &str) -> Self {
+        if s.trim() == "*" {
+            Spawns::Any
+        } else {
+            Spawns::Only(split_csv(s))
+        }
+    }
+}
+
+/// Splits a CSV value: split on `,`, trim, drop empties.
+pub fn split_csv(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// One parsed persona (SPEC §2.3). Absent optional fields stay `None`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Persona {
+    /// Exact, case-sensitive identity.
+    pub name: String,
+    /// What the agent is for.
+    pub description: String,
+    /// The body: the system prompt.
+    pub system_prompt: String,
+    /// Dispatch guidance; its first line goes into the catalog.
+    pub when_to_use: Option<String>,
+    /// Tool allow-list with implicit tools appended; `None` = inherits all tools.
+    pub tools: Option<Vec<String>>,
+    /// Tools removed after `tools`.
+    pub disallowed_tools: Option<Vec<String>>,
+    /// Who this agent may spawn; `None` = nobody.
+    pub spawns: Option<Spawns>,
+    /// Ordered model names or patterns.
+    pub model: Option<Vec<String>>,
+    /// Reasoning effort.
+    pub thinking_level: Option<ThinkingLevel>,
+    /// Opaque output schema.
+    pub output: Option<serde_json::Value>,
+    /// Passed through.
+    pub permission_mode: Option<String>,
+    /// Positive turn budget.
+    pub max_turns: Option<u32>,
+    /// Wrapped into `<critical-reminder>` in the composed prompt.
+    pub critical_reminder: Option<String>,
+    /// Every key agentry does not know, verbatim, so nothing a file says is lost.
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The result of parsing one file: maybe a persona, always the diagnostics found on the way.
+#[derive(Debug, Clone)]
+pub struct Parsed {
+    /// `None` when an error diagnostic made the file unusable.
+    pub persona: Option<Persona>,
+    /// Warnings (file loaded) and errors (file skipped).
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// Parses a file's bytes. `path` only labels diagnostics. Never panics on any input.
+pub fn parse(bytes: &[u8], path: &str, opts: &ParseOptions) -> Parsed {
+    let mut diags = Vec::new();
+    let text = match std::str::from_utf8(bytes) {
+        Ok(t) => t,
+        Err(e) => {
+            diags.push(Diagnostic {
+                path: path.to_owned(),
+                line: Some(line_of_offset(bytes, e.valid_up_to())),
+                severity: Severity::Error,
+                code: "not_utf8",
+                message: format!(
+                    "file is not valid UTF-8 (invalid byte at offset {})",
+                    e.valid_up_to()
+                ),
+            });
+            return Parsed {
+                persona: None,
+                diagnostics: diags,
+            };
+        }
+    };
+    let persona = parse_text(text, path, opts, &mut diags);
+    Parsed {
+        persona,
+        diagnostics: diags,
+    }
+}
+
+fn line_of_offset(bytes: &[u8], offset: usize) -> u32 {
+    let n = bytes[..offset.min(bytes.len())]
+        .iter()
+        .filter(|b| **b == b'\n')
+        .count();
+    u32::try_from(n + 1).unwrap_or(u32::MAX)
+}
+
+fn parse_text(
+    text: &str,
+    path: &str,
+    opts: &ParseOptions,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<Persona> {
+    let doc = split::split(text);
+    let mut diag = |line: Option<u32>, severity, code, message: String| {
+        diags.push(Diagnostic {
+            path: path.to_owned(),
+            line,
+            severity,
+            code,
+            message,
+        })
+    };
+    let front = match doc.front {
+        split::Front::None => {
+            diag(
+                Some(1),
+                Severity::Error,
+                "missing_name",
+                "no frontmatter: the first non-blank line is not `---`, so `name` and \
+                 `description` are missing"
+                    .to_owned(),
+            );
+            return None;
+        }
+        split::Front::Unclosed { open_line } => {
+            diag(
+                Some(open_line),
+                Severity::Error,
+                "unclosed_frontmatter",
+                format!("frontmatter opened on line {open_line} is never closed by a `---` line"),
+            );
+            return None;
+        }
+        split::Front::Block(b) => b,
+    };
+    fields::read(&front, doc.body, opts, &mut diag)
+}
+
+#[cfg(test)]
+mod tests;

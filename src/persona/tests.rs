@@ -1,0 +1,206 @@
+use super::*;
+
+fn p(text: &str) -> Parsed {
+    parse(text.as_bytes(), "t.md", &ParseOptions::default())
+}
+
+fn ok(text: &str) -> Persona {
+    let r = p(text);
+    r.persona
+        .unwrap_or_else(|| panic!("expected a persona, got {:?}", r.diagnostics))
+}
+
+fn codes(r: &Parsed) -> Vec<&'static str> {
+    r.diagnostics.iter().map(|d| d.code).collect()
+}
+
+#[test]
+fn minimal_file() {
+    let a = ok("---\nname: a\ndescription: does a\n---\n\nYou are A.\n");
+    assert_eq!(a.name, "a");
+    assert_eq!(a.description, "does a");
+    assert_eq!(a.system_prompt, "You are A.");
+    assert_eq!(a.tools, None);
+    assert_eq!(a.spawns, None);
+    assert!(a.extra.is_empty());
+}
+
+#[test]
+fn bom_crlf_comments_leading_blank_lines() {
+    let a = ok(
+        "\u{feff}\r\n<!-- generated -->\r\n\r\n---\r\nname: a\r\ndescription: d <!-- hidden -->\r\n---\r\nbody\r\n",
+    );
+    assert_eq!(a.name, "a");
+    assert_eq!(a.description, "d");
+    assert_eq!(a.system_prompt, "body");
+}
+
+#[test]
+fn missing_and_unclosed() {
+    let r = p("just a body");
+    assert!(r.persona.is_none());
+    assert_eq!(codes(&r), ["missing_name"]);
+    let r = p("---\nname: a\ndescription: d\n");
+    assert_eq!(codes(&r), ["unclosed_frontmatter"]);
+    assert_eq!(r.diagnostics[0].line, Some(1));
+    assert_eq!(r.diagnostics[0].severity, Severity::Error);
+    let r = p("---\ndescription: d\n---\n");
+    assert_eq!(codes(&r), ["missing_name"]);
+    let r = p("---\nname: '  '\n---\n");
+    assert_eq!(codes(&r), ["missing_name", "missing_description"]);
+}
+
+#[test]
+fn invalid_names() {
+    for bad in ["a/b", "a\\\\b", "a\\u0001b"] {
+        let r = p(&format!("---\nname: \"{bad}\"\ndescription: d\n---\n"));
+        assert_eq!(codes(&r), ["invalid_name"], "{bad}");
+    }
+    let long = "x".repeat(129);
+    let r = p(&format!("---\nname: {long}\ndescription: d\n---\n"));
+    assert_eq!(codes(&r), ["invalid_name"]);
+    assert!(ok(&format!("---\nname: {}\ndescription: d\n---\n", "x".repeat(128))).name.len() == 128);
+}
+
+#[test]
+fn not_utf8() {
+    let r = parse(b"---\nname: \xff\n---\n", "t.md", &ParseOptions::default());
+    assert_eq!(codes(&r), ["not_utf8"]);
+    assert_eq!(r.diagnostics[0].line, Some(2));
+}
+
+#[test]
+fn yaml_with_tabs_is_read() {
+    let a = ok("---\nname: a\ndescription: d\ntools:\n\t- read\n\t- grep\n---\n");
+    assert_eq!(a.tools.unwrap(), ["read", "grep", "submit_result"]);
+}
+
+#[test]
+fn fallback_when_yaml_breaks() {
+    let r = p(
+        "---\nname: helper\ndescription: Use when: the build breaks: fix it\n  indented: ignored\nmodel: a, b\nname: helper2\n---\nbody",
+    );
+    let a = r.persona.clone().expect("fallback should load");
+    assert_eq!(codes(&r), ["yaml_fallback"]);
+    assert_eq!(r.diagnostics[0].severity, Severity::Warning);
+    assert_eq!(r.diagnostics[0].line, Some(3));
+    assert_eq!(a.name, "helper2");
+    assert_eq!(a.description, "Use when: the build breaks: fix it");
+    assert_eq!(a.model.unwrap(), ["a", "b"]);
+    assert!(!a.extra.contains_key("indented"));
+}
+
+#[test]
+fn key_normalisation() {
+    let a = ok(
+        "---\nname: a\ndescription: d\nthinkingLevel: high\npermission-mode: read-only\nmaxTurns: 15\nwhenToUse: |\n  first\n  second\ncriticalReminder: stay\ndisallowedTools: bash\n---\n",
+    );
+    assert_eq!(a.thinking_level, Some(ThinkingLevel::High));
+    assert_eq!(a.permission_mode.as_deref(), Some("read-only"));
+    assert_eq!(a.max_turns, Some(15));
+    assert_eq!(a.when_to_use.as_deref(), Some("first\nsecond\n"));
+    assert_eq!(a.critical_reminder.as_deref(), Some("stay"));
+    assert_eq!(a.disallowed_tools.unwrap(), ["bash"]);
+    assert!(a.extra.is_empty());
+    assert_eq!(fields::normalise_key("thinking-level"), "thinking_level");
+    assert_eq!(fields::normalise_key("permissionMode"), "permission_mode");
+    assert_eq!(fields::normalise_key("max_turns"), "max_turns");
+}
+
+#[test]
+fn tools_csv_list_and_implicit() {
+    let a = ok("---\nname: a\ndescription: d\ntools: read, grep ,, bash\n---\n");
+    assert_eq!(a.tools.unwrap(), ["read", "grep", "bash", "submit_result"]);
+    let a = ok("---\nname: a\ndescription: d\ntools: [read, submit_result, bash]\n---\n");
+    assert_eq!(a.tools.unwrap(), ["read", "submit_result", "bash"]);
+    let a = ok("---\nname: a\ndescription: d\ntools: []\n---\n");
+    assert_eq!(a.tools.unwrap(), ["submit_result"]);
+    let r = p("---\nname: a\ndescription: d\ntools: [read, 3]\n---\n");
+    assert_eq!(codes(&r), ["invalid_field"]);
+    assert!(r.persona.is_none());
+    assert_eq!(r.diagnostics[0].line, Some(4));
+}
+
+#[test]
+fn spawns_forms_and_compatibility_rule() {
+    let s = |y: &str| ok(&format!("---\nname: a\ndescription: d\n{y}\n---\n")).spawns;
+    assert_eq!(s("spawns: '*'"), Some(Spawns::Any));
+    assert_eq!(s("spawns: ' * '"), Some(Spawns::Any));
+    assert_eq!(
+        s("spawns: explore, plan"),
+        Some(Spawns::Only(vec!["explore".into(), "plan".into()]))
+    );
+    assert_eq!(
+        s("spawns: [explore]"),
+        Some(Spawns::Only(vec!["explore".into()]))
+    );
+    assert_eq!(s("spawns: ''"), None);
+    assert_eq!(s("tools: read, task"), Some(Spawns::Any));
+    assert_eq!(
+        s("tools: read, task\nspawns: explore"),
+        Some(Spawns::Only(vec!["explore".into()]))
+    );
+    assert_eq!(s("tools: read"), None);
+}
+
+#[test]
+fn model_thinking_output_max_turns() {
+    let a = ok(
+        "---\nname: a\ndescription: d\nmodel: [gpt-x, 'claude-*']\nthinking: minimal\noutput:\n  type: object\n  properties:\n    q: {type: string}\n---\n",
+    );
+    assert_eq!(a.model.unwrap(), ["gpt-x", "claude-*"]);
+    assert_eq!(a.thinking_level, Some(ThinkingLevel::Minimal));
+    assert_eq!(
+        a.output.unwrap(),
+        serde_json::json!({"type": "object", "properties": {"q": {"type": "string"}}})
+    );
+    let r = p("---\nname: a\ndescription: d\nthinking_level: extreme\nmax_turns: many\n---\n");
+    assert_eq!(codes(&r), ["invalid_thinking_level", "invalid_max_turns"]);
+    assert_eq!(r.diagnostics[0].line, Some(4));
+    assert_eq!(r.diagnostics[1].line, Some(5));
+    let a = r.persona.unwrap();
+    assert_eq!(a.thinking_level, None);
+    assert_eq!(a.max_turns, None);
+    let r = p("---\nname: a\ndescription: d\nmax_turns: 0\n---\n");
+    assert_eq!(codes(&r), ["invalid_max_turns"]);
+}
+
+#[test]
+fn unknown_keys_go_to_extra() {
+    let a = ok("---\nname: a\ndescription: d\ncolor: blue\nx-Custom:\n  k: [1, 2]\n---\n");
+    assert_eq!(a.extra["color"], "blue");
+    assert_eq!(a.extra["x-Custom"], serde_json::json!({"k": [1, 2]}));
+}
+
+#[test]
+fn case_sensitive_names_and_numbers_as_text() {
+    assert_eq!(ok("---\nname: Task\ndescription: d\n---\n").name, "Task");
+    assert_eq!(ok("---\nname: 404\ndescription: 1.5\n---\n").name, "404");
+}
+
+#[test]
+fn comment_lines_are_counted_in_diagnostics() {
+    let r = p("<!--\n\n\n-->\n---\nname: a\ndescription: d\nthinking: loud\n---\n");
+    assert_eq!(codes(&r), ["invalid_thinking_level"]);
+    assert_eq!(r.diagnostics[0].line, Some(8));
+}
+
+#[test]
+fn arbitrary_bytes_never_panic() {
+    // A cheap deterministic fuzz over tricky fragments.
+    let parts = [
+        "---", "\n", "\r", "name: a", "description: d", "<!--", "-->", "\t", ": :", "- x",
+        "tools: [", "\u{feff}", "'", "\"", "{", "}", "output: *a", "&a x", "é",
+    ];
+    let mut seed = 0x9e3779b97f4a7c15u64;
+    for _ in 0..5000 {
+        let mut s = String::new();
+        for _ in 0..12 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            s.push_str(parts[(seed % parts.len() as u64) as usize]);
+        }
+        let _ = p(&s);
+    }
+}
