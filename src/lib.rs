@@ -14,3 +14,4 @@
 
 pub mod config;
 pub mod persona;
+pub mod discovery;
