@@ -13,5 +13,7 @@
 //! Dependencies point one way: `grpc → {discovery, resolve} → persona`.
 
 pub mod config;
-pub mod persona;
 pub mod discovery;
+pub mod grpc;
+pub mod persona;
+pub mod resolve;

@@ -114,7 +114,9 @@ fn list_recursive(root: &Path, out: &mut Vec<PathBuf>, diags: &mut Vec<Diagnosti
             let Ok(t) = e.file_type() else { continue };
             let rel_path = rel.join(&name);
             let is_dir = if t.is_symlink() {
-                std::fs::metadata(e.path()).map(|m| m.is_dir()).unwrap_or(false)
+                std::fs::metadata(e.path())
+                    .map(|m| m.is_dir())
+                    .unwrap_or(false)
             } else {
                 t.is_dir()
             };
@@ -156,10 +158,7 @@ fn list_recursive(root: &Path, out: &mut Vec<PathBuf>, diags: &mut Vec<Diagnosti
 
 /// Reads and parses every file, in parallel, keeping the input order.
 pub fn parse_all(files: Vec<FoundFile>, opts: &ParseOptions) -> Vec<LoadedFile> {
-    files
-        .into_par_iter()
-        .map(|f| load_one(f, opts))
-        .collect()
+    files.into_par_iter().map(|f| load_one(f, opts)).collect()
 }
 
 fn load_one(f: FoundFile, opts: &ParseOptions) -> LoadedFile {
@@ -177,6 +176,12 @@ fn load_one(f: FoundFile, opts: &ParseOptions) -> LoadedFile {
             message,
         }],
     };
+    // Check the type before opening: opening a FIFO or device would block or misbehave.
+    match std::fs::metadata(&f.path) {
+        Ok(m) if !m.is_file() => return fail("unreadable", "not a regular file".to_owned()),
+        Ok(_) => {}
+        Err(e) => return fail("unreadable", format!("cannot stat: {e}")),
+    }
     let mut file = match std::fs::File::open(&f.path) {
         Ok(file) => file,
         Err(e) => return fail("unreadable", format!("cannot open: {e}")),

@@ -81,7 +81,9 @@ pub enum DiscoveryError {
         reason: String,
     },
     /// `workspace_roots` is set and the workspace is outside all of them.
-    #[error("workspace {workspace:?} (resolved to {resolved}) is outside the configured workspace_roots")]
+    #[error(
+        "workspace {workspace:?} (resolved to {resolved}) is outside the configured workspace_roots"
+    )]
     OutsideRoots {
         /// As given.
         workspace: String,
@@ -406,8 +408,8 @@ impl Registry {
         )
     }
 
-    /// Builds a snapshot of explicit directories (for `agentry check DIR…`): those directories
-    /// in order, then the bundled agents.
+    /// Builds a snapshot of explicit directories only (for `agentry check DIR…`), in order;
+    /// bundled agents are left out so the listing shows exactly what the directories hold.
     pub fn build_dirs(&self, dirs: &[PathBuf]) -> Snapshot {
         let sources = sources::SourceConfig {
             home: None,
@@ -420,7 +422,7 @@ impl Registry {
                 })
                 .collect(),
         };
-        build(&sources, &self.inner.opts, &self.inner.bundled, None, 0, None)
+        build(&sources, &self.inner.opts, &[], None, 0, None)
     }
 }
 

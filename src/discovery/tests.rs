@@ -17,7 +17,14 @@ fn bundled_agents_parse_cleanly_in_order() {
     let names: Vec<_> = s.agents.iter().map(|a| a.persona.name.as_str()).collect();
     assert_eq!(
         names,
-        ["explore", "plan", "designer", "reviewer", "task", "quick_task"]
+        [
+            "explore",
+            "plan",
+            "designer",
+            "reviewer",
+            "task",
+            "quick_task"
+        ]
     );
     let get = |n: &str| &s.get(n).unwrap().persona;
     assert_eq!(
@@ -40,7 +47,10 @@ fn bundled_agents_parse_cleanly_in_order() {
     assert_eq!(get("task").spawns, Some(Spawns::Any));
     assert_eq!(get("task").thinking_level, Some(ThinkingLevel::Medium));
     assert_eq!(get("quick_task").spawns, None);
-    assert_eq!(get("quick_task").thinking_level, Some(ThinkingLevel::Minimal));
+    assert_eq!(
+        get("quick_task").thinking_level,
+        Some(ThinkingLevel::Minimal)
+    );
     assert!(s.agents.iter().all(|a| a.source == SourceKind::Bundled));
 }
 
@@ -86,5 +96,9 @@ fn recursive_dir_skips_readme_hidden_and_outside_symlinks() {
     let names: Vec<_> = s.agents.iter().map(|a| a.persona.name.as_str()).collect();
     // byte order of relative paths: "b/c/deep.md" < "z.md"; `loop` is a second view of `b`.
     assert_eq!(names, ["deep", "z"]);
-    assert!(s.diagnostics.iter().any(|d| d.code == "symlink_outside_root"));
+    assert!(
+        s.diagnostics
+            .iter()
+            .any(|d| d.code == "symlink_outside_root")
+    );
 }

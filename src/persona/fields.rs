@@ -4,9 +4,7 @@
 use serde_json::Value as Json;
 use serde_yaml::Value as Yaml;
 
-use super::{
-    MAX_NAME_BYTES, Persona, Severity, Spawns, ThinkingLevel, split::Block, split_csv,
-};
+use super::{MAX_NAME_BYTES, Persona, Severity, Spawns, ThinkingLevel, split::Block, split_csv};
 
 /// Settings that change how fields are read (from the service configuration).
 #[derive(Debug, Clone)]
@@ -129,7 +127,8 @@ pub(super) fn read(
         other => {
             let (line, why) = match other {
                 Err(e) => (
-                    e.location().map(|l| block.orig_line(l.line().saturating_sub(1))),
+                    e.location()
+                        .map(|l| block.orig_line(l.line().saturating_sub(1))),
                     e.to_string(),
                 ),
                 Ok(_) => (
@@ -184,7 +183,10 @@ pub(super) fn read(
             r.warn(
                 &e,
                 "duplicate_key",
-                format!("`{}` repeats an earlier key; the later value wins", e.raw_key),
+                format!(
+                    "`{}` repeats an earlier key; the later value wins",
+                    e.raw_key
+                ),
             );
         } else {
             seen.push(e.key.clone());

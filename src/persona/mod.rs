@@ -51,7 +51,11 @@ impl fmt::Display for Diagnostic {
             Severity::Error => "error",
         };
         match self.line {
-            Some(l) => write!(f, "{}:{l}: {sev}[{}]: {}", self.path, self.code, self.message),
+            Some(l) => write!(
+                f,
+                "{}:{l}: {sev}[{}]: {}",
+                self.path, self.code, self.message
+            ),
             None => write!(f, "{}: {sev}[{}]: {}", self.path, self.code, self.message),
         }
     }

@@ -173,7 +173,9 @@ mod tests {
 
     #[test]
     fn comments_removed_and_lines_kept() {
-        let d = split("<!--\nheader\n-->\n---\n<!-- c -->name: a\n<!-- two\nlines -->\ndescription: d\n---\nx <!-- y --> z");
+        let d = split(
+            "<!--\nheader\n-->\n---\n<!-- c -->name: a\n<!-- two\nlines -->\ndescription: d\n---\nx <!-- y --> z",
+        );
         let b = block(&d);
         assert_eq!(b.open_line, 4);
         assert_eq!(b.text, "name: a\n\ndescription: d");

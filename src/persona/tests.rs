@@ -59,7 +59,15 @@ fn invalid_names() {
     let long = "x".repeat(129);
     let r = p(&format!("---\nname: {long}\ndescription: d\n---\n"));
     assert_eq!(codes(&r), ["invalid_name"]);
-    assert!(ok(&format!("---\nname: {}\ndescription: d\n---\n", "x".repeat(128))).name.len() == 128);
+    assert!(
+        ok(&format!(
+            "---\nname: {}\ndescription: d\n---\n",
+            "x".repeat(128)
+        ))
+        .name
+        .len()
+            == 128
+    );
 }
 
 #[test]
@@ -189,8 +197,25 @@ fn comment_lines_are_counted_in_diagnostics() {
 fn arbitrary_bytes_never_panic() {
     // A cheap deterministic fuzz over tricky fragments.
     let parts = [
-        "---", "\n", "\r", "name: a", "description: d", "<!--", "-->", "\t", ": :", "- x",
-        "tools: [", "\u{feff}", "'", "\"", "{", "}", "output: *a", "&a x", "é",
+        "---",
+        "\n",
+        "\r",
+        "name: a",
+        "description: d",
+        "<!--",
+        "-->",
+        "\t",
+        ": :",
+        "- x",
+        "tools: [",
+        "\u{feff}",
+        "'",
+        "\"",
+        "{",
+        "}",
+        "output: *a",
+        "&a x",
+        "é",
     ];
     let mut seed = 0x9e3779b97f4a7c15u64;
     for _ in 0..5000 {

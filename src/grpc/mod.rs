@@ -1,0 +1,110 @@
+//! gRPC: generated types, the service implementations (translation only) and the server wiring
+//! (health, reflection v1 + v1alpha, graceful shutdown on a pre-bound listener).
+
+pub mod convert;
+pub mod metadata;
+pub mod page;
+pub mod registry;
+pub mod status;
+
+use std::{future::Future, sync::Arc};
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic_health::ServingStatus;
+
+use crate::{config::Config, discovery::Registry, resolve::Rules};
+
+/// Generated protobuf and gRPC code for `agentry.v1`.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod pb {
+    tonic::include_proto!("agentry.v1");
+
+    /// Encoded descriptor set of `agentry.v1`, served by reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        include_bytes!(concat!(env!("OUT_DIR"), "/agentry_descriptor.bin"));
+}
+
+/// The fully-qualified service name (also a health service name).
+pub const SERVICE_NAME: &str = "agentry.v1.AgentRegistryService";
+
+/// Runs the service on `listener` until `shutdown` resolves.
+///
+/// Health reports `NOT_SERVING` until the first discovery has finished, `SERVING` afterwards and
+/// `NOT_SERVING` again once shutdown begins.
+pub async fn run(
+    cfg: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let registry = Arc::new(Registry::new(&cfg, true)?);
+    let rules = Arc::new(Rules::from_config(&cfg));
+
+    let (health, health_svc) = tonic_health::server::health_reporter();
+    health
+        .set_service_status("", ServingStatus::NotServing)
+        .await;
+    health
+        .set_service_status(SERVICE_NAME, ServingStatus::NotServing)
+        .await;
+
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+
+    let svc = registry::RegistryService {
+        registry: registry.clone(),
+        rules,
+    };
+
+    // First discovery in the background; readiness flips when it is done.
+    {
+        let (registry, health) = (registry.clone(), health.clone());
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            match registry.snapshot("").await {
+                Ok(s) => {
+                    tracing::info!(
+                        agents = s.agents.len(),
+                        diagnostics = s.diagnostics.len(),
+                        version = %s.version,
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "first discovery done"
+                    );
+                    health.set_service_status("", ServingStatus::Serving).await;
+                    health
+                        .set_service_status(SERVICE_NAME, ServingStatus::Serving)
+                        .await;
+                }
+                Err(e) => tracing::error!(error = %e, "first discovery failed"),
+            }
+        });
+    }
+
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, "agentry listening");
+    let health_for_shutdown = health.clone();
+    let shutdown = async move {
+        shutdown.await;
+        tracing::info!("shutting down");
+        health_for_shutdown
+            .set_service_status("", ServingStatus::NotServing)
+            .await;
+        health_for_shutdown
+            .set_service_status(SERVICE_NAME, ServingStatus::NotServing)
+            .await;
+    };
+    tonic::transport::Server::builder()
+        .add_service(health_svc)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(pb::agent_registry_service_server::AgentRegistryServiceServer::new(svc))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,263 @@
+//! `AgentRegistryService`: translation only. Each handler validates the request into domain
+//! values, calls discovery/resolve, and converts back.
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use super::{
+    convert, metadata,
+    page::{self, PageToken, TokenError},
+    pb,
+    status::{Violations, with_info},
+};
+use crate::{
+    discovery::Registry,
+    resolve::{self, Caller, Mode, Rules},
+};
+
+/// Default and maximum `page_size` of ListAgents.
+pub const DEFAULT_PAGE_SIZE: usize = 100;
+/// Largest accepted `page_size`.
+pub const MAX_PAGE_SIZE: i32 = 1000;
+/// Longest accepted workspace path, in bytes.
+pub const MAX_WORKSPACE_BYTES: usize = 4096;
+/// Largest accepted request output schema, in bytes.
+pub const MAX_SCHEMA_BYTES: usize = 256 * 1024;
+
+/// Shared state of the registry RPCs.
+pub struct RegistryService {
+    /// Snapshots per workspace.
+    pub registry: Arc<Registry>,
+    /// Resolution settings.
+    pub rules: Arc<Rules>,
+}
+
+fn check_workspace(ws: &str, v: &mut Violations) {
+    if ws.len() > MAX_WORKSPACE_BYTES {
+        v.add(
+            "workspace",
+            format!("is {} bytes; the limit is {MAX_WORKSPACE_BYTES}", ws.len()),
+        );
+    } else if !ws.is_empty() && !ws.starts_with('/') {
+        v.add("workspace", format!("must be an absolute path, got {ws:?}"));
+    } else if ws.contains('\0') {
+        v.add("workspace", "must not contain NUL");
+    }
+}
+
+fn check_name(field: &str, name: &str, v: &mut Violations) {
+    if name.is_empty() {
+        v.add(field, "must not be empty");
+    } else if name.len() > crate::persona::MAX_NAME_BYTES {
+        v.add(
+            field,
+            format!(
+                "is {} bytes; the limit is {}",
+                name.len(),
+                crate::persona::MAX_NAME_BYTES
+            ),
+        );
+    }
+}
+
+/// Parses a request output schema: JSON text, bounded.
+pub fn parse_schema(field: &str, s: &str, v: &mut Violations) -> Option<serde_json::Value> {
+    if s.len() > MAX_SCHEMA_BYTES {
+        v.add(
+            field,
+            format!("is {} bytes; the limit is {MAX_SCHEMA_BYTES}", s.len()),
+        );
+        return None;
+    }
+    match serde_json::from_str::<serde_json::Value>(s) {
+        Ok(val) if val.is_object() || val.is_boolean() => Some(val),
+        Ok(_) => {
+            v.add(field, "must be a JSON object (a JSON Schema)");
+            None
+        }
+        Err(e) => {
+            v.add(field, format!("is not valid JSON: {e}"));
+            None
+        }
+    }
+}
+
+/// Reads the mode enum.
+pub fn parse_mode(m: i32, v: &mut Violations) -> Mode {
+    match pb::Mode::try_from(m) {
+        Ok(pb::Mode::Plan) => Mode::Plan,
+        Ok(_) => Mode::Default,
+        Err(_) => {
+            v.add("mode", format!("unknown mode {m}"));
+            Mode::Default
+        }
+    }
+}
+
+impl RegistryService {
+    /// The caller as known from metadata (worker tokens are added by the worker layer).
+    fn caller(&self, md: &tonic::metadata::MetadataMap, v: &mut Violations) -> Caller {
+        Caller::top_level().narrow(&metadata::declared(md, v))
+    }
+}
+
+#[tonic::async_trait]
+impl pb::agent_registry_service_server::AgentRegistryService for RegistryService {
+    async fn list_agents(
+        &self,
+        req: Request<pb::ListAgentsRequest>,
+    ) -> Result<Response<pb::ListAgentsResponse>, Status> {
+        let mut v = Violations::default();
+        let caller = self.caller(req.metadata(), &mut v);
+        let r = req.into_inner();
+        check_workspace(&r.workspace, &mut v);
+        let view = match pb::AgentView::try_from(r.view) {
+            Ok(pb::AgentView::Catalog) => pb::AgentView::Catalog,
+            Ok(_) => pb::AgentView::Full,
+            Err(_) => {
+                v.add("view", format!("unknown view {}", r.view));
+                pb::AgentView::Full
+            }
+        };
+        let page_size = match r.page_size {
+            0 => DEFAULT_PAGE_SIZE,
+            n if (1..=MAX_PAGE_SIZE).contains(&n) => n as usize,
+            n => {
+                v.add(
+                    "page_size",
+                    format!("must be between 0 and {MAX_PAGE_SIZE}, got {n}"),
+                );
+                DEFAULT_PAGE_SIZE
+            }
+        };
+        // The token is bound to everything that shapes the listing, caller metadata included.
+        let query = page::query_hash(&[
+            &r.workspace,
+            view.as_str_name(),
+            if r.include_shadowed { "1" } else { "0" },
+            &format!("{caller:?}"),
+        ]);
+        let token = if r.page_token.is_empty() {
+            None
+        } else {
+            match PageToken::decode(&r.page_token, &query) {
+                Ok(t) => Some(t),
+                Err(TokenError::NotOurs) => {
+                    v.add("page_token", "is not a page token issued by this service");
+                    None
+                }
+                Err(TokenError::OtherQuery) => {
+                    v.add(
+                        "page_token",
+                        "was issued for a request with different parameters",
+                    );
+                    None
+                }
+            }
+        };
+        v.check()?;
+
+        let snap = self.registry.snapshot(&r.workspace).await?;
+        if let Some(t) = &token
+            && t.version != snap.version
+        {
+            return Err(with_info(
+                tonic::Code::Aborted,
+                "REGISTRY_CHANGED",
+                format!(
+                    "the agent registry changed during pagination (version {} → {}); restart the listing without a page_token",
+                    t.version, snap.version
+                ),
+                &[("registry_version", &snap.version)],
+            ));
+        }
+        let catalog = resolve::catalog(&snap, &caller, &self.rules);
+        let all: Vec<&Arc<crate::discovery::AgentDef>> = match view {
+            pb::AgentView::Catalog => catalog.clone(),
+            _ => snap.agents.iter().collect(),
+        };
+        let offset = token.map_or(0, |t| t.offset).min(all.len());
+        let end = (offset + page_size).min(all.len());
+        let first = offset == 0;
+        let next_page_token = if end < all.len() {
+            PageToken {
+                offset: end,
+                version: snap.version.clone(),
+                query,
+            }
+            .encode()
+        } else {
+            String::new()
+        };
+        Ok(Response::new(pb::ListAgentsResponse {
+            agents: all[offset..end].iter().map(|a| convert::agent(a)).collect(),
+            shadowed: if first && r.include_shadowed {
+                snap.shadowed.iter().map(|a| convert::agent(a)).collect()
+            } else {
+                Vec::new()
+            },
+            diagnostics: if first {
+                snap.diagnostics.iter().map(convert::diagnostic).collect()
+            } else {
+                Vec::new()
+            },
+            registry_version: snap.version.clone(),
+            catalog_markdown: if first && view == pb::AgentView::Catalog {
+                resolve::catalog_markdown(&catalog)
+            } else {
+                String::new()
+            },
+            next_page_token,
+            total_size: i32::try_from(all.len()).unwrap_or(i32::MAX),
+        }))
+    }
+
+    async fn resolve_agent(
+        &self,
+        req: Request<pb::ResolveAgentRequest>,
+    ) -> Result<Response<pb::ResolveAgentResponse>, Status> {
+        let mut v = Violations::default();
+        let caller = self.caller(req.metadata(), &mut v);
+        let r = req.into_inner();
+        check_name("name", &r.name, &mut v);
+        check_workspace(&r.workspace, &mut v);
+        let mode = parse_mode(r.mode, &mut v);
+        let schema = r
+            .output_schema
+            .as_deref()
+            .and_then(|s| parse_schema("output_schema", s, &mut v));
+        v.check()?;
+        let snap = self.registry.snapshot(&r.workspace).await?;
+        let def = snap
+            .get(&r.name)
+            .ok_or_else(|| resolve::unknown_agent(&snap, &r.name))?;
+        let eff = resolve::effective(def, &snap, &caller, mode, schema.as_ref(), &self.rules);
+        Ok(Response::new(pb::ResolveAgentResponse {
+            agent: Some(convert::agent(def)),
+            effective: Some(convert::effective(&eff)),
+            registry_version: snap.version.clone(),
+        }))
+    }
+
+    async fn reload_agents(
+        &self,
+        req: Request<pb::ReloadAgentsRequest>,
+    ) -> Result<Response<pb::ReloadAgentsResponse>, Status> {
+        let r = req.into_inner();
+        let mut v = Violations::default();
+        check_workspace(&r.workspace, &mut v);
+        v.check()?;
+        let snap = self.registry.reload(&r.workspace).await?;
+        tracing::info!(
+            version = %snap.version,
+            agents = snap.agents.len(),
+            diagnostics = snap.diagnostics.len(),
+            "agents reloaded"
+        );
+        Ok(Response::new(pb::ReloadAgentsResponse {
+            registry_version: snap.version.clone(),
+            diagnostics: snap.diagnostics.iter().map(convert::diagnostic).collect(),
+        }))
+    }
+}

@@ -1,0 +1,126 @@
+//! Domain errors → `tonic::Status` with a `google.rpc.ErrorInfo` (domain `agentry.dev`) and, for
+//! bad requests, `BadRequest` field violations.
+
+use std::collections::HashMap;
+
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, FieldViolation, StatusExt};
+
+use crate::{discovery::DiscoveryError, resolve::SpawnDenied};
+
+/// The `ErrorInfo.domain` of every agentry error.
+pub const DOMAIN: &str = "agentry.dev";
+
+/// A status with an `ErrorInfo` detail.
+pub fn with_info(
+    code: Code,
+    reason: &str,
+    message: impl Into<String>,
+    meta: &[(&str, &str)],
+) -> Status {
+    let metadata: HashMap<String, String> = meta
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    Status::with_error_details(
+        code,
+        message,
+        ErrorDetails::with_error_info(reason, DOMAIN, metadata),
+    )
+}
+
+/// Collects field violations of one request; empty = valid.
+#[derive(Default, Debug)]
+pub struct Violations(Vec<FieldViolation>);
+
+impl Violations {
+    /// Records one problem with `field`.
+    pub fn add(&mut self, field: &str, description: impl Into<String>) {
+        self.0.push(FieldViolation::new(field, description));
+    }
+
+    /// `Ok` when nothing was recorded, else `INVALID_ARGUMENT` naming every field.
+    pub fn check(self) -> Result<(), Status> {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        Err(bad_request(self.0))
+    }
+}
+
+/// `INVALID_ARGUMENT` with `BadRequest` violations and an `ErrorInfo` (`INVALID_REQUEST`).
+pub fn bad_request(violations: Vec<FieldViolation>) -> Status {
+    let message = violations
+        .iter()
+        .map(|v| format!("{}: {}", v.field, v.description))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let mut details = ErrorDetails::with_bad_request(violations);
+    details.set_error_info("INVALID_REQUEST", DOMAIN, HashMap::new());
+    Status::with_error_details(
+        Code::InvalidArgument,
+        format!("invalid request: {message}"),
+        details,
+    )
+}
+
+/// One-field shorthand for [`bad_request`].
+pub fn invalid(field: &str, description: impl Into<String>) -> Status {
+    bad_request(vec![FieldViolation::new(field, description)])
+}
+
+impl From<DiscoveryError> for Status {
+    fn from(e: DiscoveryError) -> Self {
+        match &e {
+            DiscoveryError::InvalidWorkspace { .. } => invalid("workspace", e.to_string()),
+            DiscoveryError::OutsideRoots { workspace, .. } => with_info(
+                Code::PermissionDenied,
+                "WORKSPACE_OUTSIDE_ROOTS",
+                e.to_string(),
+                &[("workspace", workspace)],
+            ),
+            DiscoveryError::Bundled { .. } => {
+                with_info(Code::Internal, "BUNDLED_AGENT_INVALID", e.to_string(), &[])
+            }
+        }
+    }
+}
+
+impl From<SpawnDenied> for Status {
+    fn from(e: SpawnDenied) -> Self {
+        let msg = e.to_string();
+        match &e {
+            SpawnDenied::UnknownAgent { name, .. } => {
+                with_info(Code::NotFound, "AGENT_NOT_FOUND", msg, &[("agent", name)])
+            }
+            SpawnDenied::Reserved { name, reserved } => with_info(
+                Code::PermissionDenied,
+                "AGENT_RESERVED",
+                msg,
+                &[("agent", name), ("reserved", reserved)],
+            ),
+            SpawnDenied::Recursion { name } => with_info(
+                Code::PermissionDenied,
+                "RECURSION_BLOCKED",
+                msg,
+                &[("agent", name)],
+            ),
+            SpawnDenied::NotAllowed { name, allowed } => with_info(
+                Code::PermissionDenied,
+                "SPAWN_NOT_ALLOWED",
+                msg,
+                &[("agent", name), ("allowed", allowed)],
+            ),
+            SpawnDenied::MaxDepth { name, depth, max } => with_info(
+                Code::PermissionDenied,
+                "MAX_DEPTH",
+                msg,
+                &[
+                    ("agent", name),
+                    ("depth", &depth.to_string()),
+                    ("max_recursion_depth", &max.to_string()),
+                ],
+            ),
+        }
+    }
+}

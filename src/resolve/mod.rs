@@ -1,0 +1,473 @@
+//! Lineage, spawn policy and the effective agent (SPEC §5): who is calling, what they may spawn,
+//! and exactly what a worker spawned by them gets.
+//!
+//! Pure functions over a [`Snapshot`]; no I/O, no gRPC.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::{
+    config::{Config, PlanMode},
+    discovery::{AgentDef, Snapshot},
+    persona::{Spawns, ThinkingLevel},
+};
+
+/// How many names an "Unknown agent" message lists before summarising the rest; a status
+/// message travels in an HTTP/2 header, which peers limit (commonly 8–16 KiB).
+const MAX_LISTED_NAMES: usize = 64;
+
+/// The mode a worker runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// The agent as defined.
+    #[default]
+    Default,
+    /// Plan mode: preamble, plan tools, no spawning.
+    Plan,
+}
+
+/// What a caller may do, after metadata narrowed what the service knows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Caller {
+    /// The caller's depth (0 = top level).
+    pub depth: u32,
+    /// Who the caller may spawn.
+    pub policy: Spawns,
+    /// Agents the caller must not spawn (its own agent, declared blocks).
+    pub blocked: Vec<String>,
+    /// The calling worker's effective output schema, inherited as the last precedence level.
+    pub parent_output_schema: Option<serde_json::Value>,
+}
+
+impl Caller {
+    /// A top-level caller with no declarations: depth 0, may spawn anything.
+    pub fn top_level() -> Self {
+        Self {
+            depth: 0,
+            policy: Spawns::Any,
+            blocked: Vec::new(),
+            parent_output_schema: None,
+        }
+    }
+
+    /// Applies what the caller declared about itself. Declarations only narrow: depth is the
+    /// larger, policy the intersection, blocked agents the union.
+    pub fn narrow(mut self, declared: &Declared) -> Self {
+        if let Some(d) = declared.depth {
+            self.depth = self.depth.max(d);
+        }
+        if let Some(p) = &declared.spawns {
+            self.policy = intersect(&self.policy, p);
+        }
+        for b in &declared.blocked {
+            if !self.blocked.contains(b) {
+                self.blocked.push(b.clone());
+            }
+        }
+        self
+    }
+}
+
+fn intersect(a: &Spawns, b: &Spawns) -> Spawns {
+    match (a, b) {
+        (Spawns::Any, x) | (x, Spawns::Any) => x.clone(),
+        (Spawns::Only(x), Spawns::Only(y)) => {
+            Spawns::Only(x.iter().filter(|n| y.contains(n)).cloned().collect())
+        }
+    }
+}
+
+/// What a caller declared in call metadata (`x-agentry-*`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Declared {
+    /// `x-agentry-spawns`.
+    pub spawns: Option<Spawns>,
+    /// `x-agentry-depth`.
+    pub depth: Option<u32>,
+    /// `x-agentry-blocked-agent`.
+    pub blocked: Vec<String>,
+}
+
+/// Settings of resolution, from the configuration.
+#[derive(Debug, Clone)]
+pub struct Rules {
+    /// Deepest worker depth; negative = unlimited.
+    pub max_depth: i64,
+    /// The spawn tool's name.
+    pub spawn_tool: String,
+    /// Never spawned, never in a catalog.
+    pub reserved: Vec<String>,
+    /// Plan-mode preamble and tools.
+    pub plan_mode: PlanMode,
+    /// Universal preamble.
+    pub base_prompt: String,
+}
+
+impl Rules {
+    /// Takes the relevant keys of the configuration.
+    pub fn from_config(cfg: &Config) -> Self {
+        Self {
+            max_depth: cfg.max_recursion_depth,
+            spawn_tool: cfg.spawn_tool.clone(),
+            reserved: cfg.reserved_agents.clone(),
+            plan_mode: cfg.plan_mode.clone(),
+            base_prompt: cfg.base_prompt.clone(),
+        }
+    }
+
+    fn at_max(&self, depth: u32) -> bool {
+        self.max_depth >= 0 && i64::from(depth) >= self.max_depth
+    }
+}
+
+/// The tools a worker gets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tools {
+    /// Exactly these.
+    Only(Vec<String>),
+    /// Everything the runtime has, except these.
+    AllExcept(Vec<String>),
+}
+
+/// Which rule supplied the output schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SchemaSource {
+    /// The agent's `output`.
+    Agent,
+    /// The request's `output_schema`.
+    Request,
+    /// The calling worker's effective schema.
+    Parent,
+}
+
+/// Exactly what a worker gets (SPEC §5.3).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Effective {
+    /// Agent name.
+    pub name: String,
+    /// Composed system prompt.
+    pub system_prompt: String,
+    /// Tools after every rule.
+    pub tools: Tools,
+    /// The worker's own policy: `*`, empty or CSV.
+    pub spawns: String,
+    /// Models, in order.
+    pub model: Vec<String>,
+    /// Reasoning effort.
+    pub thinking_level: Option<ThinkingLevel>,
+    /// Turn budget.
+    pub max_turns: Option<u32>,
+    /// Passed through.
+    pub permission_mode: Option<String>,
+    /// Effective output schema.
+    pub output_schema: Option<serde_json::Value>,
+    /// Where it came from.
+    pub output_schema_source: Option<SchemaSource>,
+    /// Mode computed for.
+    pub mode: Mode,
+    /// The worker's depth.
+    pub depth: u32,
+    /// Whether the worker is at the depth limit.
+    pub at_max_depth: bool,
+}
+
+/// Computes the effective agent for `def` spawned by `caller`.
+pub fn effective(
+    def: &AgentDef,
+    snapshot: &Snapshot,
+    caller: &Caller,
+    mode: Mode,
+    request_schema: Option<&serde_json::Value>,
+    rules: &Rules,
+) -> Effective {
+    let p = &def.persona;
+    let depth = caller.depth.saturating_add(1);
+    let at_max = rules.at_max(depth);
+    let own_spawns = match &p.spawns {
+        Some(Spawns::Only(n)) if n.is_empty() => None,
+        other => other.clone(),
+    };
+    let can_spawn = own_spawns.is_some() && !at_max && mode == Mode::Default;
+    let spawn_tool = &rules.spawn_tool;
+
+    let tools = if mode == Mode::Plan {
+        Tools::Only(rules.plan_mode.tools.clone())
+    } else {
+        let disallowed = p.disallowed_tools.clone().unwrap_or_default();
+        match &p.tools {
+            Some(list) => {
+                let mut t: Vec<String> = list
+                    .iter()
+                    .filter(|t| !disallowed.contains(t))
+                    .cloned()
+                    .collect();
+                if can_spawn {
+                    if !t.contains(spawn_tool) {
+                        t.push(spawn_tool.clone());
+                    }
+                } else {
+                    t.retain(|x| x != spawn_tool);
+                }
+                Tools::Only(t)
+            }
+            None => {
+                let mut except = Vec::new();
+                for d in disallowed {
+                    if !except.contains(&d) {
+                        except.push(d);
+                    }
+                }
+                if !can_spawn && !except.contains(spawn_tool) {
+                    except.push(spawn_tool.clone());
+                }
+                Tools::AllExcept(except)
+            }
+        }
+    };
+    let spawns = match (&own_spawns, can_spawn) {
+        (Some(s), true) => s.to_policy_string(),
+        _ => String::new(),
+    };
+
+    let body = if mode == Mode::Plan {
+        format!("{}\n\n{}", rules.plan_mode.prompt.trim(), p.system_prompt)
+    } else {
+        p.system_prompt.clone()
+    };
+    let reminder = p
+        .critical_reminder
+        .as_deref()
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .map(|r| format!("<critical-reminder>\n{r}\n</critical-reminder>"));
+    let catalog_text =
+        (p.name == "default").then(|| catalog_markdown(&catalog(snapshot, caller, rules)));
+    let system_prompt = [
+        Some(rules.base_prompt.as_str()),
+        Some(body.as_str()),
+        reminder.as_deref(),
+        catalog_text.as_deref(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(str::trim)
+    .filter(|s| !s.is_empty())
+    .collect::<Vec<_>>()
+    .join("\n\n");
+
+    let (output_schema, output_schema_source) =
+        match (&p.output, request_schema, &caller.parent_output_schema) {
+            (Some(s), _, _) => (Some(s.clone()), Some(SchemaSource::Agent)),
+            (None, Some(s), _) => (Some(s.clone()), Some(SchemaSource::Request)),
+            (None, None, Some(s)) => (Some(s.clone()), Some(SchemaSource::Parent)),
+            _ => (None, None),
+        };
+
+    Effective {
+        name: p.name.clone(),
+        system_prompt,
+        tools,
+        spawns,
+        model: p.model.clone().unwrap_or_default(),
+        thinking_level: p.thinking_level,
+        max_turns: p.max_turns,
+        permission_mode: p.permission_mode.clone(),
+        output_schema,
+        output_schema_source,
+        mode,
+        depth,
+        at_max_depth: at_max,
+    }
+}
+
+/// Agents the caller may spawn, in precedence order: not reserved, not blocked, allowed by its
+/// policy, and none at all when the caller is at the depth limit.
+pub fn catalog<'a>(
+    snapshot: &'a Snapshot,
+    caller: &Caller,
+    rules: &Rules,
+) -> Vec<&'a Arc<AgentDef>> {
+    if rules.at_max(caller.depth) {
+        return Vec::new();
+    }
+    snapshot
+        .agents
+        .iter()
+        .filter(|a| {
+            let n = &a.persona.name;
+            !rules.reserved.contains(n) && !caller.blocked.contains(n) && caller.policy.allows(n)
+        })
+        .collect()
+}
+
+/// The catalog as a markdown bullet list (SPEC §5.4).
+pub fn catalog_markdown(agents: &[&Arc<AgentDef>]) -> String {
+    let mut out = String::new();
+    for a in agents {
+        let p = &a.persona;
+        out.push_str(&format!("- `{}` — {}", p.name, p.description));
+        if let Some(first) = p
+            .when_to_use
+            .as_deref()
+            .and_then(|w| w.lines().map(str::trim).find(|l| !l.is_empty()))
+            && first != p.description
+        {
+            out.push_str(&format!(" When to use: {first}"));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Why a spawn is refused, in the check order of SPEC §4.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpawnDenied {
+    /// No such agent.
+    #[error("Unknown agent \"{name}\". Available: {available}")]
+    UnknownAgent {
+        /// Requested name.
+        name: String,
+        /// Comma-separated names, or `none`.
+        available: String,
+    },
+    /// A reserved agent.
+    #[error(
+        "Cannot spawn '{name}': it is a reserved agent (reserved: {reserved}). The reviewer runs \
+         only through the Review gate and `default` is the coordinator itself, so neither can be \
+         spawned as a worker."
+    )]
+    Reserved {
+        /// Requested name.
+        name: String,
+        /// The reserved list.
+        reserved: String,
+    },
+    /// The caller's own agent, or a declared blocked agent.
+    #[error(
+        "Cannot spawn {name} agent from within itself (recursion prevention). Use a different agent type."
+    )]
+    Recursion {
+        /// Requested name.
+        name: String,
+    },
+    /// Not in the caller's policy.
+    #[error("Cannot spawn '{name}'. Allowed: {allowed}")]
+    NotAllowed {
+        /// Requested name.
+        name: String,
+        /// The policy, or `none (spawns disabled for this agent)`.
+        allowed: String,
+    },
+    /// The caller is at the depth limit.
+    #[error(
+        "Cannot spawn '{name}': the caller is at depth {depth} and max_recursion_depth is {max}, so a child would be too deep"
+    )]
+    MaxDepth {
+        /// Requested name.
+        name: String,
+        /// Caller depth.
+        depth: u32,
+        /// The limit.
+        max: i64,
+    },
+}
+
+/// The "Unknown agent" error for `name`.
+pub fn unknown_agent(snapshot: &Snapshot, name: &str) -> SpawnDenied {
+    let names: Vec<&str> = snapshot
+        .agents
+        .iter()
+        .map(|a| a.persona.name.as_str())
+        .collect();
+    let available = if names.is_empty() {
+        "none".to_owned()
+    } else if names.len() <= MAX_LISTED_NAMES {
+        names.join(", ")
+    } else {
+        format!(
+            "{}, … ({} more; use ListAgents)",
+            names[..MAX_LISTED_NAMES].join(", "),
+            names.len() - MAX_LISTED_NAMES
+        )
+    };
+    SpawnDenied::UnknownAgent {
+        name: name.to_owned(),
+        available,
+    }
+}
+
+/// Checks a spawn in the order of SPEC §4: unknown → reserved → recursion → policy → depth.
+pub fn check_spawn<'a>(
+    snapshot: &'a Snapshot,
+    caller: &Caller,
+    name: &str,
+    rules: &Rules,
+) -> Result<&'a Arc<AgentDef>, SpawnDenied> {
+    let def = snapshot
+        .get(name)
+        .ok_or_else(|| unknown_agent(snapshot, name))?;
+    if rules.reserved.iter().any(|r| r == name) {
+        return Err(SpawnDenied::Reserved {
+            name: name.to_owned(),
+            reserved: rules.reserved.join(", "),
+        });
+    }
+    if caller.blocked.iter().any(|b| b == name) {
+        return Err(SpawnDenied::Recursion {
+            name: name.to_owned(),
+        });
+    }
+    if !caller.policy.allows(name) {
+        let allowed = match &caller.policy {
+            Spawns::Only(n) if n.is_empty() => "none (spawns disabled for this agent)".to_owned(),
+            Spawns::Only(n) => n.join(", "),
+            Spawns::Any => "*".to_owned(),
+        };
+        return Err(SpawnDenied::NotAllowed {
+            name: name.to_owned(),
+            allowed,
+        });
+    }
+    if rules.at_max(caller.depth) {
+        return Err(SpawnDenied::MaxDepth {
+            name: name.to_owned(),
+            depth: caller.depth,
+            max: rules.max_depth,
+        });
+    }
+    Ok(def)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn narrowing_only_narrows() {
+        let known = Caller {
+            depth: 1,
+            policy: Spawns::Only(vec!["a".into(), "b".into()]),
+            blocked: vec!["w".into()],
+            parent_output_schema: None,
+        };
+        let declared = Declared {
+            spawns: Some(Spawns::Only(vec!["b".into(), "c".into()])),
+            depth: Some(0),
+            blocked: vec!["x".into()],
+        };
+        let c = known.narrow(&declared);
+        assert_eq!(c.depth, 1);
+        assert_eq!(c.policy, Spawns::Only(vec!["b".into()]));
+        assert_eq!(c.blocked, ["w", "x"]);
+        let c = Caller::top_level().narrow(&Declared {
+            spawns: Some(Spawns::Any),
+            depth: Some(3),
+            blocked: vec![],
+        });
+        assert_eq!((c.depth, c.policy), (3, Spawns::Any));
+    }
+}

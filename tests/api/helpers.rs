@@ -1,0 +1,195 @@
+//! The shared harness: a real agentry server on 127.0.0.1:0 with fixture directories.
+
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use agentry::{
+    config::Config,
+    grpc::pb::{self, agent_registry_service_client::AgentRegistryServiceClient},
+};
+use tempfile::TempDir;
+use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
+use tonic::{Request, transport::Channel};
+use tonic_health::pb::health_client::HealthClient;
+
+/// A running server plus the directories it reads.
+#[allow(dead_code)]
+pub struct TestServer {
+    pub addr: std::net::SocketAddr,
+    pub client: AgentRegistryServiceClient<Channel>,
+    pub health: HealthClient<Channel>,
+    pub dir: TempDir,
+    shutdown: Option<oneshot::Sender<()>>,
+    handle: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+impl TestServer {
+    /// The fake `$HOME`.
+    pub fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+
+    /// A workspace directory (created).
+    pub fn ws(&self, rel: &str) -> PathBuf {
+        let p = self.dir.path().join("ws").join(rel);
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    /// Stops the server and waits for it to exit.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.handle.take().unwrap().await.unwrap()
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// Config rooted in `dir`: home = dir/home, no watchers of the real home.
+pub fn config_in(dir: &Path) -> Config {
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    Config {
+        home: Some(home),
+        store: agentry::config::StoreConfig {
+            path: Some(dir.join("state/agentry.db")),
+        },
+        ..Config::default()
+    }
+}
+
+/// Starts a server with the default fixture config.
+pub async fn start() -> TestServer {
+    start_with(|_| {}).await
+}
+
+/// Starts a server after `tweak` adjusted the config (and may write fixture files into the
+/// directory it is given).
+pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> TestServer {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config_in(dir.path());
+    tweak(&mut cfg);
+    start_in(dir, cfg).await
+}
+
+/// Starts a server in an existing directory with a given config.
+pub async fn start_in(dir: TempDir, cfg: Config) -> TestServer {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = oneshot::channel::<()>();
+    let handle = tokio::spawn(agentry::grpc::run(cfg, listener, async move {
+        let _ = rx.await;
+    }));
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    TestServer {
+        addr,
+        client: AgentRegistryServiceClient::new(channel.clone()),
+        health: HealthClient::new(channel),
+        dir,
+        shutdown: Some(tx),
+        handle: Some(handle),
+    }
+}
+
+/// Writes a persona file `dir/file` with the given frontmatter lines and body.
+pub fn persona(dir: &Path, file: &str, front: &str, body: &str) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let p = dir.join(file);
+    std::fs::write(&p, format!("---\n{front}\n---\n{body}\n")).unwrap();
+    p
+}
+
+/// Shorthand: a persona with just a name and a description.
+pub fn simple(dir: &Path, file: &str, name: &str, description: &str) -> PathBuf {
+    persona(
+        dir,
+        file,
+        &format!("name: {name}\ndescription: {description}"),
+        "prompt",
+    )
+}
+
+/// A request with metadata.
+pub fn req<T>(msg: T, md: &[(&'static str, &str)]) -> Request<T> {
+    let mut r = Request::new(msg);
+    for (k, v) in md {
+        r.metadata_mut().insert(*k, v.parse().unwrap());
+    }
+    r
+}
+
+/// Lists everything (one big page) for a workspace.
+pub async fn list_all(s: &TestServer, ws: &Path, shadowed: bool) -> pb::ListAgentsResponse {
+    s.client
+        .clone()
+        .list_agents(pb::ListAgentsRequest {
+            workspace: ws.display().to_string(),
+            view: pb::AgentView::Full as i32,
+            include_shadowed: shadowed,
+            page_size: 1000,
+            page_token: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// Names of a list of agents.
+pub fn names(agents: &[pb::Agent]) -> Vec<String> {
+    agents.iter().map(|a| a.name.clone()).collect()
+}
+
+/// Polls `f` until it returns true or `within` passes.
+pub async fn eventually<F, Fut>(within: Duration, mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if f().await {
+            return true;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Asserts a status: code, exact message, ErrorInfo reason.
+#[track_caller]
+pub fn assert_status(s: &tonic::Status, code: tonic::Code, reason: &str, message: &str) {
+    use tonic_types::StatusExt;
+    assert_eq!(s.code(), code, "{s:?}");
+    assert_eq!(s.message(), message, "{s:?}");
+    let info = s.get_details_error_info().expect("ErrorInfo detail");
+    assert_eq!(info.reason, reason);
+    assert_eq!(info.domain, "agentry.dev");
+}
+
+/// Asserts INVALID_ARGUMENT with a BadRequest violation on `field`.
+#[track_caller]
+pub fn assert_bad_field(s: &tonic::Status, field: &str) {
+    use tonic_types::StatusExt;
+    assert_eq!(s.code(), tonic::Code::InvalidArgument, "{s:?}");
+    let br = s.get_details_bad_request().expect("BadRequest detail");
+    assert!(
+        br.field_violations.iter().any(|v| v.field == field),
+        "no violation on {field}: {br:?}"
+    );
+}

@@ -1,0 +1,4 @@
+//! One integration-test binary: every test starts the real server on 127.0.0.1:0.
+
+mod helpers;
+mod registry;
