@@ -17,3 +17,4 @@ pub mod discovery;
 pub mod grpc;
 pub mod persona;
 pub mod resolve;
+pub mod workers;

@@ -1,0 +1,156 @@
+//! Worker-store throughput beside its baseline (`cargo bench --bench store`).
+//!
+//! Measures, each on a fresh file in a temporary directory: `N` calls to `SqliteStore::create`,
+//! `N` full lifecycles (create + start + complete), and the baseline — `N` raw rusqlite
+//! single-row INSERTs of a row the size of a worker record into a plain table with the same
+//! pragmas (WAL, synchronous=NORMAL), each in its own transaction. The ratio says what the
+//! store's extra work (event row, indexes, checks, the read before each transition) costs.
+//! Plain `std::time::Instant`; no harness.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use agentry::workers::lifecycle::Event;
+use agentry::workers::model::{WorkerId, WorkerRecord, WorkerState, generate_token, hash_token};
+use agentry::workers::store::{Patch, SqliteStore, WorkerStore};
+use rusqlite::{Connection, Transaction, TransactionBehavior, params};
+use serde_json::json;
+
+/// Operations per measurement.
+const N: usize = 5_000;
+
+/// A worker record of realistic size: a few hundred bytes of prompt and effective agent.
+fn record(i: usize) -> WorkerRecord {
+    WorkerRecord {
+        id: WorkerId::generate(),
+        agent: "explore".to_owned(),
+        description: format!("bench worker {i}"),
+        prompt: "Find where the configuration is loaded, list every key it reads and say which \
+                 ones have no default. Report file paths and line numbers. "
+            .repeat(2),
+        workspace: Some("/work/project".to_owned()),
+        parent_id: None,
+        depth: 1,
+        state: WorkerState::Pending,
+        sequence: 1,
+        create_time_ms: 1_700_000_000_000 + i as i64,
+        start_time_ms: None,
+        close_time_ms: None,
+        result: None,
+        structured_result: None,
+        error: None,
+        exit_code: None,
+        caller_scope: "anonymous".to_owned(),
+        request_id: Some(format!("req-{i}")),
+        token_hash: Some(hash_token(&generate_token())),
+        effective: json!({
+            "name": "explore",
+            "system_prompt": "You are a careful code explorer. Read before you answer.",
+            "tools": {"all_but": ["task", "write", "edit"]},
+            "spawns": "",
+            "model": "small",
+            "max_turns": 20,
+        }),
+    }
+}
+
+/// Operations per second.
+fn rate(n: usize, elapsed: Duration) -> f64 {
+    n as f64 / elapsed.as_secs_f64()
+}
+
+/// Times `N` creates on a fresh store.
+fn bench_create(path: &Path, records: &[WorkerRecord]) -> Duration {
+    let store = SqliteStore::open(path).expect("open store");
+    let start = Instant::now();
+    for rec in records {
+        store.create(rec).expect("create");
+    }
+    start.elapsed()
+}
+
+/// Times `N` create + start + complete runs on a fresh store.
+fn bench_lifecycle(path: &Path, records: &[WorkerRecord]) -> Duration {
+    let store = SqliteStore::open(path).expect("open store");
+    let start = Instant::now();
+    for (i, rec) in records.iter().enumerate() {
+        let now = rec.create_time_ms;
+        store.create(rec).expect("create");
+        store
+            .apply(&rec.id, Event::Start, Patch::default(), now + 1)
+            .expect("start");
+        let done = Patch {
+            result: Some(format!("done {i}")),
+            exit_code: Some(0),
+            ..Patch::default()
+        };
+        store
+            .apply(&rec.id, Event::Complete, done, now + 2)
+            .expect("complete");
+    }
+    start.elapsed()
+}
+
+/// Times `N` single-row INSERTs, one IMMEDIATE transaction each (as the store uses), into a plain
+/// table with the store's pragmas.
+fn bench_raw(path: &Path, payloads: &[(String, String)]) -> Duration {
+    let mut conn = Connection::open(path).expect("open raw");
+    conn.busy_timeout(Duration::from_secs(5)).expect("busy");
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .expect("wal");
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .expect("synchronous");
+    conn.execute_batch("CREATE TABLE raw (id TEXT NOT NULL PRIMARY KEY, payload TEXT NOT NULL)")
+        .expect("create table");
+    let start = Instant::now();
+    for (id, payload) in payloads {
+        let tx = Transaction::new(&mut conn, TransactionBehavior::Immediate).expect("begin");
+        tx.prepare_cached("INSERT INTO raw (id, payload) VALUES (?1, ?2)")
+            .and_then(|mut stmt| stmt.execute(params![id, payload]))
+            .expect("insert");
+        tx.commit().expect("commit");
+    }
+    start.elapsed()
+}
+
+fn main() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let create_records: Vec<_> = (0..N).map(record).collect();
+    let lifecycle_records: Vec<_> = (0..N).map(record).collect();
+    let payloads: Vec<_> = (0..N)
+        .map(|i| {
+            let rec = record(i);
+            let payload = serde_json::to_string(&rec).expect("encode");
+            (rec.id.to_string(), payload)
+        })
+        .collect();
+    let row_bytes = payloads[0].1.len();
+
+    let raw = bench_raw(&dir.path().join("raw.db"), &payloads);
+    let create = bench_create(&dir.path().join("create.db"), &create_records);
+    let lifecycle = bench_lifecycle(&dir.path().join("lifecycle.db"), &lifecycle_records);
+
+    let raw_rate = rate(N, raw);
+    let create_rate = rate(N, create);
+    let lifecycle_rate = rate(N, lifecycle);
+    let lifecycle_txn_rate = rate(3 * N, lifecycle);
+    println!(
+        "worker store, N = {N}, row ≈ {row_bytes} bytes, SQLite {}, WAL + synchronous=NORMAL",
+        rusqlite::version()
+    );
+    println!(
+        "baseline  raw INSERT, 1 row per txn  {raw_rate:>9.0} rows/s        ({:.1} µs each)",
+        raw.as_secs_f64() * 1e6 / N as f64
+    );
+    println!(
+        "store     create                     {create_rate:>9.0} workers/s     ({:.1} µs each)  \
+         ratio to baseline {:.2}",
+        create.as_secs_f64() * 1e6 / N as f64,
+        create_rate / raw_rate
+    );
+    println!(
+        "store     create+start+complete      {lifecycle_rate:>9.0} lifecycles/s  \
+         ({lifecycle_txn_rate:.0} txns/s)  txn ratio to baseline {:.2}",
+        lifecycle_txn_rate / raw_rate
+    );
+}

@@ -1,0 +1,124 @@
+//! The executor seam: how the supervisor asks for one agent run, and what it gets back.
+//!
+//! This module owns the [`Executor`] trait and its plain-data [`Job`] and [`Outcome`] types, so
+//! that a new way of running an agent (the OpenAI-compatible HTTP executor is next) is a new
+//! submodule, not a change to the supervisor. It must not depend on the worker store, the
+//! lifecycle state machine, `tonic` or any configuration type: the supervisor translates its
+//! configuration into a [`Job`] and an [`Outcome`] into a state transition.
+
+use std::fmt;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+pub mod exec;
+
+pub use exec::ExecExecutor;
+
+/// A boxed, `Send` future, so [`Executor`] stays object safe (`Arc<dyn Executor>`) and the
+/// supervisor can move a run onto its own task.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Everything an executor needs to run one worker, already resolved by the supervisor.
+///
+/// `Debug` prints environment variable names only: the values include the worker's bearer
+/// token (`AGENTRY_WORKER_TOKEN`), which must never reach a log line.
+#[derive(Clone)]
+pub struct Job {
+    /// The worker this run belongs to; used for log fields, never for control flow.
+    pub worker_id: String,
+    /// One JSON document (SPEC §6.4), written to the child's stdin, after which stdin is closed
+    /// so the agent sees end-of-file. It carries the prompt, which never goes into argv.
+    pub stdin: Vec<u8>,
+    /// Variables set on top of the inherited environment and the executor's configured
+    /// environment (they win over both): `AGENTRY_ADDR`, `AGENTRY_WORKER_ID`,
+    /// `AGENTRY_WORKER_TOKEN`, … so the child can spawn its own workers with its lineage.
+    pub env: Vec<(String, String)>,
+    /// The workspace to run in. Used when given and it is an existing directory; otherwise the
+    /// child inherits the service's working directory.
+    pub cwd: Option<PathBuf>,
+    /// Wall-clock budget from spawn; past it the run is stopped and reported as timed out.
+    pub timeout: Duration,
+    /// How long a stop waits between SIGTERM and SIGKILL, so an agent can clean up.
+    pub kill_grace: Duration,
+    /// Upper bound on stdout in bytes. Going over fails the run — output is never silently
+    /// truncated (SPEC §8.2).
+    pub max_output_bytes: usize,
+}
+
+impl fmt::Debug for Job {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let env_names: Vec<&str> = self.env.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("Job")
+            .field("worker_id", &self.worker_id)
+            .field("stdin_bytes", &self.stdin.len())
+            .field("env", &env_names)
+            .field("cwd", &self.cwd)
+            .field("timeout", &self.timeout)
+            .field("kill_grace", &self.kill_grace)
+            .field("max_output_bytes", &self.max_output_bytes)
+            .finish()
+    }
+}
+
+/// How one run ended. Every variant is terminal: when an executor returns it, nothing it
+/// started is still running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The agent exited 0; `stdout` is its result (valid UTF-8, within the bound).
+    Completed {
+        /// The whole of stdout, untrimmed; output-schema validation trims it.
+        stdout: String,
+    },
+    /// The agent ran but did not produce a usable result: non-zero exit, killed by a signal the
+    /// executor did not send, stdout not UTF-8, or stdout over the bound.
+    Failed {
+        /// The exit code, when the process exited rather than being killed by a signal.
+        exit_code: Option<i32>,
+        /// The signal that ended the process, when it did not exit by itself.
+        signal: Option<i32>,
+        /// The last few KiB of stderr, which usually say why.
+        stderr_tail: String,
+        /// One line for the worker's `error` field, e.g. `exit status 3`.
+        reason: String,
+    },
+    /// The run went past [`Job::timeout`] and was stopped; the process group is gone.
+    TimedOut {
+        /// The budget that was exceeded (the job's timeout), for the error message.
+        after: Duration,
+        /// The last few KiB of stderr, often the best clue to where it hung.
+        stderr_tail: String,
+    },
+    /// The run was stopped through its cancellation token; the process group is gone.
+    Killed,
+    /// Nothing ran: the command is empty, missing, not executable, …
+    CouldNotStart {
+        /// Names the path and the OS error, e.g.
+        /// `cannot start /nope/run-agent: No such file or directory (os error 2)`.
+        reason: String,
+    },
+}
+
+/// Runs agents. Implementations must be cheap to share (`Arc<dyn Executor>`) and must leave
+/// nothing running once the returned future has finished or been dropped.
+pub trait Executor: Send + Sync + 'static {
+    /// Runs one job to the end.
+    ///
+    /// `started` fires once the agent exists (for `exec`: the process was spawned), so the
+    /// supervisor can move the worker to `running`; it is dropped unfired when the run
+    /// [could not start](Outcome::CouldNotStart) or `cancel` was already cancelled (then the
+    /// outcome is [`Outcome::Killed`] and nothing was started). `cancel` asks for a stop:
+    /// SIGTERM to the process group, SIGKILL after [`Job::kill_grace`], and
+    /// [`Outcome::Killed`] only after the child has been reaped. Dropping the future mid-run
+    /// also kills whatever it started.
+    fn run(
+        &self,
+        job: Job,
+        cancel: CancellationToken,
+        started: oneshot::Sender<()>,
+    ) -> BoxFuture<'static, Outcome>;
+}

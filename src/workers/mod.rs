@@ -1,0 +1,12 @@
+//! Workers: the lifecycle state machine, the domain types, the durable store, the executors, the
+//! dedupe cache and the supervisor that ties them together (SPEC §6).
+//!
+//! Owns everything about a worker that is not transport: it must not depend on tonic or the
+//! gRPC layer.
+
+pub mod dedupe;
+pub mod executor;
+pub mod lifecycle;
+pub mod model;
+pub mod output;
+pub mod store;

@@ -1,0 +1,346 @@
+//! The worker domain types: states, ids, the persisted record and the event log entry.
+//!
+//! This module owns the *shape* of a worker (SPEC §6) and the invariants that fit in a type — a
+//! [`WorkerId`] is always well-formed, a [`WorkerState`] is always one of five values — plus the
+//! worker-token helpers of SPEC §8.2. It owns no rules about which state may follow which (that is
+//! [`super::lifecycle`]) and no I/O. It must not depend on the store, on tokio or on tonic.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// Where a worker is in its life (SPEC §6.1).
+///
+/// Serialized in lowercase (`"pending"`, …) — the same spelling the store writes in its `state`
+/// column, so the JSON snapshot and the SQL row never disagree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkerState {
+    /// The row exists but nothing runs yet: written before anything starts, so audits see it.
+    Pending,
+    /// The executor has started the agent.
+    Running,
+    /// The agent finished successfully (exit 0 and, with a schema, valid output).
+    Completed,
+    /// The agent could not start, exited non-zero, timed out, produced invalid output, or was
+    /// orphaned by a restart.
+    Failed,
+    /// Someone stopped it, before or while it ran.
+    Killed,
+}
+
+impl WorkerState {
+    /// Every state once, in lifecycle order — lets tests and callers enumerate without drifting
+    /// from the enum.
+    pub const ALL: [WorkerState; 5] = [
+        WorkerState::Pending,
+        WorkerState::Running,
+        WorkerState::Completed,
+        WorkerState::Failed,
+        WorkerState::Killed,
+    ];
+
+    /// Whether no further transition (other than an absorbed repeated stop) can happen; a
+    /// terminal worker has a `close_time` and no valid token.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            WorkerState::Completed | WorkerState::Failed | WorkerState::Killed
+        )
+    }
+
+    /// The lowercase name used in the database, in JSON and in log fields.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerState::Pending => "pending",
+            WorkerState::Running => "running",
+            WorkerState::Completed => "completed",
+            WorkerState::Failed => "failed",
+            WorkerState::Killed => "killed",
+        }
+    }
+}
+
+impl fmt::Display for WorkerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A string that names no [`WorkerState`]; kept so the caller can say what it got.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown worker state {0:?}: expected pending, running, completed, failed or killed")]
+pub struct UnknownWorkerState(pub String);
+
+impl FromStr for WorkerState {
+    type Err = UnknownWorkerState;
+
+    /// Parses the exact lowercase names produced by [`WorkerState::as_str`], nothing looser, so a
+    /// corrupt database value is reported rather than guessed at.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        WorkerState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| UnknownWorkerState(s.to_owned()))
+    }
+}
+
+/// The prefix every worker id carries, so ids are recognizable in logs and never confused with
+/// agent names or tokens.
+const WORKER_ID_PREFIX: &str = "wkr_";
+/// Hex digits after the prefix: 128 random bits.
+const WORKER_ID_HEX_LEN: usize = 32;
+
+/// A worker's id: `wkr_` followed by 32 lowercase hex digits (128 random bits).
+///
+/// Ids arrive from clients (`GetWorker`, `StopWorker`, `parent_id` filters), so the only ways to
+/// get one are [`WorkerId::generate`] and [`WorkerId::parse`]; deserialization goes through
+/// `parse` too. Holding a `WorkerId` therefore means holding a well-formed one.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct WorkerId(String);
+
+/// A string that is not a well-formed [`WorkerId`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid worker id {0:?}: expected \"wkr_\" followed by 32 lowercase hex digits")]
+pub struct InvalidWorkerId(pub String);
+
+impl WorkerId {
+    /// A fresh id from the operating system's random source; collisions are not a practical
+    /// concern at 128 bits, and the store's primary key would reject one anyway.
+    pub fn generate() -> WorkerId {
+        WorkerId(format!("{WORKER_ID_PREFIX}{}", hex::encode(random_128())))
+    }
+
+    /// Accepts exactly `wkr_` + 32 lowercase hex digits; anything else (upper case, whitespace,
+    /// other lengths) is rejected so ids have one spelling and compare by string.
+    pub fn parse(s: &str) -> Result<WorkerId, InvalidWorkerId> {
+        let well_formed = s.strip_prefix(WORKER_ID_PREFIX).is_some_and(|digits| {
+            digits.len() == WORKER_ID_HEX_LEN
+                && digits
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        });
+        if well_formed {
+            Ok(WorkerId(s.to_owned()))
+        } else {
+            Err(InvalidWorkerId(s.to_owned()))
+        }
+    }
+
+    /// The id as text, for SQL parameters, proto fields and log fields.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for WorkerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl FromStr for WorkerId {
+    type Err = InvalidWorkerId;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        WorkerId::parse(s)
+    }
+}
+
+impl TryFrom<String> for WorkerId {
+    type Error = InvalidWorkerId;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        WorkerId::parse(&s)
+    }
+}
+
+impl From<WorkerId> for String {
+    fn from(id: WorkerId) -> String {
+        id.0
+    }
+}
+
+/// Everything the service knows about one worker: the persisted row, and the snapshot carried by
+/// every [`WorkerEvent`].
+///
+/// Fields that a state transition changes (`state`, `sequence`, the times, the outcome fields and
+/// `token_hash`) are written by the store when it applies a lifecycle event; the caller fills the
+/// rest once, at creation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkerRecord {
+    /// The worker's identity; primary key of the row and of its event stream.
+    pub id: WorkerId,
+    /// Name of the agent (persona) it runs, as the caller asked for it.
+    pub agent: String,
+    /// The short task description the caller gave, shown in audits and lists.
+    pub description: String,
+    /// The prompt the agent received; kept for audits and for `request_id` idempotency checks.
+    pub prompt: String,
+    /// The absolute workspace the caller worked in, if it gave one.
+    pub workspace: Option<String>,
+    /// The worker that spawned this one; `None` when a top-level caller did. Forms the audit tree.
+    pub parent_id: Option<WorkerId>,
+    /// 0 would be a top-level caller, so a worker's depth is its parent's + 1 (SPEC §5.2).
+    pub depth: u32,
+    /// Current lifecycle state.
+    pub state: WorkerState,
+    /// Sequence of the last event; 1 is the `pending` event written at creation. Watchers resume
+    /// after a sequence they have seen (SPEC §6.6).
+    pub sequence: u64,
+    /// When the row was created, in unix milliseconds; also the list ordering key.
+    pub create_time_ms: i64,
+    /// When it entered `running`, in unix milliseconds.
+    pub start_time_ms: Option<i64>,
+    /// When it became terminal, in unix milliseconds: set on every terminal transition and never
+    /// otherwise (SPEC §6.2).
+    pub close_time_ms: Option<i64>,
+    /// The agent's output (stdout for the exec executor).
+    pub result: Option<String>,
+    /// The output as JSON text, when the effective agent had an output schema.
+    pub structured_result: Option<String>,
+    /// Why it failed or was killed, in words a calling model can read.
+    pub error: Option<String>,
+    /// The process exit code, when a process ran and exited.
+    pub exit_code: Option<i32>,
+    /// The authenticated principal that spawned it, or `"anonymous"`; scopes dedupe and
+    /// `request_id`.
+    pub caller_scope: String,
+    /// The client's idempotency key: unique per `caller_scope`, so a retried spawn finds this
+    /// worker instead of starting another.
+    pub request_id: Option<String>,
+    /// Hex SHA-256 of the worker's secret token ([`hash_token`]); the token itself is never
+    /// stored. Cleared when the worker becomes terminal, which is what ends the token's validity.
+    pub token_hash: Option<String>,
+    /// The effective agent the worker got (SPEC §5.3); opaque JSON to the store, so the store does
+    /// not change when that view grows a field.
+    pub effective: serde_json::Value,
+}
+
+/// One persisted transition: what a watcher receives, and what it can resume after.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkerEvent {
+    /// The worker this event belongs to.
+    pub worker_id: WorkerId,
+    /// Strictly increasing per worker, starting at 1 for the creation event.
+    pub sequence: u64,
+    /// The state the worker entered.
+    pub state: WorkerState,
+    /// When the transition was applied, in unix milliseconds.
+    pub time_ms: i64,
+    /// The whole record right after the transition, so a watcher needs no second read.
+    pub worker: WorkerRecord,
+}
+
+/// Hex SHA-256 of a worker token: what the store keeps and looks workers up by, so a leaked
+/// database does not leak live credentials.
+pub fn hash_token(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+/// A new worker token: 128 random bits as 32 lowercase hex digits (SPEC §8.2). Handed once to the
+/// worker's process; only its [`hash_token`] is stored.
+pub fn generate_token() -> String {
+    hex::encode(random_128())
+}
+
+/// 16 bytes from the operating system's random source.
+fn random_128() -> [u8; 16] {
+    let mut bytes = [0u8; 16];
+    // The OS random source failing means the machine cannot produce secrets at all; continuing
+    // with predictable ids or tokens would be worse than stopping.
+    getrandom::fill(&mut bytes).expect("operating system random source failed");
+    bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_names_round_trip_through_str_and_serde() {
+        for state in WorkerState::ALL {
+            assert_eq!(state.as_str().parse::<WorkerState>(), Ok(state));
+            assert_eq!(state.to_string(), state.as_str());
+            let json = serde_json::to_string(&state).unwrap();
+            assert_eq!(json, format!("\"{}\"", state.as_str()));
+            assert_eq!(serde_json::from_str::<WorkerState>(&json).unwrap(), state);
+        }
+        assert!("Pending".parse::<WorkerState>().is_err());
+        assert!("".parse::<WorkerState>().is_err());
+    }
+
+    #[test]
+    fn only_completed_failed_killed_are_terminal() {
+        let terminal: Vec<_> = WorkerState::ALL
+            .into_iter()
+            .filter(|s| s.is_terminal())
+            .collect();
+        assert_eq!(
+            terminal,
+            [
+                WorkerState::Completed,
+                WorkerState::Failed,
+                WorkerState::Killed
+            ]
+        );
+    }
+
+    #[test]
+    fn generated_ids_parse_and_differ() {
+        let a = WorkerId::generate();
+        let b = WorkerId::generate();
+        assert_ne!(a, b);
+        assert_eq!(WorkerId::parse(a.as_str()), Ok(a.clone()));
+        assert_eq!(a.as_str().len(), 4 + 32);
+        assert_eq!(a.to_string(), a.as_str());
+    }
+
+    #[test]
+    fn parse_rejects_malformed_ids() {
+        let good = "wkr_0123456789abcdef0123456789abcdef";
+        assert!(WorkerId::parse(good).is_ok());
+        for bad in [
+            "",
+            "wkr_",
+            "0123456789abcdef0123456789abcdef",
+            "wkr_0123456789ABCDEF0123456789abcdef",
+            "wkr_0123456789abcdef0123456789abcde",
+            "wkr_0123456789abcdef0123456789abcdef0",
+            "wkr_0123456789abcdef0123456789abcdeg",
+            " wkr_0123456789abcdef0123456789abcdef",
+            "WKR_0123456789abcdef0123456789abcdef",
+            "wkr-0123456789abcdef0123456789abcdef",
+        ] {
+            assert_eq!(
+                WorkerId::parse(bad),
+                Err(InvalidWorkerId(bad.to_owned())),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn worker_id_deserialization_validates() {
+        let ok: WorkerId =
+            serde_json::from_str("\"wkr_0123456789abcdef0123456789abcdef\"").unwrap();
+        assert_eq!(ok.as_str(), "wkr_0123456789abcdef0123456789abcdef");
+        assert!(serde_json::from_str::<WorkerId>("\"nope\"").is_err());
+    }
+
+    #[test]
+    fn tokens_are_random_and_hash_to_hex_sha256() {
+        let a = generate_token();
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, generate_token());
+        // Known SHA-256 of "abc".
+        assert_eq!(
+            hash_token("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(hash_token(&a).len(), 64);
+    }
+}
