@@ -6,6 +6,7 @@ pub mod metadata;
 pub mod page;
 pub mod registry;
 pub mod status;
+pub mod workers;
 
 use std::{future::Future, sync::Arc};
 
@@ -13,7 +14,16 @@ use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic_health::ServingStatus;
 
-use crate::{config::Config, discovery::Registry, resolve::Rules};
+use crate::{
+    config::Config,
+    discovery::Registry,
+    resolve::Rules,
+    workers::{
+        executor::ExecExecutor,
+        store::SqliteStore,
+        supervisor::{Settings, Supervisor},
+    },
+};
 
 /// Generated protobuf and gRPC code for `agentry.v1`.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
@@ -24,6 +34,11 @@ pub mod pb {
     pub const FILE_DESCRIPTOR_SET: &[u8] =
         include_bytes!(concat!(env!("OUT_DIR"), "/agentry_descriptor.bin"));
 }
+
+/// The authenticated principal of a request, put into the request extensions by the auth
+/// layer; absent = `anonymous`.
+#[derive(Debug, Clone)]
+pub struct Principal(pub String);
 
 /// The fully-qualified service name (also a health service name).
 pub const SERVICE_NAME: &str = "agentry.v1.AgentRegistryService";
@@ -39,6 +54,26 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let registry = Arc::new(Registry::new(&cfg, true)?);
     let rules = Arc::new(Rules::from_config(&cfg));
+    let local = listener.local_addr()?;
+    let dial = if local.ip().is_unspecified() {
+        std::net::SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), local.port())
+    } else {
+        local
+    };
+    let store_path = cfg.store_path(std::env::var_os("XDG_STATE_HOME").map(Into::into));
+    let store = Arc::new(SqliteStore::open(&store_path)?);
+    let executor = Arc::new(ExecExecutor::new(
+        cfg.executor.command.clone(),
+        cfg.executor.env.clone(),
+    ));
+    let supervisor = Supervisor::new(
+        store,
+        executor,
+        registry.clone(),
+        rules.clone(),
+        Settings::from_config(&cfg, dial.to_string()),
+    )?;
+    tracing::info!(path = %store_path.display(), "worker store open");
 
     let (health, health_svc) = tonic_health::server::health_reporter();
     health
@@ -60,6 +95,8 @@ pub async fn run(
     let svc = registry::RegistryService {
         registry: registry.clone(),
         rules,
+        supervisor: supervisor.clone(),
+        max_prompt_bytes: cfg.limits.max_prompt_bytes,
     };
 
     // First discovery in the background; readiness flips when it is done.
@@ -86,9 +123,9 @@ pub async fn run(
         });
     }
 
-    let addr = listener.local_addr()?;
-    tracing::info!(%addr, "agentry listening");
+    tracing::info!(addr = %local, "agentry listening");
     let health_for_shutdown = health.clone();
+    let grace = cfg.shutdown_grace;
     let shutdown = async move {
         shutdown.await;
         tracing::info!("shutting down");
@@ -98,6 +135,8 @@ pub async fn run(
         health_for_shutdown
             .set_service_status(SERVICE_NAME, ServingStatus::NotServing)
             .await;
+        // Kill running workers (recorded killed) and end watch streams, so the drain finishes.
+        supervisor.shutdown(grace).await;
     };
     tonic::transport::Server::builder()
         .add_service(health_svc)

@@ -10,6 +10,7 @@ use super::{
     page::{self, PageToken, TokenError},
     pb,
     status::{Violations, with_info},
+    workers,
 };
 use crate::{
     discovery::Registry,
@@ -25,15 +26,20 @@ pub const MAX_WORKSPACE_BYTES: usize = 4096;
 /// Largest accepted request output schema, in bytes.
 pub const MAX_SCHEMA_BYTES: usize = 256 * 1024;
 
-/// Shared state of the registry RPCs.
+/// Shared state of the service's RPCs.
 pub struct RegistryService {
     /// Snapshots per workspace.
     pub registry: Arc<Registry>,
     /// Resolution settings.
     pub rules: Arc<Rules>,
+    /// The worker supervisor.
+    pub supervisor: Arc<crate::workers::supervisor::Supervisor>,
+    /// `limits.max_prompt_bytes`.
+    pub max_prompt_bytes: usize,
 }
 
-fn check_workspace(ws: &str, v: &mut Violations) {
+/// Checks a request workspace: bounded, absolute when given.
+pub fn check_workspace(ws: &str, v: &mut Violations) {
     if ws.len() > MAX_WORKSPACE_BYTES {
         v.add(
             "workspace",
@@ -259,5 +265,46 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
             registry_version: snap.version.clone(),
             diagnostics: snap.diagnostics.iter().map(convert::diagnostic).collect(),
         }))
+    }
+
+    async fn spawn_worker(
+        &self,
+        req: Request<pb::SpawnWorkerRequest>,
+    ) -> Result<Response<pb::SpawnWorkerResponse>, Status> {
+        workers::spawn(&self.supervisor, self.max_prompt_bytes, req)
+            .await
+            .map(Response::new)
+    }
+
+    async fn stop_worker(
+        &self,
+        req: Request<pb::StopWorkerRequest>,
+    ) -> Result<Response<pb::StopWorkerResponse>, Status> {
+        workers::stop(&self.supervisor, req.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn get_worker(
+        &self,
+        req: Request<pb::GetWorkerRequest>,
+    ) -> Result<Response<pb::GetWorkerResponse>, Status> {
+        workers::get(&self.supervisor, req.into_inner()).map(Response::new)
+    }
+
+    async fn list_workers(
+        &self,
+        req: Request<pb::ListWorkersRequest>,
+    ) -> Result<Response<pb::ListWorkersResponse>, Status> {
+        workers::list(&self.supervisor, req.into_inner()).map(Response::new)
+    }
+
+    type WatchWorkerStream = workers::WatchStream;
+
+    async fn watch_worker(
+        &self,
+        req: Request<pb::WatchWorkerRequest>,
+    ) -> Result<Response<Self::WatchWorkerStream>, Status> {
+        workers::watch(self.supervisor.clone(), req.into_inner()).map(Response::new)
     }
 }

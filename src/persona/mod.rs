@@ -62,7 +62,7 @@ impl fmt::Display for Diagnostic {
 }
 
 /// Reasoning effort (`thinking_level`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ThinkingLevel {
     /// off

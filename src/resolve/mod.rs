@@ -18,7 +18,7 @@ use crate::{
 const MAX_LISTED_NAMES: usize = 64;
 
 /// The mode a worker runs in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// The agent as defined.
@@ -123,7 +123,7 @@ impl Rules {
 }
 
 /// The tools a worker gets.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Tools {
     /// Exactly these.
@@ -133,7 +133,7 @@ pub enum Tools {
 }
 
 /// Which rule supplied the output schema.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SchemaSource {
     /// The agent's `output`.
@@ -145,7 +145,7 @@ pub enum SchemaSource {
 }
 
 /// Exactly what a worker gets (SPEC §5.3).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Effective {
     /// Agent name.
     pub name: String,

@@ -10,3 +10,4 @@ pub mod lifecycle;
 pub mod model;
 pub mod output;
 pub mod store;
+pub mod supervisor;

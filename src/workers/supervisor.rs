@@ -1,0 +1,845 @@
+//! The supervisor: admits spawns (policy, depth, capacity, dedupe, idempotency), writes the row
+//! before anything runs, runs each worker as a task that owns its state, persists every
+//! transition before publishing it, stops workers (descendants first) and closes every row on
+//! every path (SPEC §6).
+//!
+//! Depends on discovery/resolve for the effective agent and on the store and executor traits;
+//! never on tonic.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use serde_json::json;
+use tokio::sync::{Semaphore, broadcast, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    dedupe::{Claim, DedupeCache, DedupeKey},
+    executor::{Executor, Job, Outcome},
+    lifecycle::Event,
+    model::{WorkerEvent, WorkerId, WorkerRecord, WorkerState, generate_token, hash_token},
+    output,
+    store::{Applied, ListQuery, Patch, StoreError, WorkerStore},
+};
+use crate::{
+    config::Config,
+    discovery::{DiscoveryError, Registry},
+    persona::Spawns,
+    resolve::{self, Caller, Declared, Mode, Rules, SpawnDenied},
+};
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Settings of the supervisor, from the configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `host:port` a worker's process can dial (AGENTRY_ADDR).
+    pub addr: String,
+    /// Default and maximum run time.
+    pub timeout: Duration,
+    /// SIGTERM → SIGKILL delay.
+    pub kill_grace: Duration,
+    /// Bound on stdout.
+    pub max_output_bytes: usize,
+    /// Workers running at once.
+    pub max_running: usize,
+    /// Workers waiting for a slot.
+    pub max_pending: usize,
+    /// Dedupe window.
+    pub dedupe_ttl: Duration,
+    /// Dedupe bound.
+    pub dedupe_max_entries: u64,
+}
+
+impl Settings {
+    /// Takes the relevant keys of the configuration; `addr` is where the server listens.
+    pub fn from_config(cfg: &Config, addr: String) -> Self {
+        Self {
+            addr,
+            timeout: cfg.executor.timeout,
+            kill_grace: cfg.executor.kill_grace,
+            max_output_bytes: cfg.executor.max_output_bytes,
+            max_running: cfg.limits.max_running,
+            max_pending: cfg.limits.max_pending,
+            dedupe_ttl: cfg.dedupe.ttl,
+            dedupe_max_entries: cfg.dedupe.max_entries,
+        }
+    }
+}
+
+/// Who is calling, as far as the service can tell.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// The authenticated principal or `anonymous`.
+    pub principal: String,
+    /// The secret of a calling worker (`x-agentry-worker-token`), if any.
+    pub worker_token: Option<String>,
+    /// What the caller declared in metadata.
+    pub declared: Declared,
+    /// W3C trace context to hand to worker processes.
+    pub traceparent: Option<String>,
+}
+
+/// A validated spawn request.
+#[derive(Debug, Clone)]
+pub struct SpawnRequest {
+    /// Agent name.
+    pub agent: String,
+    /// One-line summary.
+    pub description: String,
+    /// The brief.
+    pub prompt: String,
+    /// Workspace ("" = none).
+    pub workspace: String,
+    /// Mode.
+    pub mode: Mode,
+    /// Output schema from the request.
+    pub output_schema: Option<serde_json::Value>,
+    /// Wait for the end.
+    pub wait: bool,
+    /// Idempotency key.
+    pub request_id: Option<String>,
+    /// Requested run-time bound.
+    pub timeout: Option<Duration>,
+}
+
+/// What a spawn returned.
+#[derive(Debug, Clone)]
+pub struct Spawned {
+    /// The worker.
+    pub worker: WorkerRecord,
+    /// An identical dispatch was reused.
+    pub deduplicated: bool,
+    /// Why, for the caller.
+    pub hint: String,
+}
+
+/// Why a supervisor call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// Refused by policy.
+    #[error(transparent)]
+    Denied(#[from] SpawnDenied),
+    /// The workspace was refused.
+    #[error(transparent)]
+    Discovery(#[from] DiscoveryError),
+    /// The worker token is not a live worker's.
+    #[error("unknown or expired worker token")]
+    UnknownToken,
+    /// Too many workers.
+    #[error("{0}")]
+    Capacity(String),
+    /// A request id reused for a different dispatch.
+    #[error(
+        "request_id {request_id:?} was already used for a different dispatch (worker {existing})"
+    )]
+    RequestIdReused {
+        /// The key.
+        request_id: String,
+        /// The worker it names.
+        existing: String,
+    },
+    /// No such worker.
+    #[error("worker {0} not found")]
+    NotFound(String),
+    /// Stop of a completed or failed worker.
+    #[error("worker {id} is {state} and cannot be stopped")]
+    NotCancelable {
+        /// The worker.
+        id: String,
+        /// Its state.
+        state: WorkerState,
+    },
+    /// The service is shutting down.
+    #[error("the service is shutting down")]
+    ShuttingDown,
+    /// Persistence failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Handle of a pending or running worker.
+struct Live {
+    /// Latest record (what GetWorker, watchers and dedupe hits see without the disk).
+    record: WorkerRecord,
+    /// Stop request.
+    cancel: CancellationToken,
+    /// Every persisted transition, in order.
+    events: broadcast::Sender<WorkerEvent>,
+    /// Becomes `Some` with the final record.
+    done: watch::Receiver<Option<WorkerRecord>>,
+    /// Token hash, for caller lookup.
+    token_hash: String,
+}
+
+/// The supervisor. Cheap to share (`Arc`).
+pub struct Supervisor {
+    store: Arc<dyn WorkerStore>,
+    executor: Arc<dyn Executor>,
+    registry: Arc<Registry>,
+    rules: Arc<Rules>,
+    settings: Settings,
+    dedupe: DedupeCache,
+    live: Mutex<HashMap<WorkerId, Live>>,
+    /// Recently finished workers (dedupe reuse and cheap reads), kept for the dedupe TTL.
+    recent: moka::sync::Cache<WorkerId, WorkerRecord>,
+    slots: Arc<Semaphore>,
+    pending: AtomicUsize,
+    shutdown: CancellationToken,
+    tasks: tokio_util::task::TaskTracker,
+    /// Why a worker is being stopped, recorded as its error once it is gone.
+    stop_reasons: Mutex<HashMap<WorkerId, String>>,
+}
+
+/// Cancels a sync worker when the call that waits for it goes away.
+struct BindToCaller(Option<CancellationToken>);
+
+impl Drop for BindToCaller {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take() {
+            t.cancel();
+        }
+    }
+}
+
+impl Supervisor {
+    /// Creates the supervisor and closes rows orphaned by a previous process.
+    pub fn new(
+        store: Arc<dyn WorkerStore>,
+        executor: Arc<dyn Executor>,
+        registry: Arc<Registry>,
+        rules: Arc<Rules>,
+        settings: Settings,
+    ) -> Result<Arc<Self>, StoreError> {
+        let orphans = store.close_orphans(now_ms())?;
+        if !orphans.is_empty() {
+            tracing::warn!(
+                count = orphans.len(),
+                "closed workers orphaned by a restart"
+            );
+        }
+        Ok(Arc::new(Self {
+            dedupe: DedupeCache::new(settings.dedupe_ttl, settings.dedupe_max_entries),
+            recent: moka::sync::Cache::builder()
+                .max_capacity(settings.dedupe_max_entries.max(1))
+                .time_to_live(settings.dedupe_ttl)
+                .build(),
+            slots: Arc::new(Semaphore::new(settings.max_running)),
+            pending: AtomicUsize::new(0),
+            live: Mutex::new(HashMap::new()),
+            shutdown: CancellationToken::new(),
+            tasks: tokio_util::task::TaskTracker::new(),
+            stop_reasons: Mutex::new(HashMap::new()),
+            store,
+            executor,
+            registry,
+            rules,
+            settings,
+        }))
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<WorkerId, Live>> {
+        self.live.lock().expect("live workers poisoned")
+    }
+
+    /// The caller's effective lineage: what the service knows from a worker token, narrowed by
+    /// what the caller declared. Returns the calling worker too.
+    pub fn caller(&self, id: &Identity) -> Result<(Caller, Option<WorkerRecord>), WorkerError> {
+        let Some(token) = &id.worker_token else {
+            return Ok((Caller::top_level().narrow(&id.declared), None));
+        };
+        let hash = hash_token(token);
+        let parent = self
+            .live()
+            .values()
+            .find(|l| l.token_hash == hash)
+            .map(|l| l.record.clone())
+            .ok_or(WorkerError::UnknownToken)?;
+        let eff = &parent.effective;
+        let known = Caller {
+            depth: parent.depth,
+            policy: Spawns::parse_policy(eff["spawns"].as_str().unwrap_or("")),
+            blocked: vec![parent.agent.clone()],
+            parent_output_schema: eff.get("output_schema").filter(|s| !s.is_null()).cloned(),
+        };
+        Ok((known.narrow(&id.declared), Some(parent)))
+    }
+
+    /// Admits and starts (or reuses) a worker. With `wait`, returns when it is terminal and the
+    /// worker is cancelled if this future is dropped first.
+    pub async fn spawn(
+        self: &Arc<Self>,
+        id: &Identity,
+        req: SpawnRequest,
+    ) -> Result<Spawned, WorkerError> {
+        if self.shutdown.is_cancelled() {
+            return Err(WorkerError::ShuttingDown);
+        }
+        let (caller, parent) = self.caller(id)?;
+        let scope = parent
+            .as_ref()
+            .map_or_else(|| id.principal.clone(), |p| p.caller_scope.clone());
+
+        if let Some(rid) = &req.request_id
+            && let Some(existing) = self.store.find_by_request_id(&scope, rid)?
+        {
+            if existing.agent != req.agent || existing.prompt != req.prompt {
+                return Err(WorkerError::RequestIdReused {
+                    request_id: rid.clone(),
+                    existing: existing.id.to_string(),
+                });
+            }
+            let worker = self.finish_wait(existing, req.wait).await?;
+            return Ok(Spawned {
+                hint: format!(
+                    "request_id {rid:?} was already used for worker {}; returning it",
+                    worker.id
+                ),
+                worker,
+                deduplicated: true,
+            });
+        }
+
+        let snap = self.registry.snapshot(&req.workspace).await?;
+        let def = resolve::check_spawn(&snap, &caller, &req.agent, &self.rules)?;
+        if self.pending.load(Ordering::SeqCst) >= self.settings.max_pending {
+            return Err(WorkerError::Capacity(format!(
+                "{} workers are already waiting for a run slot (limits.max_pending); retry later",
+                self.settings.max_pending
+            )));
+        }
+
+        let parent_id = parent.as_ref().map(|p| p.id.clone());
+        let key = DedupeKey::new(
+            &scope,
+            parent_id.as_ref().map_or("", WorkerId::as_str),
+            &req.agent,
+            &req.prompt,
+        );
+        let new_id = WorkerId::generate();
+        let claim = self.dedupe.claim(key, new_id.as_str(), |existing| {
+            WorkerId::parse(existing).is_ok_and(|w| self.reusable(&w))
+        });
+        if let Claim::Existing { worker_id, age } = claim {
+            let wid = WorkerId::parse(&worker_id).expect("dedupe holds valid ids");
+            if let Some(rec) = self.cached(&wid) {
+                let worker = self.finish_wait(rec, req.wait).await?;
+                return Ok(Spawned {
+                    hint: format!(
+                        "an identical dispatch of {} with the same prompt was made {}s ago as worker {}; its result is returned instead of starting a duplicate",
+                        req.agent,
+                        age.as_secs(),
+                        worker.id
+                    ),
+                    worker,
+                    deduplicated: true,
+                });
+            }
+        }
+
+        let eff = resolve::effective(
+            def,
+            &snap,
+            &caller,
+            req.mode,
+            req.output_schema.as_ref(),
+            &self.rules,
+        );
+        let token = generate_token();
+        let mut blocked = caller.blocked.clone();
+        if !blocked.contains(&req.agent) {
+            blocked.insert(0, req.agent.clone());
+        }
+        let record = WorkerRecord {
+            id: new_id.clone(),
+            agent: req.agent.clone(),
+            description: req.description.clone(),
+            prompt: req.prompt.clone(),
+            workspace: (!req.workspace.is_empty()).then(|| req.workspace.clone()),
+            parent_id,
+            depth: eff.depth,
+            state: WorkerState::Pending,
+            sequence: 1,
+            create_time_ms: now_ms(),
+            start_time_ms: None,
+            close_time_ms: None,
+            result: None,
+            structured_result: None,
+            error: None,
+            exit_code: None,
+            caller_scope: scope,
+            request_id: req.request_id.clone(),
+            token_hash: Some(hash_token(&token)),
+            effective: serde_json::to_value(&eff).expect("effective agent serialises"),
+        };
+        let created = match self.store.create(&record) {
+            Ok(ev) => ev,
+            Err(e) => {
+                self.dedupe.forget(key, new_id.as_str());
+                return Err(e.into());
+            }
+        };
+        let record = created.worker.clone();
+        let (events, _) = broadcast::channel(64);
+        let (done_tx, done_rx) = watch::channel(None);
+        let cancel = self.shutdown.child_token();
+        self.pending.fetch_add(1, Ordering::SeqCst);
+        self.live().insert(
+            new_id.clone(),
+            Live {
+                record: record.clone(),
+                cancel: cancel.clone(),
+                events: events.clone(),
+                done: done_rx.clone(),
+                token_hash: hash_token(&token),
+            },
+        );
+        let _ = events.send(created);
+        tracing::info!(worker = %new_id, agent = %req.agent, depth = record.depth, parent = ?record.parent_id.as_ref().map(WorkerId::as_str), "worker created");
+
+        let job = Job {
+            worker_id: new_id.to_string(),
+            stdin: serde_json::to_vec(&json!({
+                "worker_id": new_id.as_str(),
+                "depth": eff.depth,
+                "prompt": req.prompt,
+                "description": req.description,
+                "workspace": record.workspace,
+                "agent": {
+                    "name": eff.name,
+                    "system_prompt": eff.system_prompt,
+                    "tools": eff.tools,
+                    "spawns": eff.spawns,
+                    "model": eff.model,
+                    "thinking_level": eff.thinking_level,
+                    "max_turns": eff.max_turns,
+                    "permission_mode": eff.permission_mode,
+                    "output_schema": eff.output_schema,
+                },
+            }))
+            .expect("worker spec serialises"),
+            env: vec![
+                ("AGENTRY_ADDR".into(), self.settings.addr.clone()),
+                ("AGENTRY_WORKER_ID".into(), new_id.to_string()),
+                ("AGENTRY_WORKER_TOKEN".into(), token),
+                ("AGENTRY_AGENT".into(), req.agent.clone()),
+                ("AGENTRY_DEPTH".into(), eff.depth.to_string()),
+                ("AGENTRY_SPAWNS".into(), eff.spawns.clone()),
+                ("AGENTRY_BLOCKED_AGENT".into(), blocked.join(",")),
+                (
+                    "TRACEPARENT".into(),
+                    id.traceparent.clone().unwrap_or_default(),
+                ),
+            ],
+            cwd: record.workspace.as_ref().map(Into::into),
+            timeout: req
+                .timeout
+                .map_or(self.settings.timeout, |t| t.min(self.settings.timeout)),
+            kill_grace: self.settings.kill_grace,
+            max_output_bytes: self.settings.max_output_bytes,
+        };
+        let ctx = RunCtx {
+            id: new_id.clone(),
+            schema: eff.output_schema.clone(),
+            cancel: cancel.clone(),
+            events,
+            done: done_tx,
+        };
+        // The run belongs to the service; a sync caller only holds a guard that cancels it.
+        let guard = req.wait.then(|| BindToCaller(Some(cancel)));
+        let this = self.clone();
+        self.tasks.spawn(async move { this.drive(ctx, job).await });
+        let worker = if req.wait {
+            let rec = wait_done(done_rx).await;
+            if let Some(mut g) = guard {
+                g.0 = None;
+            }
+            rec
+        } else {
+            record
+        };
+        Ok(Spawned {
+            worker,
+            deduplicated: false,
+            hint: String::new(),
+        })
+    }
+
+    /// Whether a cached dispatch may be reused: live, or finished `completed`.
+    fn reusable(&self, id: &WorkerId) -> bool {
+        if self.live().contains_key(id) {
+            return true;
+        }
+        self.recent
+            .get(id)
+            .is_some_and(|r| r.state == WorkerState::Completed)
+    }
+
+    /// The latest record from memory (live or recently finished), never the disk.
+    fn cached(&self, id: &WorkerId) -> Option<WorkerRecord> {
+        if let Some(l) = self.live().get(id) {
+            return Some(l.record.clone());
+        }
+        self.recent.get(id)
+    }
+
+    /// For a reused worker: wait for it when asked, else return it as it is.
+    async fn finish_wait(
+        &self,
+        rec: WorkerRecord,
+        wait: bool,
+    ) -> Result<WorkerRecord, WorkerError> {
+        if !wait || rec.state.is_terminal() {
+            return Ok(rec);
+        }
+        let done = self.live().get(&rec.id).map(|l| l.done.clone());
+        match done {
+            Some(rx) => Ok(wait_done(rx).await),
+            None => Ok(self.get(&rec.id)?),
+        }
+    }
+
+    /// Runs one worker to a terminal state; every path closes the row.
+    async fn drive(self: Arc<Self>, ctx: RunCtx, job: Job) {
+        let id = ctx.id.clone();
+        let inner = {
+            let this = self.clone();
+            let ctx = ctx.clone_handles();
+            tokio::spawn(async move { this.run_once(ctx, job).await })
+        };
+        let final_patch = match inner.await {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                tracing::error!(worker = %id, error = %e, "worker task panicked");
+                (
+                    Event::Fail,
+                    Patch {
+                        error: Some(format!("executor panicked: {e}")),
+                        ..Patch::default()
+                    },
+                )
+            }
+        };
+        let (event, patch) = final_patch;
+        // Still pending here means it never started: leave the pending count now.
+        let was_pending = self
+            .live()
+            .get(&id)
+            .is_some_and(|l| l.record.state == WorkerState::Pending);
+        if was_pending {
+            self.pending.fetch_sub(1, Ordering::SeqCst);
+        }
+        let rec = match self.transition(&ctx, event, patch) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(worker = %id, error = %e, "cannot record the final transition");
+                self.store
+                    .get(&id)
+                    .ok()
+                    .flatten()
+                    .unwrap_or_else(|| self.cached(&id).expect("live worker"))
+            }
+        };
+        self.recent.insert(id.clone(), rec.clone());
+        self.live().remove(&id);
+        tracing::info!(worker = %id, agent = %rec.agent, state = %rec.state, error = ?rec.error, "worker finished");
+        let _ = ctx.done.send(Some(rec));
+    }
+
+    /// Waits for a slot, runs the executor, and decides the final event. Persists `running`.
+    async fn run_once(self: Arc<Self>, ctx: RunCtx, job: Job) -> (Event, Patch) {
+        let permit = tokio::select! {
+            p = self.slots.clone().acquire_owned() => p.expect("slots never closed"),
+            () = ctx.cancel.cancelled() => {
+                return (Event::Kill, Patch { error: Some(self.kill_reason(&ctx.id)), ..Patch::default() });
+            }
+        };
+        let (started_tx, started_rx) = oneshot::channel();
+        let run = self.executor.run(job, ctx.cancel.clone(), started_tx);
+        tokio::pin!(run);
+        let mut started_rx = Some(started_rx);
+        let outcome = loop {
+            tokio::select! {
+                o = &mut run => break o,
+                s = async { started_rx.as_mut().expect("polled once").await }, if started_rx.is_some() => {
+                    started_rx = None;
+                    if s.is_ok() {
+                        self.pending.fetch_sub(1, Ordering::SeqCst);
+                        if let Err(e) = self.transition(&ctx, Event::Start, Patch::default()) {
+                            tracing::error!(worker = %ctx.id, error = %e, "cannot record start");
+                        }
+                    }
+                }
+            }
+        };
+        drop(permit);
+        match outcome {
+            Outcome::Completed { stdout } => match &ctx.schema {
+                Some(schema) => match output::validate_output(schema, &stdout) {
+                    Ok(v) => (
+                        Event::Complete,
+                        Patch {
+                            structured_result: Some(v.to_string()),
+                            result: Some(stdout),
+                            ..Patch::default()
+                        },
+                    ),
+                    Err(e) => (
+                        Event::Fail,
+                        Patch {
+                            result: Some(stdout),
+                            error: Some(e),
+                            exit_code: Some(0),
+                            ..Patch::default()
+                        },
+                    ),
+                },
+                None => (
+                    Event::Complete,
+                    Patch {
+                        result: Some(stdout),
+                        exit_code: Some(0),
+                        ..Patch::default()
+                    },
+                ),
+            },
+            Outcome::Failed {
+                exit_code,
+                stderr_tail,
+                reason,
+                ..
+            } => (
+                Event::Fail,
+                Patch {
+                    error: Some(if stderr_tail.trim().is_empty() {
+                        reason
+                    } else {
+                        format!("{reason}; stderr: {}", stderr_tail.trim_end())
+                    }),
+                    exit_code,
+                    ..Patch::default()
+                },
+            ),
+            Outcome::TimedOut { after, stderr_tail } => (
+                Event::Fail,
+                Patch {
+                    error: Some(format!(
+                        "timed out after {}{}",
+                        humantime::format_duration(after),
+                        if stderr_tail.trim().is_empty() {
+                            String::new()
+                        } else {
+                            format!("; stderr: {}", stderr_tail.trim_end())
+                        }
+                    )),
+                    ..Patch::default()
+                },
+            ),
+            Outcome::Killed => (
+                Event::Kill,
+                Patch {
+                    error: Some(self.kill_reason(&ctx.id)),
+                    ..Patch::default()
+                },
+            ),
+            Outcome::CouldNotStart { reason } => (
+                Event::Fail,
+                Patch {
+                    error: Some(reason),
+                    ..Patch::default()
+                },
+            ),
+        }
+    }
+
+    fn kill_reason(&self, id: &WorkerId) -> String {
+        let reasons = self.stop_reasons.lock().expect("stop reasons poisoned");
+        reasons.get(id).cloned().unwrap_or_else(|| {
+            if self.shutdown.is_cancelled() {
+                "killed: service shutting down".to_owned()
+            } else {
+                "killed: the waiting caller went away".to_owned()
+            }
+        })
+    }
+
+    /// Persists a transition, then publishes it and updates the live record.
+    fn transition(
+        &self,
+        ctx: &RunCtx,
+        event: Event,
+        patch: Patch,
+    ) -> Result<WorkerRecord, WorkerError> {
+        match self.store.apply(&ctx.id, event, patch, now_ms())? {
+            Applied::Moved(ev) => {
+                let rec = ev.worker.clone();
+                if let Some(l) = self.live().get_mut(&ctx.id) {
+                    l.record = rec.clone();
+                }
+                let _ = ctx.events.send(ev);
+                Ok(rec)
+            }
+            Applied::Absorbed(rec) => Ok(rec),
+        }
+    }
+
+    /// The worker as it is now: memory first, then the store.
+    pub fn get(&self, id: &WorkerId) -> Result<WorkerRecord, WorkerError> {
+        if let Some(r) = self.cached(id) {
+            return Ok(r);
+        }
+        self.store
+            .get(id)?
+            .ok_or_else(|| WorkerError::NotFound(id.to_string()))
+    }
+
+    /// One page of workers.
+    pub fn list(&self, q: &ListQuery) -> Result<Vec<WorkerRecord>, WorkerError> {
+        Ok(self.store.list(q)?)
+    }
+
+    /// Stops a worker: descendants first, then SIGTERM → grace → SIGKILL; returns once it is
+    /// gone and recorded `killed`.
+    pub async fn stop(&self, id: &WorkerId, reason: &str) -> Result<WorkerRecord, WorkerError> {
+        let rec = self.get(id)?;
+        match rec.state {
+            WorkerState::Killed => return Ok(rec),
+            WorkerState::Completed | WorkerState::Failed => {
+                return Err(WorkerError::NotCancelable {
+                    id: id.to_string(),
+                    state: rec.state,
+                });
+            }
+            WorkerState::Pending | WorkerState::Running => {}
+        }
+        let children: Vec<WorkerId> = self
+            .live()
+            .values()
+            .filter(|l| l.record.parent_id.as_ref() == Some(id))
+            .map(|l| l.record.id.clone())
+            .collect();
+        for c in children {
+            let _ = Box::pin(self.stop(&c, &format!("killed: parent {id} was stopped"))).await;
+        }
+        let handles = self
+            .live()
+            .get(id)
+            .map(|l| (l.cancel.clone(), l.done.clone()));
+        let Some((cancel, done)) = handles else {
+            // Finished in the meantime.
+            return self.stop_finished(id);
+        };
+        let reason = if reason.trim().is_empty() {
+            "killed: stopped by StopWorker".to_owned()
+        } else {
+            format!("killed: {}", reason.trim())
+        };
+        self.stop_reasons
+            .lock()
+            .expect("stop reasons poisoned")
+            .insert(id.clone(), reason);
+        cancel.cancel();
+        let rec = wait_done(done).await;
+        self.stop_reasons
+            .lock()
+            .expect("stop reasons poisoned")
+            .remove(id);
+        match rec.state {
+            WorkerState::Killed => Ok(rec),
+            state => Err(WorkerError::NotCancelable {
+                id: id.to_string(),
+                state,
+            }),
+        }
+    }
+
+    fn stop_finished(&self, id: &WorkerId) -> Result<WorkerRecord, WorkerError> {
+        let rec = self.get(id)?;
+        match rec.state {
+            WorkerState::Killed => Ok(rec),
+            state => Err(WorkerError::NotCancelable {
+                id: id.to_string(),
+                state,
+            }),
+        }
+    }
+
+    /// Subscribes to a worker's events. Returns the receiver (None when the worker is already
+    /// terminal) — subscribe first, then read the store, so nothing falls between.
+    pub fn subscribe(&self, id: &WorkerId) -> Option<broadcast::Receiver<WorkerEvent>> {
+        self.live().get(id).map(|l| l.events.subscribe())
+    }
+
+    /// Stored events after a sequence.
+    pub fn events_after(&self, id: &WorkerId, after: u64) -> Result<Vec<WorkerEvent>, WorkerError> {
+        match self.store.events_after(id, after) {
+            Err(StoreError::NotFound(_)) => Err(WorkerError::NotFound(id.to_string())),
+            other => Ok(other?),
+        }
+    }
+
+    /// A token that is cancelled when the service shuts down (ends watch streams).
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Kills every live worker (recorded `killed`) and waits for them, at most `grace`.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.shutdown.cancel();
+        self.tasks.close();
+        if tokio::time::timeout(grace, self.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("workers still running after the shutdown grace");
+        }
+    }
+}
+
+/// Waits until the worker's final record is published.
+async fn wait_done(mut rx: watch::Receiver<Option<WorkerRecord>>) -> WorkerRecord {
+    loop {
+        if let Some(r) = rx.borrow_and_update().clone() {
+            return r;
+        }
+        if rx.changed().await.is_err() {
+            // Sender gone without a value cannot happen (drive always sends); be safe.
+            if let Some(r) = rx.borrow().clone() {
+                return r;
+            }
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// What the run task needs.
+struct RunCtx {
+    id: WorkerId,
+    schema: Option<serde_json::Value>,
+    cancel: CancellationToken,
+    events: broadcast::Sender<WorkerEvent>,
+    done: watch::Sender<Option<WorkerRecord>>,
+}
+
+impl RunCtx {
+    fn clone_handles(&self) -> RunCtx {
+        RunCtx {
+            id: self.id.clone(),
+            schema: self.schema.clone(),
+            cancel: self.cancel.clone(),
+            events: self.events.clone(),
+            done: watch::channel(None).0,
+        }
+    }
+}
