@@ -38,12 +38,16 @@ impl TestServer {
         p
     }
 
-    /// Stops the server and waits for it to exit.
-    pub async fn stop(mut self) -> anyhow::Result<()> {
+    /// Stops the server and waits for it to exit; hands back its directory.
+    pub async fn stop(mut self) -> anyhow::Result<TempDir> {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
-        self.handle.take().unwrap().await.unwrap()
+        self.handle.take().unwrap().await.unwrap()?;
+        Ok(std::mem::replace(
+            &mut self.dir,
+            tempfile::tempdir().unwrap(),
+        ))
     }
 }
 

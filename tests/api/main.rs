@@ -2,3 +2,4 @@
 
 mod helpers;
 mod registry;
+mod workers;
