@@ -152,6 +152,44 @@ impl AgentRegistryService for Echo {
     ) -> Result<Response<pb::ReloadAgentsResponse>, Status> {
         Ok(Response::new(pb::ReloadAgentsResponse::default()))
     }
+
+    // The worker RPCs are not part of this measurement.
+    async fn spawn_worker(
+        &self,
+        _req: Request<pb::SpawnWorkerRequest>,
+    ) -> Result<Response<pb::SpawnWorkerResponse>, Status> {
+        Err(Status::unimplemented("not measured"))
+    }
+
+    async fn stop_worker(
+        &self,
+        _req: Request<pb::StopWorkerRequest>,
+    ) -> Result<Response<pb::StopWorkerResponse>, Status> {
+        Err(Status::unimplemented("not measured"))
+    }
+
+    async fn get_worker(
+        &self,
+        _req: Request<pb::GetWorkerRequest>,
+    ) -> Result<Response<pb::GetWorkerResponse>, Status> {
+        Err(Status::unimplemented("not measured"))
+    }
+
+    async fn list_workers(
+        &self,
+        _req: Request<pb::ListWorkersRequest>,
+    ) -> Result<Response<pb::ListWorkersResponse>, Status> {
+        Err(Status::unimplemented("not measured"))
+    }
+
+    type WatchWorkerStream = agentry::grpc::workers::WatchStream;
+
+    async fn watch_worker(
+        &self,
+        _req: Request<pb::WatchWorkerRequest>,
+    ) -> Result<Response<Self::WatchWorkerStream>, Status> {
+        Err(Status::unimplemented("not measured"))
+    }
 }
 
 /// A server running in this process, stopped through `stop`.
