@@ -34,6 +34,9 @@ use crate::{
     resolve::{self, Caller, Declared, Mode, Rules, SpawnDenied},
 };
 
+/// Memory bound of the cache of recently finished workers (dedupe reuse without the disk).
+const RECENT_CACHE_BYTES: u64 = 256 << 20;
+
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
     SystemTime::now()
@@ -231,8 +234,16 @@ impl Supervisor {
         }
         Ok(Arc::new(Self {
             dedupe: DedupeCache::new(settings.dedupe_ttl, settings.dedupe_max_entries),
+            // Bounded by bytes, not entries: records carry prompts and results.
             recent: moka::sync::Cache::builder()
-                .max_capacity(settings.dedupe_max_entries.max(1))
+                .weigher(|_, r: &WorkerRecord| {
+                    let bytes = r.prompt.len()
+                        + r.result.as_ref().map_or(0, String::len)
+                        + r.structured_result.as_ref().map_or(0, String::len)
+                        + 1024;
+                    u32::try_from(bytes).unwrap_or(u32::MAX)
+                })
+                .max_capacity(RECENT_CACHE_BYTES)
                 .time_to_live(settings.dedupe_ttl)
                 .build(),
             slots: Arc::new(Semaphore::new(settings.max_running)),
