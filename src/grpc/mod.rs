@@ -2,6 +2,8 @@
 //! (health, reflection v1 + v1alpha, graceful shutdown on a pre-bound listener).
 
 pub mod convert;
+pub mod layers;
+pub mod listen;
 pub mod metadata;
 pub mod page;
 pub mod registry;
@@ -9,11 +11,12 @@ pub mod status;
 
 use std::{future::Future, sync::Arc};
 
-use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tonic_health::ServingStatus;
 
 use crate::{config::Config, discovery::Registry, resolve::Rules};
+
+pub use listen::Listener;
 
 /// Generated protobuf and gRPC code for `agentry.v1`.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
@@ -31,12 +34,16 @@ pub const SERVICE_NAME: &str = "agentry.v1.AgentRegistryService";
 /// Runs the service on `listener` until `shutdown` resolves.
 ///
 /// Health reports `NOT_SERVING` until the first discovery has finished, `SERVING` afterwards and
-/// `NOT_SERVING` again once shutdown begins.
+/// `NOT_SERVING` again once shutdown begins. Returns once every connection has drained (the
+/// caller bounds that with `shutdown_grace`). With `auth.tokens_file` set, every RPC but health
+/// and reflection needs a bearer token (see [`layers::AuthLayer`]).
 pub async fn run(
     cfg: Config,
-    listener: TcpListener,
+    listener: impl Into<Listener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let listener = listener.into();
+    let tokens = crate::auth::TokenFile::start(cfg.auth.tokens_file.as_deref())?;
     let registry = Arc::new(Registry::new(&cfg, true)?);
     let rules = Arc::new(Rules::from_config(&cfg));
 
@@ -86,8 +93,7 @@ pub async fn run(
         });
     }
 
-    let addr = listener.local_addr()?;
-    tracing::info!(%addr, "agentry listening");
+    tracing::info!(addr = %listener.describe(), "agentry listening");
     let health_for_shutdown = health.clone();
     let shutdown = async move {
         shutdown.await;
@@ -99,12 +105,24 @@ pub async fn run(
             .set_service_status(SERVICE_NAME, ServingStatus::NotServing)
             .await;
     };
-    tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
+        .layer(layers::TraceLayer::new(crate::telemetry::Metrics::new()))
+        .layer(layers::AuthLayer::new(tokens))
         .add_service(health_svc)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(pb::agent_registry_service_server::AgentRegistryServiceServer::new(svc))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
-        .await?;
+        .add_service(pb::agent_registry_service_server::AgentRegistryServiceServer::new(svc));
+    match listener {
+        Listener::Tcp(l) => {
+            router
+                .serve_with_incoming_shutdown(TcpListenerStream::new(l), shutdown)
+                .await?
+        }
+        Listener::Unix(l, _) => {
+            router
+                .serve_with_incoming_shutdown(UnixListenerStream::new(l), shutdown)
+                .await?
+        }
+    }
     Ok(())
 }

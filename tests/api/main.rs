@@ -1,4 +1,5 @@
 //! One integration-test binary: every test starts the real server on 127.0.0.1:0.
 
 mod helpers;
+mod ops;
 mod registry;
