@@ -9,12 +9,16 @@
 //! - [`discovery`]: which directories, in which order; merge; snapshots; file watching.
 //! - [`resolve`]: caller lineage, spawn policy and the effective agent a worker gets.
 //! - [`grpc`]: translation only — proto ⇄ domain, errors → `Status`, server wiring.
+//! - [`auth`]: bearer tokens file → [`auth::Principal`], reloaded on change.
+//! - [`telemetry`]: logs, OTLP spans and metrics, W3C trace context in and out.
 //!
 //! Dependencies point one way: `grpc → {discovery, resolve} → persona`.
 
+pub mod auth;
 pub mod config;
 pub mod discovery;
 pub mod grpc;
 pub mod persona;
 pub mod resolve;
+pub mod telemetry;
 pub mod workers;

@@ -1,10 +1,14 @@
 //! The `agentry` binary: `serve` runs the service, `check` lints persona directories.
 
-use std::{path::PathBuf, process::ExitCode};
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
 
-use agentry::{config::Config, discovery::Registry, persona::Severity};
+use agentry::{config::Config, discovery::Registry, grpc::Listener, persona::Severity, telemetry};
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
+use tokio_util::sync::CancellationToken;
 
 /// agentry: the registry of agent personas and the supervisor of their workers.
 #[derive(Parser)]
@@ -48,29 +52,43 @@ enum Command {
     },
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+impl From<LogFormat> for telemetry::LogFormat {
+    fn from(f: LogFormat) -> Self {
+        match f {
+            LogFormat::Text => Self::Text,
+            LogFormat::Json => Self::Json,
+        }
     }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
-    let result = match cli.command {
-        Command::Serve { config } => serve(config),
-        Command::Check {
-            config,
-            workspace,
-            dirs,
-        } => check(config, workspace, dirs),
-    };
+    let result = tokio::runtime::Runtime::new()
+        .context("cannot start the tokio runtime")
+        .and_then(|rt| {
+            // Only the service exports spans and metrics; `check` just logs.
+            let mut settings =
+                telemetry::Settings::from_env(cli.log_format.into(), std::env::vars());
+            if !matches!(cli.command, Command::Serve { .. }) {
+                settings.otlp = telemetry::Otlp::Off;
+            }
+            // The OTLP exporters spawn onto the runtime that is current while they are built.
+            let telemetry = {
+                let _rt = rt.enter();
+                telemetry::init(&settings)?
+            };
+            let result = match cli.command {
+                Command::Serve { config } => serve(&rt, config),
+                Command::Check {
+                    config,
+                    workspace,
+                    dirs,
+                } => check(config, workspace, dirs),
+            };
+            // Flush spans and metrics while the runtime that sends them still runs.
+            telemetry.shutdown();
+            result
+        });
     match result {
         Ok(code) => code,
         Err(e) => {
@@ -84,25 +102,64 @@ fn load_config(path: Option<PathBuf>) -> anyhow::Result<Config> {
     Ok(Config::load(path.as_deref(), std::env::vars())?)
 }
 
-fn serve(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+/// Runs the service until SIGTERM/SIGINT, then drains for at most `shutdown_grace`; a second
+/// signal exits at once.
+fn serve(rt: &tokio::runtime::Runtime, config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let cfg = load_config(config)?;
-    let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(&cfg.listen)
+        let listener = Listener::bind(&cfg.listen)
             .await
             .with_context(|| format!("cannot listen on {}", cfg.listen))?;
-        agentry::grpc::run(cfg, listener, shutdown_signal()).await
+        let socket = listener.socket_path().map(Path::to_owned);
+        let grace = cfg.shutdown_grace;
+        let stop = CancellationToken::new();
+        watch_signals(stop.clone())?;
+        let server = agentry::grpc::run(cfg, listener, stop.clone().cancelled_owned());
+        tokio::pin!(server);
+        let drained = tokio::select! {
+            r = &mut server => r,
+            () = async { stop.cancelled().await; tokio::time::sleep(grace).await } => {
+                tracing::warn!(grace = ?grace, "connections still open after shutdown_grace; closing them");
+                Ok(())
+            }
+        };
+        // Running workers are the worker layer's to kill: `grpc::run` sees `stop` fire through
+        // its shutdown future (where health goes NOT_SERVING), within this bounded drain.
+        if let Some(path) = socket {
+            let _ = std::fs::remove_file(path);
+        }
+        drained
     })?;
+    tracing::info!("agentry stopped");
     Ok(ExitCode::SUCCESS)
 }
 
-async fn shutdown_signal() {
+/// First SIGTERM/SIGINT cancels `stop` (graceful shutdown); a second one exits immediately.
+fn watch_signals(stop: CancellationToken) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    tokio::spawn(async move {
+        let mut seen = 0;
+        loop {
+            let name = tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            };
+            seen += 1;
+            if seen == 1 {
+                tracing::info!(
+                    signal = name,
+                    "shutting down; a second signal exits at once"
+                );
+                stop.cancel();
+            } else {
+                tracing::warn!(signal = name, "second signal; exiting without draining");
+                std::process::exit(130);
+            }
+        }
+    });
+    Ok(())
 }
 
 fn check(

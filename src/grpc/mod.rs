@@ -2,6 +2,8 @@
 //! (health, reflection v1 + v1alpha, graceful shutdown on a pre-bound listener).
 
 pub mod convert;
+pub mod layers;
+pub mod listen;
 pub mod metadata;
 pub mod page;
 pub mod registry;
@@ -10,8 +12,7 @@ pub mod workers;
 
 use std::{future::Future, sync::Arc};
 
-use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tonic_health::ServingStatus;
 
 use crate::{
@@ -25,6 +26,8 @@ use crate::{
     },
 };
 
+pub use listen::Listener;
+
 /// Generated protobuf and gRPC code for `agentry.v1`.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod pb {
@@ -35,30 +38,36 @@ pub mod pb {
         include_bytes!(concat!(env!("OUT_DIR"), "/agentry_descriptor.bin"));
 }
 
-/// The authenticated principal of a request, put into the request extensions by the auth
-/// layer; absent = `anonymous`.
-#[derive(Debug, Clone)]
-pub struct Principal(pub String);
-
 /// The fully-qualified service name (also a health service name).
 pub const SERVICE_NAME: &str = "agentry.v1.AgentRegistryService";
 
 /// Runs the service on `listener` until `shutdown` resolves.
 ///
 /// Health reports `NOT_SERVING` until the first discovery has finished, `SERVING` afterwards and
-/// `NOT_SERVING` again once shutdown begins.
+/// `NOT_SERVING` again once shutdown begins. Returns once every connection has drained (the
+/// caller bounds that with `shutdown_grace`). With `auth.tokens_file` set, every RPC but health
+/// and reflection needs a bearer token (see [`layers::AuthLayer`]).
 pub async fn run(
     cfg: Config,
-    listener: TcpListener,
+    listener: impl Into<Listener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let listener = listener.into();
+    let tokens = crate::auth::TokenFile::start(cfg.auth.tokens_file.as_deref())?;
     let registry = Arc::new(Registry::new(&cfg, true)?);
     let rules = Arc::new(Rules::from_config(&cfg));
-    let local = listener.local_addr()?;
-    let dial = if local.ip().is_unspecified() {
-        std::net::SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), local.port())
-    } else {
-        local
+    // What a worker process dials to reach us (AGENTRY_ADDR).
+    let dial = match &listener {
+        Listener::Tcp(l) => {
+            let local = l.local_addr()?;
+            if local.ip().is_unspecified() {
+                std::net::SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), local.port())
+                    .to_string()
+            } else {
+                local.to_string()
+            }
+        }
+        Listener::Unix(_, path) => format!("unix:{}", path.display()),
     };
     let store_path = cfg.store_path(std::env::var_os("XDG_STATE_HOME").map(Into::into));
     let store = Arc::new(SqliteStore::open(&store_path)?);
@@ -71,7 +80,7 @@ pub async fn run(
         executor,
         registry.clone(),
         rules.clone(),
-        Settings::from_config(&cfg, dial.to_string()),
+        Settings::from_config(&cfg, dial),
     )?;
     tracing::info!(path = %store_path.display(), "worker store open");
 
@@ -123,8 +132,9 @@ pub async fn run(
         });
     }
 
-    tracing::info!(addr = %local, "agentry listening");
+    tracing::info!(addr = %listener.describe(), "agentry listening");
     let health_for_shutdown = health.clone();
+    let supervisor_for_auth = supervisor.clone();
     let grace = cfg.shutdown_grace;
     let shutdown = async move {
         shutdown.await;
@@ -138,12 +148,31 @@ pub async fn run(
         // Kill running workers (recorded killed) and end watch streams, so the drain finishes.
         supervisor.shutdown(grace).await;
     };
-    tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
+        .layer(layers::TraceLayer::new(crate::telemetry::Metrics::new()))
+        .layer(layers::AuthLayer::new(tokens).with_worker_tokens({
+            let supervisor = supervisor_for_auth;
+            Arc::new(move |token: &str| {
+                supervisor
+                    .principal_for_token(token)
+                    .map(crate::auth::Principal)
+            })
+        }))
         .add_service(health_svc)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(pb::agent_registry_service_server::AgentRegistryServiceServer::new(svc))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
-        .await?;
+        .add_service(pb::agent_registry_service_server::AgentRegistryServiceServer::new(svc));
+    match listener {
+        Listener::Tcp(l) => {
+            router
+                .serve_with_incoming_shutdown(TcpListenerStream::new(l), shutdown)
+                .await?
+        }
+        Listener::Unix(l, _) => {
+            router
+                .serve_with_incoming_shutdown(UnixListenerStream::new(l), shutdown)
+                .await?
+        }
+    }
     Ok(())
 }

@@ -296,7 +296,7 @@ pub async fn spawn(
     let mut v = Violations::default();
     let principal = req
         .extensions()
-        .get::<crate::grpc::Principal>()
+        .get::<crate::auth::Principal>()
         .map(|p| p.0.clone());
     let id = identity(req.metadata(), principal, &mut v);
     let r = spawn_request(req.into_inner(), max_prompt, &mut v);

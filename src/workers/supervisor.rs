@@ -287,6 +287,16 @@ impl Supervisor {
         Ok((known.narrow(&id.declared), Some(parent)))
     }
 
+    /// The principal that spawned the running worker holding `token`, if any (lets a worker
+    /// process authenticate with its own token).
+    pub fn principal_for_token(&self, token: &str) -> Option<String> {
+        let hash = hash_token(token);
+        self.live()
+            .values()
+            .find(|l| l.token_hash == hash)
+            .map(|l| l.record.caller_scope.clone())
+    }
+
     /// Admits and starts (or reuses) a worker. With `wait`, returns when it is terminal and the
     /// worker is cancelled if this future is dropped first.
     pub async fn spawn(

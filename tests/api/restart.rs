@@ -169,3 +169,92 @@ async fn kill_9_then_restart_closes_orphans_and_keeps_results() {
         ]
     );
 }
+
+#[tokio::test]
+async fn sigterm_with_a_running_worker_records_it_killed_and_exits_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let bin = root.join("run-agent");
+    std::fs::write(
+        &bin,
+        "#!/bin/sh\ncat > /dev/null\necho $$ > \"$OUT/pid\"\nexec sleep 30\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir_all(root.join("home")).unwrap();
+    let config = root.join("agentry.yaml");
+    let db = root.join("state/agentry.db");
+    std::fs::write(
+        &config,
+        format!(
+            "listen: {addr}\nhome: {home}\nstore: {{path: {db}}}\nshutdown_grace: 10s\nexecutor: {{command: [{bin}], kill_grace: 1s, env: {{OUT: {out}}}}}\n",
+            home = root.join("home").display(),
+            db = db.display(),
+            bin = bin.display(),
+            out = root.display(),
+        ),
+    )
+    .unwrap();
+    let mut server = start_binary(&config);
+    let mut c = connect(&addr).await;
+    let w = c
+        .spawn_worker(pb::SpawnWorkerRequest {
+            agent: "task".into(),
+            prompt: "long".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    let pid_file = root.join("pid");
+    assert!(eventually(Duration::from_secs(10), || async { pid_file.exists() }).await);
+    let pid = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    let started = std::time::Instant::now();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &server.0.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    // Poll without blocking the runtime: the client's connection must be able to see GOAWAY.
+    let status = loop {
+        if let Some(st) = server.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "server did not exit"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(status.success(), "exit status {status:?}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists() || {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            stat.split(") ").nth(1).is_some_and(|r| r.starts_with('Z'))
+        },
+        "the worker process is gone"
+    );
+    use agentry::workers::store::{SqliteStore, WorkerStore};
+    let rec = SqliteStore::open(&db)
+        .unwrap()
+        .get(&agentry::workers::model::WorkerId::parse(&w.id).unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!(rec.state.as_str(), "killed");
+    assert_eq!(rec.error.as_deref(), Some("killed: service shutting down"));
+}

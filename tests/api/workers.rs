@@ -823,3 +823,98 @@ async fn graceful_shutdown_records_running_workers_as_killed() {
     assert_eq!(rec.state.as_str(), "killed");
     assert!(rec.close_time_ms.is_some());
 }
+
+#[tokio::test]
+async fn the_principal_is_recorded_scopes_dedupe_and_covers_worker_callbacks() {
+    let s = with_runtime("sleep 30", |c| {
+        let tokens = c
+            .home
+            .clone()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .join("tokens.yaml");
+        std::fs::write(&tokens, "alice-secret: alice\nbob-secret: bob\n").unwrap();
+        c.auth.tokens_file = Some(tokens);
+    })
+    .await;
+    let mut c = s.client.clone();
+    let as_user = |token: &str, r: pb::SpawnWorkerRequest| {
+        let mut r = tonic::Request::new(r);
+        r.metadata_mut()
+            .insert("authorization", format!("Bearer {token}").parse().unwrap());
+        r
+    };
+    let a = c
+        .spawn_worker(as_user("alice-secret", spawn_req("lead", "same", false)))
+        .await
+        .unwrap()
+        .into_inner();
+    let a_worker = a.worker.unwrap();
+    assert_eq!(a_worker.caller, "alice");
+    let b = c
+        .spawn_worker(as_user("bob-secret", spawn_req("lead", "same", false)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!b.deduplicated, "different callers are not deduplicated");
+    assert_eq!(b.worker.unwrap().caller, "bob");
+    let again = c
+        .spawn_worker(as_user("alice-secret", spawn_req("lead", "same", false)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(again.deduplicated);
+    assert_eq!(again.worker.unwrap().id, a_worker.id);
+    // The worker process calls back with only its own token: it acts as alice.
+    wait_state_auth(&s, &a_worker.id).await;
+    let token = env_of(&s, &a_worker.id)["AGENTRY_WORKER_TOKEN"].clone();
+    let child = c
+        .spawn_worker(req(
+            spawn_req("quick_task", "child", false),
+            &[("x-agentry-worker-token", token.as_str())],
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    assert_eq!(
+        (child.caller.as_str(), child.parent_id.as_str()),
+        ("alice", a_worker.id.as_str())
+    );
+    let e = c
+        .spawn_worker(req(
+            spawn_req("quick_task", "x", false),
+            &[("x-agentry-worker-token", "forged")],
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated);
+}
+
+/// `wait_state` with a bearer token (auth is on).
+async fn wait_state_auth(s: &TestServer, id: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut r = tonic::Request::new(pb::GetWorkerRequest {
+            worker_id: id.into(),
+        });
+        r.metadata_mut()
+            .insert("authorization", "Bearer alice-secret".parse().unwrap());
+        let w = s
+            .client
+            .clone()
+            .get_worker(r)
+            .await
+            .unwrap()
+            .into_inner()
+            .worker
+            .unwrap();
+        if w.state == pb::WorkerState::Running as i32 {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "never running: {w:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,380 @@
+//! Tower layers around every gRPC service: [`TraceLayer`] (a span, a log line and metrics per
+//! RPC) and [`AuthLayer`] (bearer tokens, SPEC §8.2).
+//!
+//! They work on plain HTTP requests so they cover every service the server hosts, including the
+//! ones added later, without touching the generated code. Health and reflection are exempt from
+//! authentication, so probes and `grpcurl list` work without a token.
+
+use std::{
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll, ready},
+    time::Instant,
+};
+
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use tonic::{Code, Status, body::Body};
+use tower::{Layer, Service};
+
+use super::status::with_info;
+use crate::{
+    auth::TokenFile,
+    telemetry::{self, Metrics},
+};
+
+/// Paths that never need a token: health probes and reflection.
+const PUBLIC_PREFIXES: &[&str] = &["/grpc.health.v1.Health/", "/grpc.reflection."];
+
+/// A boxed response future, as the layers return either the inner service's or their own.
+type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'static>>;
+
+/// Requires `authorization: Bearer <token>` on every non-public RPC when a tokens file is
+/// configured, and puts the caller's [`Principal`](crate::auth::Principal) into the request extensions.
+#[derive(Clone, Default)]
+pub struct AuthLayer {
+    tokens: Option<Arc<TokenFile>>,
+    workers: Option<WorkerTokens>,
+}
+
+/// Maps a live worker's `x-agentry-worker-token` to the principal that spawned it, so a worker
+/// process can call back without holding its spawner's bearer token.
+pub type WorkerTokens = Arc<dyn Fn(&str) -> Option<crate::auth::Principal> + Send + Sync>;
+
+impl std::fmt::Debug for AuthLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthLayer")
+            .field("tokens", &self.tokens)
+            .field("workers", &self.workers.is_some())
+            .finish()
+    }
+}
+
+impl AuthLayer {
+    /// `None` turns authentication off: requests pass through without a `Principal`.
+    pub fn new(tokens: Option<Arc<TokenFile>>) -> Self {
+        Self {
+            tokens,
+            workers: None,
+        }
+    }
+
+    /// Also accepts the token of a running worker in place of a bearer token.
+    pub fn with_worker_tokens(mut self, workers: WorkerTokens) -> Self {
+        self.workers = Some(workers);
+        self
+    }
+}
+
+impl<S> Layer<S> for AuthLayer {
+    type Service = Auth<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Auth {
+            inner,
+            tokens: self.tokens.clone(),
+            workers: self.workers.clone(),
+        }
+    }
+}
+
+/// The service [`AuthLayer`] makes.
+#[derive(Clone)]
+pub struct Auth<S> {
+    inner: S,
+    tokens: Option<Arc<TokenFile>>,
+    workers: Option<WorkerTokens>,
+}
+
+/// The token of an `authorization: Bearer <token>` header, if there is a usable one.
+fn bearer(headers: &http::HeaderMap) -> Option<&str> {
+    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+fn unauthenticated(message: &str) -> http::Response<Body> {
+    with_info(Code::Unauthenticated, "UNAUTHENTICATED", message, &[]).into_http()
+}
+
+impl<S, B> Service<http::Request<B>> for Auth<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<Body>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        if let Some(tokens) = &self.tokens {
+            let path = req.uri().path();
+            if !PUBLIC_PREFIXES.iter().any(|p| path.starts_with(p)) {
+                let worker = || {
+                    let token = req.headers().get("x-agentry-worker-token")?.to_str().ok()?;
+                    (self.workers.as_ref()?)(token)
+                };
+                let principal = match bearer(req.headers()) {
+                    Some(token) => tokens.principal(token),
+                    None => match worker() {
+                        Some(p) => Some(p),
+                        None => {
+                            return Box::pin(std::future::ready(Ok(unauthenticated(
+                                "missing bearer token",
+                            ))));
+                        }
+                    },
+                };
+                let Some(principal) = principal else {
+                    return Box::pin(std::future::ready(Ok(unauthenticated(
+                        "unknown bearer token",
+                    ))));
+                };
+                tracing::Span::current().record("principal", principal.0.as_str());
+                req.extensions_mut().insert(principal);
+            }
+        }
+        Box::pin(self.inner.call(req))
+    }
+}
+
+/// Opens a span per RPC (`rpc.service`, `rpc.method`, `rpc.grpc.status_code`, `latency_ms`,
+/// `principal`), parented on the caller's `traceparent`; records [`Metrics::rpc`] and logs one
+/// line when the response ends.
+#[derive(Clone, Debug, Default)]
+pub struct TraceLayer {
+    metrics: Metrics,
+}
+
+impl TraceLayer {
+    /// Records into `metrics`.
+    pub fn new(metrics: Metrics) -> Self {
+        Self { metrics }
+    }
+}
+
+impl<S> Layer<S> for TraceLayer {
+    type Service = Trace<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Trace {
+            inner,
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+/// The service [`TraceLayer`] makes.
+#[derive(Clone, Debug)]
+pub struct Trace<S> {
+    inner: S,
+    metrics: Metrics,
+}
+
+/// Everything needed to close one RPC's span; taken exactly once.
+struct Call {
+    span: tracing::Span,
+    started: Instant,
+    service: String,
+    method: String,
+    metrics: Metrics,
+}
+
+impl Call {
+    fn finish(self, code: Code) {
+        let elapsed = self.started.elapsed();
+        let latency_ms = elapsed.as_secs_f64() * 1000.0;
+        self.span.record("rpc.grpc.status_code", code as i32);
+        self.span.record("latency_ms", latency_ms);
+        if is_server_fault(code) {
+            self.span.record("otel.status_code", "ERROR");
+        }
+        self.metrics.rpc(&self.service, &self.method, code, elapsed);
+        let _in = self.span.enter();
+        let code = format!("{code:?}");
+        if self.service.starts_with("grpc.") {
+            tracing::debug!(%code, latency_ms, "rpc finished");
+        } else {
+            tracing::info!(%code, latency_ms, "rpc finished");
+        }
+    }
+}
+
+/// Codes that mean the service, not the caller, failed.
+fn is_server_fault(code: Code) -> bool {
+    matches!(
+        code,
+        Code::Unknown | Code::Internal | Code::Unavailable | Code::DataLoss | Code::Unimplemented
+    )
+}
+
+/// Splits `/pkg.Service/Method`.
+fn split_path(path: &str) -> (&str, &str) {
+    let path = path.strip_prefix('/').unwrap_or(path);
+    path.rsplit_once('/').unwrap_or((path, ""))
+}
+
+impl<S, B> Service<http::Request<B>> for Trace<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<Body>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let (service, method) = split_path(req.uri().path());
+        let span = tracing::info_span!(
+            "rpc",
+            otel.name = %req.uri().path().trim_start_matches('/'),
+            otel.kind = "server",
+            otel.status_code = tracing::field::Empty,
+            rpc.system = "grpc",
+            rpc.service = %service,
+            rpc.method = %method,
+            rpc.grpc.status_code = tracing::field::Empty,
+            latency_ms = tracing::field::Empty,
+            principal = tracing::field::Empty,
+        );
+        telemetry::set_remote_parent(&span, req.headers());
+        let call = Call {
+            span: span.clone(),
+            started: Instant::now(),
+            service: service.to_owned(),
+            method: method.to_owned(),
+            metrics: self.metrics.clone(),
+        };
+        let fut = {
+            let _in = span.enter();
+            self.inner.call(req)
+        };
+        Box::pin(async move {
+            let result = {
+                let span = call.span.clone();
+                tracing::Instrument::instrument(fut, span).await
+            };
+            match result {
+                Ok(resp) => {
+                    // A trailers-only response (every error) carries the code in its headers.
+                    let code = Status::from_header_map(resp.headers()).map(|s| s.code());
+                    let (parts, body) = resp.into_parts();
+                    let body = Body::new(TracedBody {
+                        inner: body,
+                        code,
+                        call: Some(call),
+                    });
+                    Ok(http::Response::from_parts(parts, body))
+                }
+                Err(e) => {
+                    call.finish(Code::Internal);
+                    Err(e)
+                }
+            }
+        })
+    }
+}
+
+/// A response body that closes the RPC's span when the last frame (the trailers) goes out, or
+/// when it is dropped early (the caller went away: `CANCELLED`).
+struct TracedBody {
+    inner: Body,
+    /// The code from the response headers, if it was there.
+    code: Option<Code>,
+    call: Option<Call>,
+}
+
+impl TracedBody {
+    fn finish(&mut self, code: Code) {
+        if let Some(call) = self.call.take() {
+            call.finish(code);
+        }
+    }
+}
+
+impl HttpBody for TracedBody {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = &mut *self;
+        let polled = {
+            let _in = this.call.as_ref().map(|c| c.span.enter());
+            ready!(Pin::new(&mut this.inner).poll_frame(cx))
+        };
+        match &polled {
+            Some(Ok(frame)) => {
+                if let Some(trailers) = frame.trailers_ref() {
+                    let code = Status::from_header_map(trailers)
+                        .map(|s| s.code())
+                        .or(this.code)
+                        .unwrap_or(Code::Unknown);
+                    this.finish(code);
+                }
+            }
+            Some(Err(status)) => this.finish(status.code()),
+            None => {
+                let code = this.code.unwrap_or(Code::Unknown);
+                this.finish(code);
+            }
+        }
+        Poll::Ready(polled)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for TracedBody {
+    fn drop(&mut self) {
+        let code = self.code.unwrap_or(Code::Cancelled);
+        self.finish(code);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_header_parsing() {
+        let h = |v: &str| {
+            let mut m = http::HeaderMap::new();
+            m.insert(http::header::AUTHORIZATION, v.parse().unwrap());
+            m
+        };
+        assert_eq!(bearer(&h("Bearer abc")), Some("abc"));
+        assert_eq!(bearer(&h("bearer  abc ")), Some("abc"));
+        assert_eq!(bearer(&h("Basic abc")), None);
+        assert_eq!(bearer(&h("Bearer ")), None);
+        assert_eq!(bearer(&http::HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn paths_split_into_service_and_method() {
+        assert_eq!(
+            split_path("/agentry.v1.AgentRegistryService/ListAgents"),
+            ("agentry.v1.AgentRegistryService", "ListAgents")
+        );
+        assert_eq!(split_path("/odd"), ("odd", ""));
+    }
+}

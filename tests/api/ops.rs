@@ -1,0 +1,359 @@
+//! Operations through gRPC: bearer-token auth and its reload, the Unix-socket listener, and the
+//! real binary's signal handling.
+
+use std::{
+    path::PathBuf,
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use agentry::{
+    grpc::{
+        Listener,
+        pb::{self, agent_registry_service_client::AgentRegistryServiceClient},
+    },
+    telemetry::Metrics,
+};
+use hyper_util::rt::TokioIo;
+use nix::{sys::signal, unistd::Pid};
+use tonic::{
+    Code,
+    transport::{Channel, Endpoint, Uri},
+};
+use tonic_health::pb::{
+    HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+};
+
+use crate::helpers::*;
+
+fn list_req() -> pb::ListAgentsRequest {
+    pb::ListAgentsRequest {
+        page_size: 10,
+        ..Default::default()
+    }
+}
+
+/// A server whose tokens file (returned) maps `tok-alice` to `alice`.
+async fn start_with_tokens() -> (TestServer, PathBuf) {
+    let mut tokens = PathBuf::new();
+    let s = start_with(|cfg| {
+        let dir = cfg.home.as_ref().unwrap().parent().unwrap();
+        tokens = dir.join("tokens.yaml");
+        std::fs::write(&tokens, "tok-alice: alice\n").unwrap();
+        cfg.auth.tokens_file = Some(tokens.clone());
+    })
+    .await;
+    (s, tokens)
+}
+
+async fn list_with(s: &TestServer, md: &[(&'static str, &str)]) -> Result<(), tonic::Status> {
+    s.client
+        .clone()
+        .list_agents(req(list_req(), md))
+        .await
+        .map(drop)
+}
+
+#[tokio::test]
+async fn auth_refuses_a_missing_token() {
+    let (s, _) = start_with_tokens().await;
+    let e = list_with(&s, &[]).await.unwrap_err();
+    assert_status(
+        &e,
+        Code::Unauthenticated,
+        "UNAUTHENTICATED",
+        "missing bearer token",
+    );
+    // A scheme other than Bearer is no bearer token either.
+    let e = list_with(&s, &[("authorization", "Basic dG9rLWFsaWNl")])
+        .await
+        .unwrap_err();
+    assert_status(
+        &e,
+        Code::Unauthenticated,
+        "UNAUTHENTICATED",
+        "missing bearer token",
+    );
+}
+
+#[tokio::test]
+async fn auth_refuses_an_unknown_token() {
+    let (s, _) = start_with_tokens().await;
+    let e = list_with(&s, &[("authorization", "Bearer tok-mallory")])
+        .await
+        .unwrap_err();
+    assert_status(
+        &e,
+        Code::Unauthenticated,
+        "UNAUTHENTICATED",
+        "unknown bearer token",
+    );
+}
+
+#[tokio::test]
+async fn auth_accepts_a_known_token() {
+    let (s, _) = start_with_tokens().await;
+    list_with(&s, &[("authorization", "Bearer tok-alice")])
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn health_and_reflection_need_no_token() {
+    let (s, _) = start_with_tokens().await;
+    s.health
+        .clone()
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap();
+    // Reflection is a bidi stream: getting its response stream open is enough.
+    let mut refl = tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient::new(
+        Channel::from_shared(format!("http://{}", s.addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap(),
+    );
+    let ask = tonic_reflection::pb::v1::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(
+            tonic_reflection::pb::v1::server_reflection_request::MessageRequest::ListServices(
+                String::new(),
+            ),
+        ),
+    };
+    let mut answers = refl
+        .server_reflection_info(tokio_stream::iter([ask]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(answers.message().await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn tokens_file_edits_apply_while_running() {
+    let (s, tokens) = start_with_tokens().await;
+    let bob = [("authorization", "Bearer tok-bob")];
+    assert_eq!(
+        list_with(&s, &bob).await.unwrap_err().code(),
+        Code::Unauthenticated
+    );
+    std::fs::write(&tokens, "tok-bob: bob\n").unwrap();
+    assert!(
+        eventually(Duration::from_secs(3), || async {
+            list_with(&s, &bob).await.is_ok()
+        })
+        .await,
+        "the new token was not accepted within 3 s"
+    );
+    let e = list_with(&s, &[("authorization", "Bearer tok-alice")])
+        .await
+        .unwrap_err();
+    assert_eq!(e.message(), "unknown bearer token");
+
+    // A broken edit keeps the tokens in force.
+    std::fs::write(&tokens, "tok-bob: [oops\n").unwrap();
+    tokio::time::sleep(agentry::auth::RELOAD_INTERVAL * 2).await;
+    list_with(&s, &bob).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_bad_tokens_file_fails_start_up_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config_in(dir.path());
+    let tokens = dir.path().join("tokens.yaml");
+    std::fs::write(&tokens, "- not\n- a mapping\n").unwrap();
+    cfg.auth.tokens_file = Some(tokens.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let e = agentry::grpc::run(cfg, listener, std::future::pending())
+        .await
+        .unwrap_err();
+    let msg = format!("{e:#}");
+    assert!(msg.contains(&tokens.display().to_string()), "{msg}");
+    assert!(msg.contains("mapping"), "{msg}");
+}
+
+/// A channel over a Unix domain socket.
+async fn unix_channel(path: PathBuf) -> Channel {
+    // The URI is required by the API but unused: the connector ignores it.
+    Endpoint::try_from("http://[::]:50051")
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?))
+            }
+        }))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn serves_on_a_unix_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_in(dir.path());
+    let sock = dir.path().join("agentry.sock");
+    let listener = Listener::bind(&format!("unix:{}", sock.display()))
+        .await
+        .unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(agentry::grpc::run(cfg, listener, async move {
+        let _ = rx.await;
+    }));
+    let channel = unix_channel(sock).await;
+    let resp = AgentRegistryServiceClient::new(channel.clone())
+        .list_agents(list_req())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(names(&resp.agents).contains(&"explore".to_owned()));
+    tx.send(()).unwrap();
+    server.await.unwrap().unwrap();
+}
+
+#[test]
+fn metrics_are_no_ops_without_export() {
+    let m = Metrics::new();
+    m.worker_spawned("explore", "started");
+    m.dedupe_hit();
+    m.review_decision("approved");
+    m.discovery(Duration::from_millis(3), 2);
+}
+
+/// The real binary, serving on a free port with `grace`.
+struct Binary {
+    child: tokio::process::Child,
+    addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Binary {
+    async fn start(grace: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let config = dir.path().join("agentry.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "listen: {addr}\nhome: {home}\nstore: {{path: {db}}}\nshutdown_grace: {grace}\n",
+                home = dir.path().display(),
+                db = dir.path().join("agentry.db").display(),
+            ),
+        )
+        .unwrap();
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentry"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("AGENTRY_LISTEN")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let b = Self {
+            child,
+            addr,
+            _dir: dir,
+        };
+        b.wait_serving().await;
+        b
+    }
+
+    async fn channel(&self) -> Option<Channel> {
+        Channel::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect()
+            .await
+            .ok()
+    }
+
+    async fn wait_serving(&self) {
+        let serving = eventually(Duration::from_secs(20), || async {
+            let Some(ch) = self.channel().await else {
+                return false;
+            };
+            HealthClient::new(ch)
+                .check(HealthCheckRequest {
+                    service: String::new(),
+                })
+                .await
+                .is_ok_and(|r| r.into_inner().status == ServingStatus::Serving as i32)
+        })
+        .await;
+        assert!(serving, "the binary never became SERVING");
+    }
+
+    fn signal(&self, sig: signal::Signal) {
+        let pid = Pid::from_raw(self.child.id().unwrap() as i32);
+        signal::kill(pid, sig).unwrap();
+    }
+
+    /// Opens a health Watch and reads its first answer: a call that is in flight on the server
+    /// and never ends by itself, so a graceful drain has to wait for it.
+    async fn hang_a_call(&self) -> tonic::Streaming<tonic_health::pb::HealthCheckResponse> {
+        let mut watch = HealthClient::new(self.channel().await.unwrap())
+            .watch(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        watch.message().await.unwrap().expect("a first status");
+        watch
+    }
+
+    async fn exit_within(&mut self, within: Duration) -> (std::process::ExitStatus, Duration) {
+        let started = Instant::now();
+        let status = tokio::time::timeout(within, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("still running after {within:?}"))
+            .unwrap();
+        (status, started.elapsed())
+    }
+}
+
+#[tokio::test]
+async fn sigterm_drains_and_exits_zero() {
+    let mut b = Binary::start("5s").await;
+    b.signal(signal::Signal::SIGTERM);
+    let (status, _) = b.exit_within(Duration::from_secs(5)).await;
+    assert!(status.success(), "{status:?}");
+}
+
+#[tokio::test]
+async fn a_call_that_never_ends_is_cut_at_shutdown_grace() {
+    let mut b = Binary::start("1s").await;
+    let _call = b.hang_a_call().await;
+    b.signal(signal::Signal::SIGTERM);
+    let (status, took) = b.exit_within(Duration::from_secs(6)).await;
+    assert!(status.success(), "{status:?}");
+    assert!(
+        took >= Duration::from_millis(800),
+        "did not drain: {took:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_second_signal_exits_at_once() {
+    let mut b = Binary::start("60s").await;
+    let _call = b.hang_a_call().await;
+    b.signal(signal::Signal::SIGTERM);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        b.child.try_wait().unwrap().is_none(),
+        "exited before the drain"
+    );
+    b.signal(signal::Signal::SIGINT);
+    let (status, _) = b.exit_within(Duration::from_secs(3)).await;
+    assert!(!status.success(), "{status:?}");
+}
