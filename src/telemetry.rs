@@ -17,7 +17,7 @@ use std::{collections::HashMap, time::Duration};
 
 use opentelemetry::{
     KeyValue,
-    metrics::{Counter, Gauge, Histogram},
+    metrics::{Counter, Gauge, Histogram, UpDownCounter},
     propagation::{Extractor, TextMapPropagator},
     trace::{TraceContextExt, TracerProvider as _},
 };
@@ -332,6 +332,7 @@ pub struct Metrics {
     review_decisions: Counter<u64>,
     discovery_duration: Histogram<f64>,
     discovery_diagnostics: Gauge<u64>,
+    workers_live: UpDownCounter<i64>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -386,6 +387,10 @@ impl Metrics {
                 .u64_gauge("agentry.discovery.diagnostics")
                 .with_description("diagnostics in the latest discovery snapshot")
                 .build(),
+            workers_live: m
+                .i64_up_down_counter("agentry.workers.live")
+                .with_description("workers currently in each non-terminal state")
+                .build(),
         }
     }
 
@@ -409,6 +414,19 @@ impl Metrics {
                 KeyValue::new("outcome", outcome.to_owned()),
             ],
         );
+    }
+
+    /// A worker left state `from` (if it was live) and entered `to`; keeps the number of workers
+    /// per live state (`pending`, `running`) current.
+    pub fn worker_state(&self, from: Option<&str>, to: &str) {
+        if let Some(from) = from {
+            self.workers_live
+                .add(-1, &[KeyValue::new("state", from.to_owned())]);
+        }
+        if matches!(to, "pending" | "running") {
+            self.workers_live
+                .add(1, &[KeyValue::new("state", to.to_owned())]);
+        }
     }
 
     /// A dispatch was answered from the dedupe cache.

@@ -250,6 +250,8 @@ struct Inner {
     snapshots: moka::future::Cache<Option<PathBuf>, Arc<Snapshot>>,
     /// Workspace as given → canonical form, so a hit needs no file-system call.
     canonical: moka::sync::Cache<String, PathBuf>,
+    /// Build duration and diagnostics count.
+    metrics: crate::telemetry::Metrics,
 }
 
 impl Registry {
@@ -297,6 +299,7 @@ impl Registry {
                 watcher,
                 snapshots,
                 canonical,
+                metrics: crate::telemetry::Metrics::new(),
             }),
         })
     }
@@ -360,14 +363,26 @@ impl Registry {
                 async move {
                     let gen_at_start = inner.generation();
                     tokio::task::spawn_blocking(move || {
-                        Arc::new(build(
+                        let started = Instant::now();
+                        let snap = build(
                             &inner.sources,
                             &inner.opts,
                             &inner.bundled,
                             build_key.as_deref(),
                             gen_at_start,
                             inner.watcher.as_ref(),
-                        ))
+                        );
+                        inner
+                            .metrics
+                            .discovery(started.elapsed(), snap.diagnostics.len());
+                        tracing::debug!(
+                            workspace = ?build_key,
+                            agents = snap.agents.len(),
+                            diagnostics = snap.diagnostics.len(),
+                            elapsed_ms = started.elapsed().as_millis() as u64,
+                            "snapshot built"
+                        );
+                        Arc::new(snap)
                     })
                     .await
                     .expect("snapshot build panicked")

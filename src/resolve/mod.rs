@@ -376,6 +376,19 @@ pub enum SpawnDenied {
     },
 }
 
+impl SpawnDenied {
+    /// The stable UPPER_SNAKE reason (also the gRPC `ErrorInfo.reason`).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::UnknownAgent { .. } => "AGENT_NOT_FOUND",
+            Self::Reserved { .. } => "AGENT_RESERVED",
+            Self::Recursion { .. } => "RECURSION_BLOCKED",
+            Self::NotAllowed { .. } => "SPAWN_NOT_ALLOWED",
+            Self::MaxDepth { .. } => "MAX_DEPTH",
+        }
+    }
+}
+
 /// The "Unknown agent" error for `name`.
 pub fn unknown_agent(snapshot: &Snapshot, name: &str) -> SpawnDenied {
     let names: Vec<&str> = snapshot

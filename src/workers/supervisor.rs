@@ -203,6 +203,8 @@ pub struct Supervisor {
     tasks: tokio_util::task::TaskTracker,
     /// Why a worker is being stopped, recorded as its error once it is gone.
     stop_reasons: Mutex<HashMap<WorkerId, String>>,
+    /// Spawn outcomes, dedupe hits, workers per state.
+    metrics: crate::telemetry::Metrics,
 }
 
 /// Cancels a sync worker when the call that waits for it goes away.
@@ -252,6 +254,7 @@ impl Supervisor {
             shutdown: CancellationToken::new(),
             tasks: tokio_util::task::TaskTracker::new(),
             stop_reasons: Mutex::new(HashMap::new()),
+            metrics: crate::telemetry::Metrics::new(),
             store,
             executor,
             registry,
@@ -333,8 +336,16 @@ impl Supervisor {
         }
 
         let snap = self.registry.snapshot(&req.workspace).await?;
-        let def = resolve::check_spawn(&snap, &caller, &req.agent, &self.rules)?;
+        let def = match resolve::check_spawn(&snap, &caller, &req.agent, &self.rules) {
+            Ok(def) => def,
+            Err(denied) => {
+                self.metrics
+                    .worker_spawned(&req.agent, &format!("denied_{}", denied.reason()));
+                return Err(denied.into());
+            }
+        };
         if self.pending.load(Ordering::SeqCst) >= self.settings.max_pending {
+            self.metrics.worker_spawned(&req.agent, "denied_capacity");
             return Err(WorkerError::Capacity(format!(
                 "{} workers are already waiting for a run slot (limits.max_pending); retry later",
                 self.settings.max_pending
@@ -355,6 +366,7 @@ impl Supervisor {
         if let Claim::Existing { worker_id, age } = claim {
             let wid = WorkerId::parse(&worker_id).expect("dedupe holds valid ids");
             if let Some(rec) = self.cached(&wid) {
+                self.metrics.dedupe_hit();
                 let worker = self.finish_wait(rec, req.wait).await?;
                 return Ok(Spawned {
                     hint: format!(
@@ -427,6 +439,7 @@ impl Supervisor {
             },
         );
         let _ = events.send(created);
+        self.metrics.worker_state(None, "pending");
         tracing::info!(worker = %new_id, agent = %req.agent, depth = record.depth, parent = ?record.parent_id.as_ref().map(WorkerId::as_str), "worker created");
 
         let job = Job {
@@ -460,7 +473,9 @@ impl Supervisor {
                 ("AGENTRY_BLOCKED_AGENT".into(), blocked.join(",")),
                 (
                     "TRACEPARENT".into(),
-                    id.traceparent.clone().unwrap_or_default(),
+                    crate::telemetry::current_traceparent()
+                        .or_else(|| id.traceparent.clone())
+                        .unwrap_or_default(),
                 ),
             ],
             cwd: record.workspace.as_ref().map(Into::into),
@@ -480,7 +495,16 @@ impl Supervisor {
         // The run belongs to the service; a sync caller only holds a guard that cancels it.
         let guard = req.wait.then(|| BindToCaller(Some(cancel)));
         let this = self.clone();
-        self.tasks.spawn(async move { this.drive(ctx, job).await });
+        let span = tracing::info_span!(
+            "worker",
+            worker = %new_id,
+            agent = %req.agent,
+            parent = record.parent_id.as_ref().map_or("", WorkerId::as_str),
+            depth = record.depth,
+            outcome = tracing::field::Empty,
+        );
+        self.tasks
+            .spawn(tracing::Instrument::instrument(this.drive(ctx, job), span));
         let worker = if req.wait {
             let rec = wait_done(done_rx).await;
             if let Some(mut g) = guard {
@@ -537,7 +561,10 @@ impl Supervisor {
         let inner = {
             let this = self.clone();
             let ctx = ctx.clone_handles();
-            tokio::spawn(async move { this.run_once(ctx, job).await })
+            tokio::spawn(tracing::Instrument::instrument(
+                async move { this.run_once(ctx, job).await },
+                tracing::Span::current(),
+            ))
         };
         let final_patch = match inner.await {
             Ok(outcome) => outcome,
@@ -572,6 +599,8 @@ impl Supervisor {
                     .unwrap_or_else(|| self.cached(&id).expect("live worker"))
             }
         };
+        tracing::Span::current().record("outcome", rec.state.as_str());
+        self.metrics.worker_spawned(&rec.agent, rec.state.as_str());
         self.recent.insert(id.clone(), rec.clone());
         self.live().remove(&id);
         tracing::info!(worker = %id, agent = %rec.agent, state = %rec.state, error = ?rec.error, "worker finished");
@@ -706,6 +735,8 @@ impl Supervisor {
             Applied::Moved(ev) => {
                 let rec = ev.worker.clone();
                 if let Some(l) = self.live().get_mut(&ctx.id) {
+                    self.metrics
+                        .worker_state(Some(l.record.state.as_str()), rec.state.as_str());
                     l.record = rec.clone();
                 }
                 let _ = ctx.events.send(ev);

@@ -141,7 +141,16 @@ async fn sync_spawn_completes_with_the_effective_agent() {
     let s = with_runtime("echo hello", |_| {}).await;
     let mut r = spawn_req("lead", "do  the\tthing", true);
     r.mode = pb::Mode::Plan as i32;
-    let w = spawn(&s, r).await.unwrap().worker.unwrap();
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let w = s
+        .client
+        .clone()
+        .spawn_worker(req(r, &[("traceparent", tp)]))
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
     assert_eq!(w.state, pb::WorkerState::Completed as i32);
     assert_eq!(w.result.as_deref(), Some("hello\n"));
     assert_eq!(w.exit_code, Some(0));
@@ -172,6 +181,8 @@ async fn sync_spawn_completes_with_the_effective_agent() {
     assert_eq!(env["AGENTRY_BLOCKED_AGENT"], "lead");
     assert_eq!(env["AGENTRY_ADDR"], s.addr.to_string());
     assert_eq!(env["AGENTRY_WORKER_TOKEN"].len(), 32);
+    // Without an exporter the caller's trace context is handed on as is.
+    assert_eq!(env["TRACEPARENT"], tp);
     assert_eq!(get(&s, &w.id).await, w);
 }
 
