@@ -127,7 +127,22 @@ async fn rpc_spans_and_metrics_reach_an_otlp_receiver() {
     );
     assert!(guard.exporting());
 
-    let s = start().await;
+    let s = start_with(|c| {
+        let root = c.home.clone().unwrap().parent().unwrap().to_path_buf();
+        let script = root.join("run-agent");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\ncat > /dev/null\necho \"$TRACEPARENT\" > {}\n",
+                root.join("traceparent").display()
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        c.executor.command = vec![script.display().to_string()];
+    })
+    .await;
     let traceparent = format!("00-{TRACE_ID}-{PARENT_SPAN_ID}-01");
     s.client
         .clone()
@@ -137,6 +152,35 @@ async fn rpc_spans_and_metrics_reach_an_otlp_receiver() {
         ))
         .await
         .unwrap();
+
+    // A worker spawned in the same trace gets a TRACEPARENT of that trace for its own span.
+    let w = s
+        .client
+        .clone()
+        .spawn_worker(req(
+            pb::SpawnWorkerRequest {
+                agent: "task".into(),
+                prompt: "traced".into(),
+                wait: true,
+                ..Default::default()
+            },
+            &[("traceparent", traceparent.as_str())],
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32);
+    let handed = std::fs::read_to_string(s.dir.path().join("traceparent")).unwrap();
+    assert!(
+        handed.starts_with(&format!("00-{TRACE_ID}-")),
+        "worker TRACEPARENT {handed:?}"
+    );
+    assert!(
+        !handed.contains(PARENT_SPAN_ID),
+        "a span of ours, not the caller's"
+    );
 
     let flush = || {
         let guard = guard.clone();
@@ -157,6 +201,12 @@ async fn rpc_spans_and_metrics_reach_an_otlp_receiver() {
     assert!(service.contains("agentry-test"), "{service}");
     assert_eq!(parent, PARENT_SPAN_ID, "the caller's span is the parent");
     assert_eq!(name, "agentry.v1.AgentRegistryService/ListAgents");
+    let has_worker_span = eventually(Duration::from_secs(10), || async {
+        flush().await;
+        received.rpc_spans().iter().any(|(_, _, n)| n == "worker")
+    })
+    .await;
+    assert!(has_worker_span, "spans: {:?}", received.rpc_spans());
 
     let counted = eventually(Duration::from_secs(10), || async {
         flush().await;
