@@ -11,9 +11,10 @@ pub struct PageToken {
     /// Index of the first item of the next page.
     #[serde(rename = "o")]
     pub offset: usize,
-    /// Registry version the listing started at.
+    /// Where the listing stands: the registry version it started at (ListAgents) or the keyset
+    /// cursor `create_ms:id` of the last item returned (ListWorkers).
     #[serde(rename = "v")]
-    pub version: String,
+    pub at: String,
     /// Hash of the request parameters the token belongs to.
     #[serde(rename = "q")]
     pub query: String,
@@ -69,6 +70,51 @@ impl PageToken {
     }
 }
 
+/// Default `page_size` when a request leaves it 0.
+pub const DEFAULT_PAGE_SIZE: usize = 100;
+/// Largest accepted `page_size`.
+pub const MAX_PAGE_SIZE: i32 = 1000;
+
+/// Reads a request's `page_size`: 0 = the default, 1..=MAX, anything else a violation.
+pub fn page_size(n: i32, v: &mut super::status::Violations) -> usize {
+    match n {
+        0 => DEFAULT_PAGE_SIZE,
+        n if (1..=MAX_PAGE_SIZE).contains(&n) => n as usize,
+        n => {
+            v.add(
+                "page_size",
+                format!("must be between 0 and {MAX_PAGE_SIZE}, got {n}"),
+            );
+            DEFAULT_PAGE_SIZE
+        }
+    }
+}
+
+/// Reads a request's `page_token` (empty = first page); a bad one is a violation.
+pub fn page_token(
+    token: &str,
+    query: &str,
+    v: &mut super::status::Violations,
+) -> Option<PageToken> {
+    if token.is_empty() {
+        return None;
+    }
+    match PageToken::decode(token, query) {
+        Ok(t) => Some(t),
+        Err(TokenError::NotOurs) => {
+            v.add("page_token", "is not a page token issued by this service");
+            None
+        }
+        Err(TokenError::OtherQuery) => {
+            v.add(
+                "page_token",
+                "was issued for a request with different parameters",
+            );
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,7 +123,7 @@ mod tests {
     fn round_trip_and_refusals() {
         let t = PageToken {
             offset: 100,
-            version: "abc".into(),
+            at: "abc".into(),
             query: query_hash(&["/w", "full"]),
         };
         let s = t.encode();

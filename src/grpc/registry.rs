@@ -7,7 +7,7 @@ use tonic::{Request, Response, Status};
 
 use super::{
     convert, metadata,
-    page::{self, PageToken, TokenError},
+    page::{self, PageToken},
     pb,
     status::{Violations, with_info},
     workers,
@@ -17,10 +17,6 @@ use crate::{
     resolve::{self, Caller, Mode, Rules},
 };
 
-/// Default and maximum `page_size` of ListAgents.
-pub const DEFAULT_PAGE_SIZE: usize = 100;
-/// Largest accepted `page_size`.
-pub const MAX_PAGE_SIZE: i32 = 1000;
 /// Longest accepted workspace path, in bytes.
 pub const MAX_WORKSPACE_BYTES: usize = 4096;
 /// Largest accepted request output schema, in bytes.
@@ -126,17 +122,7 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
                 pb::AgentView::Full
             }
         };
-        let page_size = match r.page_size {
-            0 => DEFAULT_PAGE_SIZE,
-            n if (1..=MAX_PAGE_SIZE).contains(&n) => n as usize,
-            n => {
-                v.add(
-                    "page_size",
-                    format!("must be between 0 and {MAX_PAGE_SIZE}, got {n}"),
-                );
-                DEFAULT_PAGE_SIZE
-            }
-        };
+        let page_size = page::page_size(r.page_size, &mut v);
         // The token is bound to everything that shapes the listing, caller metadata included.
         let query = page::query_hash(&[
             &r.workspace,
@@ -144,36 +130,19 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
             if r.include_shadowed { "1" } else { "0" },
             &format!("{caller:?}"),
         ]);
-        let token = if r.page_token.is_empty() {
-            None
-        } else {
-            match PageToken::decode(&r.page_token, &query) {
-                Ok(t) => Some(t),
-                Err(TokenError::NotOurs) => {
-                    v.add("page_token", "is not a page token issued by this service");
-                    None
-                }
-                Err(TokenError::OtherQuery) => {
-                    v.add(
-                        "page_token",
-                        "was issued for a request with different parameters",
-                    );
-                    None
-                }
-            }
-        };
+        let token = page::page_token(&r.page_token, &query, &mut v);
         v.check()?;
 
         let snap = self.registry.snapshot(&r.workspace).await?;
         if let Some(t) = &token
-            && t.version != snap.version
+            && t.at != snap.version
         {
             return Err(with_info(
                 tonic::Code::Aborted,
                 "REGISTRY_CHANGED",
                 format!(
                     "the agent registry changed during pagination (version {} → {}); restart the listing without a page_token",
-                    t.version, snap.version
+                    t.at, snap.version
                 ),
                 &[("registry_version", &snap.version)],
             ));
@@ -189,7 +158,7 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
         let next_page_token = if end < all.len() {
             PageToken {
                 offset: end,
-                version: snap.version.clone(),
+                at: snap.version.clone(),
                 query,
             }
             .encode()

@@ -9,9 +9,9 @@ use tonic::{Code, Request, Status, metadata::MetadataMap};
 
 use super::{
     convert, metadata,
-    page::{self, PageToken, TokenError},
+    page::{self, PageToken},
     pb,
-    registry::{MAX_PAGE_SIZE, check_workspace, parse_mode},
+    registry::{check_workspace, parse_mode},
     status::{Violations, invalid, with_info},
 };
 use crate::{
@@ -363,39 +363,12 @@ pub fn list(
             _ => v.add("states", format!("unknown or unspecified state {s}")),
         }
     }
-    let limit = match r.page_size {
-        0 => 100,
-        n if (1..=MAX_PAGE_SIZE).contains(&n) => n as usize,
-        n => {
-            v.add(
-                "page_size",
-                format!("must be between 0 and {MAX_PAGE_SIZE}, got {n}"),
-            );
-            100
-        }
-    };
+    let limit = page::page_size(r.page_size, &mut v);
     let query = page::query_hash(&[&r.parent_id, &format!("{:?}", r.states)]);
-    let after = if r.page_token.is_empty() {
-        None
-    } else {
-        match PageToken::decode(&r.page_token, &query) {
-            Ok(t) => t
-                .version
-                .split_once(':')
-                .and_then(|(ms, id)| Some((ms.parse::<i64>().ok()?, WorkerId::parse(id).ok()?))),
-            Err(TokenError::NotOurs) => {
-                v.add("page_token", "is not a page token issued by this service");
-                None
-            }
-            Err(TokenError::OtherQuery) => {
-                v.add(
-                    "page_token",
-                    "was issued for a request with different filters",
-                );
-                None
-            }
-        }
-    };
+    let after = page::page_token(&r.page_token, &query, &mut v).and_then(|t| {
+        let (ms, id) = t.at.split_once(':')?;
+        Some((ms.parse::<i64>().ok()?, WorkerId::parse(id).ok()?))
+    });
     v.check()?;
     let mut rows = sup.list(&ListQuery {
         parent,
@@ -408,7 +381,7 @@ pub fn list(
         let last = rows.last().expect("non-empty page");
         PageToken {
             offset: 0,
-            version: format!("{}:{}", last.create_time_ms, last.id),
+            at: format!("{}:{}", last.create_time_ms, last.id),
             query,
         }
         .encode()
