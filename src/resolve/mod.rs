@@ -407,10 +407,31 @@ pub fn check_spawn<'a>(
     name: &str,
     rules: &Rules,
 ) -> Result<&'a Arc<AgentDef>, SpawnDenied> {
+    check(snapshot, caller, name, rules, false)
+}
+
+/// The checks of [`check_spawn`] for the review gate's reviewer: the same, except that a
+/// reserved agent may run (the reviewer is reserved precisely so that only the gate runs it).
+pub fn check_review<'a>(
+    snapshot: &'a Snapshot,
+    caller: &Caller,
+    name: &str,
+    rules: &Rules,
+) -> Result<&'a Arc<AgentDef>, SpawnDenied> {
+    check(snapshot, caller, name, rules, true)
+}
+
+fn check<'a>(
+    snapshot: &'a Snapshot,
+    caller: &Caller,
+    name: &str,
+    rules: &Rules,
+    reserved_ok: bool,
+) -> Result<&'a Arc<AgentDef>, SpawnDenied> {
     let def = snapshot
         .get(name)
         .ok_or_else(|| unknown_agent(snapshot, name))?;
-    if rules.reserved.iter().any(|r| r == name) {
+    if !reserved_ok && rules.reserved.iter().any(|r| r == name) {
         return Err(SpawnDenied::Reserved {
             name: name.to_owned(),
             reserved: rules.reserved.join(", "),
