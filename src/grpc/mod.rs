@@ -5,6 +5,7 @@ pub mod convert;
 pub mod metadata;
 pub mod page;
 pub mod registry;
+pub mod review;
 pub mod status;
 pub mod workers;
 
