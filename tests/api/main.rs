@@ -2,4 +2,5 @@
 
 mod helpers;
 mod registry;
+mod review;
 mod workers;
