@@ -182,6 +182,13 @@ impl AgentRegistryService for Echo {
         Err(Status::unimplemented("not measured"))
     }
 
+    async fn review(
+        &self,
+        _req: Request<pb::ReviewRequest>,
+    ) -> Result<Response<pb::ReviewResponse>, Status> {
+        Err(Status::unimplemented("not measured"))
+    }
+
     type WatchWorkerStream = agentry::grpc::workers::WatchStream;
 
     async fn watch_worker(

@@ -8,6 +8,7 @@
 //! - [`persona`]: one file's bytes → a persona or diagnostics. Pure.
 //! - [`discovery`]: which directories, in which order; merge; snapshots; file watching.
 //! - [`resolve`]: caller lineage, spawn policy and the effective agent a worker gets.
+//! - [`review`]: the review gate — proposal → reviewer worker → decision, failing closed.
 //! - [`grpc`]: translation only — proto ⇄ domain, errors → `Status`, server wiring.
 //! - [`auth`]: bearer tokens file → [`auth::Principal`], reloaded on change.
 //! - [`telemetry`]: logs, OTLP spans and metrics, W3C trace context in and out.
@@ -20,5 +21,6 @@ pub mod discovery;
 pub mod grpc;
 pub mod persona;
 pub mod resolve;
+pub mod review;
 pub mod telemetry;
 pub mod workers;

@@ -7,6 +7,7 @@ pub mod listen;
 pub mod metadata;
 pub mod page;
 pub mod registry;
+pub mod review;
 pub mod status;
 pub mod workers;
 

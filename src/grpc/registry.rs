@@ -268,6 +268,15 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
         workers::list(&self.supervisor, req.into_inner()).map(Response::new)
     }
 
+    async fn review(
+        &self,
+        req: Request<pb::ReviewRequest>,
+    ) -> Result<Response<pb::ReviewResponse>, Status> {
+        super::review::review(&self.supervisor, req)
+            .await
+            .map(Response::new)
+    }
+
     type WatchWorkerStream = workers::WatchStream;
 
     async fn watch_worker(

@@ -420,6 +420,36 @@ pub fn check_spawn<'a>(
     name: &str,
     rules: &Rules,
 ) -> Result<&'a Arc<AgentDef>, SpawnDenied> {
+    check(snapshot, caller, name, rules)
+}
+
+/// The checks for the review gate's reviewer: unknown and recursion only. The reviewer is
+/// reserved precisely so that only the gate runs it, and the gate — not the caller — decides
+/// to run it, so the caller's spawn policy and depth do not apply: a worker that may spawn
+/// nothing, or sits at the depth limit, must still be able to have a write reviewed (else every
+/// such write would be rejected unseen). The row is still the caller's child, at depth + 1.
+pub fn check_review<'a>(
+    snapshot: &'a Snapshot,
+    caller: &Caller,
+    name: &str,
+) -> Result<&'a Arc<AgentDef>, SpawnDenied> {
+    let def = snapshot
+        .get(name)
+        .ok_or_else(|| unknown_agent(snapshot, name))?;
+    if caller.blocked.iter().any(|b| b == name) {
+        return Err(SpawnDenied::Recursion {
+            name: name.to_owned(),
+        });
+    }
+    Ok(def)
+}
+
+fn check<'a>(
+    snapshot: &'a Snapshot,
+    caller: &Caller,
+    name: &str,
+    rules: &Rules,
+) -> Result<&'a Arc<AgentDef>, SpawnDenied> {
     let def = snapshot
         .get(name)
         .ok_or_else(|| unknown_agent(snapshot, name))?;

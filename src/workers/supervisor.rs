@@ -63,6 +63,10 @@ pub struct Settings {
     pub dedupe_ttl: Duration,
     /// Dedupe bound.
     pub dedupe_max_entries: u64,
+    /// Persona run by the review gate (`review.agent`).
+    pub review_agent: String,
+    /// Bound on one review, independent of `timeout` (`review.timeout`).
+    pub review_timeout: Duration,
 }
 
 impl Settings {
@@ -77,6 +81,8 @@ impl Settings {
             max_pending: cfg.limits.max_pending,
             dedupe_ttl: cfg.dedupe.ttl,
             dedupe_max_entries: cfg.dedupe.max_entries,
+            review_agent: cfg.review.agent.clone(),
+            review_timeout: cfg.review.timeout,
         }
     }
 }
@@ -126,6 +132,28 @@ pub struct Spawned {
     pub deduplicated: bool,
     /// Why, for the caller.
     pub hint: String,
+}
+
+/// Turns a completed run's stdout into its structured result. The review gate uses it to record
+/// the decision in the worker row instead of enforcing the reviewer's output schema.
+pub type Summarise = Arc<dyn Fn(&str) -> serde_json::Value + Send + Sync>;
+
+/// How a review run differs from an ordinary spawn: reserved agents allowed, no dedupe, no
+/// output schema enforcement, its own deadline.
+struct ReviewRun {
+    /// Bound on the whole run, pending included.
+    timeout: Duration,
+    /// Fills `structured_result` of a completed run.
+    summarise: Summarise,
+}
+
+/// A finished review run.
+#[derive(Debug, Clone)]
+pub struct Reviewed {
+    /// The reviewer worker's final record (the audit row).
+    pub worker: WorkerRecord,
+    /// The review deadline passed and the reviewer was stopped.
+    pub timed_out: bool,
 }
 
 /// Why a supervisor call failed.
@@ -307,6 +335,52 @@ impl Supervisor {
         id: &Identity,
         req: SpawnRequest,
     ) -> Result<Spawned, WorkerError> {
+        self.spawn_inner(id, req, None).await.map(|(s, _)| s)
+    }
+
+    /// Runs the configured reviewer (`review.agent`) on `prompt` as a child of the caller and
+    /// waits for it, at most `review.timeout`; past that it is stopped (recorded `killed`) and
+    /// gone before this returns. Like a spawn, except: reserved agents may run, there is no
+    /// dedupe (every review runs), and the output schema is not enforced — `summarise` fills the
+    /// structured result of a completed run instead.
+    pub async fn run_reviewer(
+        self: &Arc<Self>,
+        id: &Identity,
+        description: String,
+        prompt: String,
+        workspace: String,
+        summarise: Summarise,
+    ) -> Result<Reviewed, WorkerError> {
+        let req = SpawnRequest {
+            agent: self.settings.review_agent.clone(),
+            description,
+            prompt,
+            workspace,
+            mode: Mode::Default,
+            output_schema: None,
+            wait: true,
+            request_id: None,
+            timeout: None,
+        };
+        let run = ReviewRun {
+            timeout: self.settings.review_timeout,
+            summarise,
+        };
+        let (s, timed_out) = self.spawn_inner(id, req, Some(run)).await?;
+        Ok(Reviewed {
+            worker: s.worker,
+            timed_out,
+        })
+    }
+
+    /// The shared path of [`Self::spawn`] and [`Self::run_reviewer`]; the flag says whether a
+    /// review deadline passed.
+    async fn spawn_inner(
+        self: &Arc<Self>,
+        id: &Identity,
+        req: SpawnRequest,
+        review: Option<ReviewRun>,
+    ) -> Result<(Spawned, bool), WorkerError> {
         if self.shutdown.is_cancelled() {
             return Err(WorkerError::ShuttingDown);
         }
@@ -325,18 +399,26 @@ impl Supervisor {
                 });
             }
             let worker = self.finish_wait(existing, req.wait).await?;
-            return Ok(Spawned {
-                hint: format!(
-                    "request_id {rid:?} was already used for worker {}; returning it",
-                    worker.id
-                ),
-                worker,
-                deduplicated: true,
-            });
+            return Ok((
+                Spawned {
+                    hint: format!(
+                        "request_id {rid:?} was already used for worker {}; returning it",
+                        worker.id
+                    ),
+                    worker,
+                    deduplicated: true,
+                },
+                false,
+            ));
         }
 
         let snap = self.registry.snapshot(&req.workspace).await?;
-        let def = match resolve::check_spawn(&snap, &caller, &req.agent, &self.rules) {
+        let checked = if review.is_some() {
+            resolve::check_review(&snap, &caller, &req.agent)
+        } else {
+            resolve::check_spawn(&snap, &caller, &req.agent, &self.rules)
+        };
+        let def = match checked {
             Ok(def) => def,
             Err(denied) => {
                 self.metrics
@@ -353,31 +435,39 @@ impl Supervisor {
         }
 
         let parent_id = parent.as_ref().map(|p| p.id.clone());
-        let key = DedupeKey::new(
-            &scope,
-            parent_id.as_ref().map_or("", WorkerId::as_str),
-            &req.agent,
-            &req.prompt,
-        );
         let new_id = WorkerId::generate();
-        let claim = self.dedupe.claim(key, new_id.as_str(), |existing| {
-            WorkerId::parse(existing).is_ok_and(|w| self.reusable(&w))
+        // Reviews are never deduplicated: each one gates a different moment.
+        let key = review.is_none().then(|| {
+            DedupeKey::new(
+                &scope,
+                parent_id.as_ref().map_or("", WorkerId::as_str),
+                &req.agent,
+                &req.prompt,
+            )
         });
-        if let Claim::Existing { worker_id, age } = claim {
-            let wid = WorkerId::parse(&worker_id).expect("dedupe holds valid ids");
-            if let Some(rec) = self.cached(&wid) {
-                self.metrics.dedupe_hit();
-                let worker = self.finish_wait(rec, req.wait).await?;
-                return Ok(Spawned {
-                    hint: format!(
-                        "an identical dispatch of {} with the same prompt was made {}s ago as worker {}; its result is returned instead of starting a duplicate",
-                        req.agent,
-                        age.as_secs(),
-                        worker.id
-                    ),
-                    worker,
-                    deduplicated: true,
-                });
+        if let Some(key) = key {
+            let claim = self.dedupe.claim(key, new_id.as_str(), |existing| {
+                WorkerId::parse(existing).is_ok_and(|w| self.reusable(&w))
+            });
+            if let Claim::Existing { worker_id, age } = claim {
+                let wid = WorkerId::parse(&worker_id).expect("dedupe holds valid ids");
+                if let Some(rec) = self.cached(&wid) {
+                    self.metrics.dedupe_hit();
+                    let worker = self.finish_wait(rec, req.wait).await?;
+                    return Ok((
+                        Spawned {
+                            hint: format!(
+                                "an identical dispatch of {} with the same prompt was made {}s ago as worker {}; its result is returned instead of starting a duplicate",
+                                req.agent,
+                                age.as_secs(),
+                                worker.id
+                            ),
+                            worker,
+                            deduplicated: true,
+                        },
+                        false,
+                    ));
+                }
             }
         }
 
@@ -419,7 +509,9 @@ impl Supervisor {
         let created = match self.store.create(&record) {
             Ok(ev) => ev,
             Err(e) => {
-                self.dedupe.forget(key, new_id.as_str());
+                if let Some(key) = key {
+                    self.dedupe.forget(key, new_id.as_str());
+                }
                 return Err(e.into());
             }
         };
@@ -479,15 +571,25 @@ impl Supervisor {
                 ),
             ],
             cwd: record.workspace.as_ref().map(Into::into),
-            timeout: req
-                .timeout
-                .map_or(self.settings.timeout, |t| t.min(self.settings.timeout)),
+            // A review has its own deadline (enforced below); the executor bound is only a
+            // backstop behind it, so the row records the review's stop reason.
+            timeout: match &review {
+                Some(r) => r.timeout + self.settings.kill_grace + Duration::from_secs(1),
+                None => req
+                    .timeout
+                    .map_or(self.settings.timeout, |t| t.min(self.settings.timeout)),
+            },
             kill_grace: self.settings.kill_grace,
             max_output_bytes: self.settings.max_output_bytes,
         };
+        let (schema, summarise, deadline) = match review {
+            Some(r) => (None, Some(r.summarise), Some(r.timeout)),
+            None => (eff.output_schema.clone(), None, None),
+        };
         let ctx = RunCtx {
             id: new_id.clone(),
-            schema: eff.output_schema.clone(),
+            schema,
+            summarise,
             cancel: cancel.clone(),
             events,
             done: done_tx,
@@ -505,8 +607,21 @@ impl Supervisor {
         );
         self.tasks
             .spawn(tracing::Instrument::instrument(this.drive(ctx, job), span));
+        let mut timed_out = false;
         let worker = if req.wait {
-            let rec = wait_done(done_rx).await;
+            let rec = match deadline {
+                None => wait_done(done_rx).await,
+                Some(t) => match tokio::time::timeout(t, wait_done(done_rx.clone())).await {
+                    Ok(rec) => rec,
+                    Err(_) => {
+                        timed_out = true;
+                        let reason = format!("review timed out after {}", seconds(t));
+                        // Finished in the meantime is fine: the final record says how.
+                        let _ = self.stop(&new_id, &reason).await;
+                        wait_done(done_rx).await
+                    }
+                },
+            };
             if let Some(mut g) = guard {
                 g.0 = None;
             }
@@ -514,11 +629,14 @@ impl Supervisor {
         } else {
             record
         };
-        Ok(Spawned {
-            worker,
-            deduplicated: false,
-            hint: String::new(),
-        })
+        Ok((
+            Spawned {
+                worker,
+                deduplicated: false,
+                hint: String::new(),
+            },
+            timed_out,
+        ))
     }
 
     /// Whether a cached dispatch may be reused: live, or finished `completed`.
@@ -635,6 +753,18 @@ impl Supervisor {
         };
         drop(permit);
         match outcome {
+            Outcome::Completed { stdout } if ctx.summarise.is_some() => {
+                let summarise = ctx.summarise.as_ref().expect("checked above");
+                (
+                    Event::Complete,
+                    Patch {
+                        structured_result: Some(summarise(&stdout).to_string()),
+                        result: Some(stdout),
+                        exit_code: Some(0),
+                        ..Patch::default()
+                    },
+                )
+            }
             Outcome::Completed { stdout } => match &ctx.schema {
                 Some(schema) => match output::validate_output(schema, &stdout) {
                     Ok(v) => (
@@ -841,6 +971,11 @@ impl Supervisor {
         }
     }
 
+    /// The review deadline (`review.timeout`).
+    pub fn review_timeout(&self) -> Duration {
+        self.settings.review_timeout
+    }
+
     /// A token that is cancelled when the service shuts down (ends watch streams).
     pub fn shutdown_token(&self) -> CancellationToken {
         self.shutdown.clone()
@@ -856,6 +991,15 @@ impl Supervisor {
         {
             tracing::warn!("workers still running after the shutdown grace");
         }
+    }
+}
+
+/// A duration as whole seconds (`60s`) or, below a second or fractional, milliseconds (`500ms`).
+pub fn seconds(d: Duration) -> String {
+    if d.subsec_millis() == 0 && d.as_secs() > 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
     }
 }
 
@@ -879,6 +1023,7 @@ async fn wait_done(mut rx: watch::Receiver<Option<WorkerRecord>>) -> WorkerRecor
 struct RunCtx {
     id: WorkerId,
     schema: Option<serde_json::Value>,
+    summarise: Option<Summarise>,
     cancel: CancellationToken,
     events: broadcast::Sender<WorkerEvent>,
     done: watch::Sender<Option<WorkerRecord>>,
@@ -889,6 +1034,7 @@ impl RunCtx {
         RunCtx {
             id: self.id.clone(),
             schema: self.schema.clone(),
+            summarise: self.summarise.clone(),
             cancel: self.cancel.clone(),
             events: self.events.clone(),
             done: watch::channel(None).0,

@@ -4,4 +4,5 @@ mod helpers;
 mod ops;
 mod registry;
 mod restart;
+mod review;
 mod workers;

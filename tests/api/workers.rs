@@ -12,7 +12,7 @@ use tonic::Code;
 use crate::helpers::*;
 
 /// Writes an executable `#!/bin/sh` script.
-fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+pub(crate) fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     let p = dir.join(name);
     std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
@@ -23,7 +23,10 @@ fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
 
 /// A server whose runtime is `body`; `$OUT` is a directory the script may write to, and every
 /// run records its stdin and AGENTRY_* environment there.
-async fn with_runtime(body: &str, tweak: impl FnOnce(&mut agentry::config::Config)) -> TestServer {
+pub(crate) async fn with_runtime(
+    body: &str,
+    tweak: impl FnOnce(&mut agentry::config::Config),
+) -> TestServer {
     let body = format!(
         "cat > \"$OUT/$AGENTRY_WORKER_ID.json\"\nenv | grep -E '^(AGENTRY_|TRACEPARENT)' > \"$OUT/$AGENTRY_WORKER_ID.env\"\n{body}"
     );
@@ -53,7 +56,7 @@ async fn with_runtime(body: &str, tweak: impl FnOnce(&mut agentry::config::Confi
     .await
 }
 
-fn out(s: &TestServer) -> PathBuf {
+pub(crate) fn out(s: &TestServer) -> PathBuf {
     s.dir.path().join("out")
 }
 
@@ -107,7 +110,7 @@ async fn wait_state(s: &TestServer, id: &str, state: pb::WorkerState) -> pb::Wor
 }
 
 /// The environment a worker process was given (waits for the script to record it).
-fn env_of(s: &TestServer, id: &str) -> std::collections::HashMap<String, String> {
+pub(crate) fn env_of(s: &TestServer, id: &str) -> std::collections::HashMap<String, String> {
     let path = out(s).join(format!("{id}.env"));
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
@@ -128,7 +131,7 @@ fn env_of(s: &TestServer, id: &str) -> std::collections::HashMap<String, String>
     }
 }
 
-fn pid_alive(pid: i32) -> bool {
+pub(crate) fn pid_alive(pid: i32) -> bool {
     // A zombie counts as gone: PID 1 here may never reap it.
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => !stat.split(") ").nth(1).is_some_and(|r| r.starts_with('Z')),
