@@ -68,11 +68,13 @@ impl Proposal {
     /// The reviewer's prompt: a heading, one `Field: value` line per field (`(none)` when
     /// empty), and the arguments as a fenced JSON block. The layout is stable.
     pub fn prompt(&self) -> String {
+        // One line per field: a multi-line value continues on indented lines, so a value can
+        // never forge a field line (or a `Decision:` line) of its own.
         let or_none = |s: &str| {
             if s.trim().is_empty() {
                 "(none)".to_owned()
             } else {
-                s.to_owned()
+                s.trim().lines().collect::<Vec<_>>().join("\n    ")
             }
         };
         let mut p = String::from("# Proposed action\n\n");
