@@ -411,21 +411,27 @@ fn read_like_discovery(dirs: &[(PathBuf, bool)]) -> u64 {
         .sum()
 }
 
-/// Runs `f` `iters` times after one untimed run; returns the sorted durations. Dropping the
-/// result is not timed.
-fn time<T>(iters: usize, mut f: impl FnMut() -> T) -> Vec<Duration> {
-    drop(std::hint::black_box(f()));
-    let mut v: Vec<Duration> = (0..iters)
-        .map(|_| {
+/// One measured operation; returns something so the work cannot be optimised away.
+type Op<'a> = Box<dyn FnMut() -> usize + 'a>;
+
+/// Runs every op once untimed, then `iters` rounds of each op in turn (so a noisy neighbour
+/// slows all of them alike); returns each op's sorted durations.
+fn time_round_robin(iters: usize, ops: &mut [Op<'_>]) -> Vec<Vec<Duration>> {
+    for op in ops.iter_mut() {
+        std::hint::black_box(op());
+    }
+    let mut out = vec![Vec::with_capacity(iters); ops.len()];
+    for _ in 0..iters {
+        for (op, v) in ops.iter_mut().zip(&mut out) {
             let t = Instant::now();
-            let out = std::hint::black_box(f());
-            let elapsed = t.elapsed();
-            drop(out);
-            elapsed
-        })
-        .collect();
-    v.sort();
-    v
+            std::hint::black_box(op());
+            v.push(t.elapsed());
+        }
+    }
+    for v in &mut out {
+        v.sort();
+    }
+    out
 }
 
 fn median(v: &[Duration]) -> Duration {
@@ -556,26 +562,34 @@ fn main() {
     let opts = ParseOptions::default();
 
     let iters = args.iters;
-    let disc = time(iters, || discover(&tree));
-    let ser = time(iters, || floor_serial(&tree.dirs));
-    let par = time(iters, || floor_parallel(&tree.dirs));
-    let like = time(iters, || read_like_discovery(&tree.dirs));
-    let list = time(iters, || list_floor(&tree.dirs).len());
-    let parse = time(iters, || {
-        contents
-            .par_iter()
-            .map(|(p, b)| persona::parse(b, p, &opts).diagnostics.len())
-            .sum::<usize>()
-    });
-    let hash = time(iters, || {
-        contents
-            .par_iter()
-            .map(|(_, b)| Sha256::digest(b)[0] as usize)
-            .sum::<usize>()
-    });
+    let mut ops: Vec<Op<'_>> = vec![
+        // The snapshot is dropped inside the timed region: about 1 % of the total.
+        Box::new(|| discover(&tree).agents.len()),
+        Box::new(|| floor_serial(&tree.dirs) as usize),
+        Box::new(|| floor_parallel(&tree.dirs) as usize),
+        Box::new(|| list_floor(&tree.dirs).len()),
+        Box::new(|| read_like_discovery(&tree.dirs) as usize),
+        Box::new(|| {
+            contents
+                .par_iter()
+                .map(|(p, b)| persona::parse(b, p, &opts).diagnostics.len())
+                .sum::<usize>()
+        }),
+        Box::new(|| {
+            contents
+                .par_iter()
+                .map(|(_, b)| Sha256::digest(b)[0] as usize)
+                .sum::<usize>()
+        }),
+    ];
+    let timed = time_round_robin(iters, &mut ops);
+    drop(ops);
+    let [disc, ser, par, list, like, parse, hash] = &timed[..] else {
+        unreachable!("seven ops")
+    };
 
     let files = tree.files as f64;
-    let floor_par = median(&par);
+    let floor_par = median(par);
     println!(
         "\n## Cold discovery vs the I/O floor ({} files, {iters} iterations, page cache warm)\n",
         tree.files
@@ -586,7 +600,7 @@ fn main() {
     println!(
         "|-------------------------------------------|--------:|----------:|--------:|-----------------:|"
     );
-    let row = |label: &str, v: &[Duration]| {
+    let row = |label: &str, v: &Vec<Duration>| {
         let med = median(v);
         println!(
             "| {label:<41} | {:>7.1} | {:>9.1} | {:>7.1} | {:>15.2}× |",
@@ -596,27 +610,27 @@ fn main() {
             med.as_secs_f64() / floor_par.as_secs_f64(),
         );
     };
-    row("discovery: Registry::new + build_once", &disc);
-    row("floor: list + fs::read, 1 thread", &ser);
-    row("floor: list + fs::read, rayon", &par);
-    row("  of which listing alone (1 thread)", &list);
-    row("floor with discovery's read calls, rayon", &like);
-    row("breakdown: persona::parse, rayon, in RAM", &parse);
-    row("breakdown: sha256, rayon, in RAM", &hash);
-    let ratio = median(&disc).as_secs_f64() / floor_par.as_secs_f64();
+    row("discovery: Registry::new + build_once", disc);
+    row("floor: list + fs::read, 1 thread", ser);
+    row("floor: list + fs::read, rayon", par);
+    row("  of which listing alone (1 thread)", list);
+    row("floor with discovery's read calls, rayon", like);
+    row("breakdown: persona::parse, rayon, in RAM", parse);
+    row("breakdown: sha256, rayon, in RAM", hash);
+    let ratio = median(disc).as_secs_f64() / floor_par.as_secs_f64();
     let ratio_min = disc[0].as_secs_f64() / par[0].as_secs_f64();
-    let ratio_serial = median(&disc).as_secs_f64() / median(&ser).as_secs_f64();
+    let ratio_serial = median(disc).as_secs_f64() / median(ser).as_secs_f64();
     println!(
         "\ndiscovery / parallel floor = {ratio:.2}× by median, {ratio_min:.2}× by min (target ≤ 2×: {}); \
          discovery / 1-thread floor = {ratio_serial:.2}×",
         if ratio <= 2.0 { "met" } else { "NOT met" }
     );
-    let accounted = median(&like) + median(&parse) + median(&hash);
+    let parts = median(like) + median(parse) + median(hash);
     println!(
-        "accounted for by the breakdown rows (discovery's reads + parse + sha256): {:.1} ms of {:.1} ms; \
-         the rest is planning, sorting, merging, hashing the version and contention",
-        ms(accounted),
-        ms(median(&disc)),
+        "sum of the parts measured alone (discovery's read calls + parse + sha256) = {:.1} ms of \
+         discovery's {:.1} ms; what is left is planning, sorting, merging and the version hash",
+        ms(parts),
+        ms(median(disc)),
     );
     println!(
         "read-type syscalls for one run: discovery {} ({:.2}/file), floor {} ({:.2}/file)",

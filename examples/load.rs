@@ -16,8 +16,9 @@
 //!
 //! Each scenario (`ResolveAgent` of one name; `ListAgents` with `page_size: 100`) drives each
 //! server with N client tasks, **each on its own HTTP/2 connection** (its own `Channel`), for S
-//! seconds after an untimed warm-up. Every request's latency is recorded (one `Vec` per client,
-//! merged). Clients and servers share the machine's cores, the same way for both servers.
+//! seconds after an untimed warm-up, in five slices that alternate between the two servers.
+//! Every request's latency is recorded (one `Vec` per client, merged). Clients and servers share
+//! the machine's cores, the same way for both servers.
 //!
 //! The baseline is the echo server: target `ResolveAgent` ≥ 0.8× its throughput. `/proc/self/io`
 //! read calls per request are compared between the two `ResolveAgent` phases: the difference is
@@ -56,9 +57,9 @@ use tonic_health::pb::{
 
 /// Command-line knobs.
 struct Args {
-    /// Concurrent clients per phase, one connection each.
+    /// Concurrent clients, one connection each.
     clients: usize,
-    /// Measured seconds per phase.
+    /// Measured seconds per scenario and server.
     seconds: f64,
     /// Set `workspace_roots` (every request then checks the workspace against it).
     workspace_roots: bool,
@@ -319,7 +320,11 @@ impl Scenario {
     }
 }
 
-/// What one phase measured.
+/// Measured slices per scenario and server, alternating between the servers.
+const ROUNDS: u32 = 5;
+
+/// What one phase (or the sum of several) measured.
+#[derive(Default)]
 struct Stats {
     /// Successful requests.
     ok: usize,
@@ -327,11 +332,19 @@ struct Stats {
     errors: usize,
     /// Wall time from start until the last client stopped.
     wall: Duration,
-    /// Sorted latencies of the successful requests, in nanoseconds.
+    /// Latencies of the successful requests, in nanoseconds (sorted before quantiles).
     latencies: Vec<u64>,
 }
 
 impl Stats {
+    /// Adds another phase; the caller sorts the latencies once at the end.
+    fn absorb(&mut self, other: Stats) {
+        self.ok += other.ok;
+        self.errors += other.errors;
+        self.wall += other.wall;
+        self.latencies.extend(other.latencies);
+    }
+
     fn rps(&self) -> f64 {
         self.ok as f64 / self.wall.as_secs_f64()
     }
@@ -386,7 +399,6 @@ async fn phase(
         errors += e;
     }
     let wall = start.elapsed();
-    latencies.sort_unstable();
     Stats {
         ok: latencies.len(),
         errors,
@@ -478,7 +490,8 @@ async fn main() {
     let echo = start_echo(Echo { resolve, list }, args.echo_nagle).await;
     println!(
         "echo    on {} (same responses, cloned; TCP_NODELAY {}); {} clients, each on its own \
-         connection; {} s per phase after a {} s warm-up; tokio worker threads: {}",
+         connection; {} s per scenario and server in {ROUNDS} alternating slices after a {} s \
+         warm-up; tokio worker threads: {}",
         echo.addr,
         if args.echo_nagle {
             "off, as agentry::grpc::run"
@@ -503,17 +516,38 @@ async fn main() {
     let warmup = Duration::from_secs_f64((args.seconds / 5.0).min(1.0));
 
     let scenarios = [Scenario::Resolve(resolve_req), Scenario::List(list_req)];
-    // (scenario, server) → stats and read calls per request.
+    // (scenario, server) → stats and read calls per request. The measured time is split into
+    // ROUNDS slices that alternate between the servers, so a neighbour's load that comes and
+    // goes lands on both alike.
+    let slice = measured / ROUNDS;
     let mut results: Vec<(&'static str, &'static str, Stats, f64, f64)> = Vec::new();
     for scenario in &scenarios {
-        for (name, clients) in [("agentry", &conns[0]), ("echo", &conns[1])] {
+        let servers = [("agentry", &conns[0]), ("echo", &conns[1])];
+        let mut acc: Vec<(Stats, u64, u64)> = Vec::new();
+        for (_, clients) in servers {
             phase(clients, scenario, warmup).await;
-            let (rchar0, syscr0) = proc_io();
-            let s = phase(clients, scenario, measured).await;
-            let (rchar1, syscr1) = proc_io();
+            acc.push((Stats::default(), 0, 0));
+        }
+        for _ in 0..ROUNDS {
+            for ((_, clients), (total, rchar, syscr)) in servers.iter().zip(&mut acc) {
+                let (rchar0, syscr0) = proc_io();
+                let s = phase(clients, scenario, slice).await;
+                let (rchar1, syscr1) = proc_io();
+                total.absorb(s);
+                *rchar += rchar1 - rchar0;
+                *syscr += syscr1 - syscr0;
+            }
+        }
+        for ((name, _), (mut s, rchar, syscr)) in servers.into_iter().zip(acc) {
+            s.latencies.sort_unstable();
             let n = (s.ok + s.errors).max(1) as f64;
-            let (bytes, calls) = ((rchar1 - rchar0) as f64 / n, (syscr1 - syscr0) as f64 / n);
-            results.push((scenario.label(), name, s, bytes, calls));
+            results.push((
+                scenario.label(),
+                name,
+                s,
+                rchar as f64 / n,
+                syscr as f64 / n,
+            ));
         }
     }
 
