@@ -200,15 +200,17 @@ pub struct DiscoveryConfig {
     /// Default 30 s.
     #[serde(with = "humantime_serde")]
     pub cache_ttl: Duration,
-    /// Bound on cached per-workspace snapshots. Default 256.
-    pub cache_max_workspaces: u64,
+    /// Bound on cached snapshots, counted in agent definitions held (winners + shadowed) across
+    /// all cached workspaces, so memory stays bounded however large each snapshot is.
+    /// Default 50 000 (about 200 MB at the measured ~4 KB per definition).
+    pub cache_max_agents: u64,
 }
 
 impl Default for DiscoveryConfig {
     fn default() -> Self {
         Self {
             cache_ttl: Duration::from_secs(30),
-            cache_max_workspaces: 256,
+            cache_max_agents: 50_000,
         }
     }
 }
@@ -417,9 +419,9 @@ impl Config {
         if self.limits.max_running == 0 {
             return Err(rule("limits.max_running", "must be positive".into()));
         }
-        if self.discovery.cache_max_workspaces == 0 {
+        if self.discovery.cache_max_agents == 0 {
             return Err(rule(
-                "discovery.cache_max_workspaces",
+                "discovery.cache_max_agents",
                 "must be positive".into(),
             ));
         }

@@ -3,7 +3,7 @@
 use std::{
     collections::HashSet,
     io::Read,
-    os::unix::ffi::OsStrExt,
+    os::unix::{ffi::OsStrExt, fs::OpenOptionsExt},
     path::{Path, PathBuf},
 };
 
@@ -176,17 +176,17 @@ fn load_one(f: FoundFile, opts: &ParseOptions) -> LoadedFile {
             message,
         }],
     };
-    // Check the type before opening: opening a FIFO or device would block or misbehave.
-    match std::fs::metadata(&f.path) {
-        Ok(m) if !m.is_file() => return fail("unreadable", "not a regular file".to_owned()),
-        Ok(_) => {}
-        Err(e) => return fail("unreadable", format!("cannot stat: {e}")),
-    }
-    let mut file = match std::fs::File::open(&f.path) {
+    // O_NONBLOCK: opening a FIFO named `*.md` must not block discovery; for a regular file the
+    // flag changes nothing. The type is checked on the open descriptor (no second stat).
+    let mut file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(&f.path)
+    {
         Ok(file) => file,
         Err(e) => return fail("unreadable", format!("cannot open: {e}")),
     };
-    match file.metadata() {
+    let len = match file.metadata() {
         Ok(m) if !m.is_file() => {
             return fail("unreadable", "not a regular file".to_owned());
         }
@@ -199,10 +199,11 @@ fn load_one(f: FoundFile, opts: &ParseOptions) -> LoadedFile {
                 ),
             );
         }
-        Ok(_) => {}
+        Ok(m) => m.len(),
         Err(e) => return fail("unreadable", format!("cannot stat: {e}")),
-    }
-    let mut bytes = Vec::new();
+    };
+    // Sized from fstat (+1 to see EOF in the same call): one read for the file, one for EOF.
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0) + 1);
     // The bound also holds if the file grows between stat and read.
     if let Err(e) = (&mut file).take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes) {
         return fail("unreadable", format!("cannot read: {e}"));

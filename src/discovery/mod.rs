@@ -268,7 +268,10 @@ impl Registry {
             Vec::new()
         };
         let snapshots = moka::future::Cache::builder()
-            .max_capacity(cfg.discovery.cache_max_workspaces)
+            .weigher(|_, s: &Arc<Snapshot>| {
+                u32::try_from(s.agents.len() + s.shadowed.len() + 1).unwrap_or(u32::MAX)
+            })
+            .max_capacity(cfg.discovery.cache_max_agents)
             .time_to_live(cfg.discovery.cache_ttl)
             .build();
         let canonical = moka::sync::Cache::builder()
@@ -295,7 +298,12 @@ impl Registry {
                 },
                 opts,
                 bundled,
-                roots: cfg.workspace_roots.clone(),
+                // Resolved once: a request compares canonical paths without touching the disk.
+                roots: cfg
+                    .workspace_roots
+                    .iter()
+                    .map(|r| r.canonicalize().unwrap_or_else(|_| r.clone()))
+                    .collect(),
                 watcher,
                 snapshots,
                 canonical,
@@ -335,12 +343,7 @@ impl Registry {
                 c
             }
         };
-        if !self.inner.roots.is_empty()
-            && !self.inner.roots.iter().any(|r| {
-                let r = r.canonicalize().unwrap_or_else(|_| r.clone());
-                canon.starts_with(r)
-            })
-        {
+        if !self.inner.roots.is_empty() && !self.inner.roots.iter().any(|r| canon.starts_with(r)) {
             return Err(DiscoveryError::OutsideRoots {
                 workspace: workspace.to_owned(),
                 resolved: canon.display().to_string(),

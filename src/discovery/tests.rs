@@ -102,3 +102,55 @@ fn recursive_dir_skips_readme_hidden_and_outside_symlinks() {
             .any(|d| d.code == "symlink_outside_root")
     );
 }
+
+#[tokio::test]
+async fn a_cached_snapshot_is_reused_until_a_file_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let agents = dir.path().join(".claude/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    std::fs::write(agents.join("a.md"), "---\nname: a\ndescription: d\n---\n").unwrap();
+    let reg = Registry::new(&cfg(dir.path()), true).unwrap();
+    let first = reg.snapshot("").await.unwrap();
+    // Give the watcher time to deliver the events of our own reads: they must not count.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let second = reg.snapshot("").await.unwrap();
+    assert!(Arc::ptr_eq(&first, &second), "rebuilt without a change");
+    std::fs::write(agents.join("a.md"), "---\nname: a\ndescription: e\n---\n").unwrap();
+    let mut rebuilt = false;
+    for _ in 0..100 {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let third = reg.snapshot("").await.unwrap();
+        if !Arc::ptr_eq(&first, &third) {
+            assert_eq!(third.get("a").unwrap().persona.description, "e");
+            rebuilt = true;
+            break;
+        }
+    }
+    assert!(rebuilt, "an edit must rebuild the snapshot");
+}
+
+#[test]
+fn a_fifo_named_md_does_not_block_discovery() {
+    let dir = tempfile::tempdir().unwrap();
+    let agents = dir.path().join(".claude/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    // A symlink is followed when listing, so `pipe.md -> pipe` reaches the open.
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(agents.join("pipe"))
+            .status()
+            .unwrap()
+            .success()
+    );
+    std::os::unix::fs::symlink(agents.join("pipe"), agents.join("pipe.md")).unwrap();
+    let s = Registry::new(&cfg(dir.path()), false)
+        .unwrap()
+        .build_once(None);
+    let d = s
+        .diagnostics
+        .iter()
+        .find(|d| d.path.ends_with("pipe.md"))
+        .expect("a diagnostic for the fifo");
+    assert_eq!(d.code, "unreadable");
+    assert_eq!(d.message, "not a regular file");
+}

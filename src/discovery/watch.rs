@@ -11,7 +11,10 @@ use std::{
     },
 };
 
-use notify::{RecursiveMode, Watcher as _};
+use notify::{
+    RecursiveMode, Watcher as _,
+    event::{AccessKind, AccessMode},
+};
 
 use super::sources::{SourceDir, WatchPlan};
 
@@ -59,6 +62,14 @@ impl Watcher {
             move |res: notify::Result<notify::Event>| {
                 let relevant = match &res {
                     Ok(ev) if ev.need_rescan() => true,
+                    // Reads (ours included: every build opens the files) change nothing; only a
+                    // close after writing does.
+                    Ok(ev)
+                        if matches!(ev.kind, notify::EventKind::Access(a)
+                            if a != AccessKind::Close(AccessMode::Write)) =>
+                    {
+                        false
+                    }
                     Ok(ev) => {
                         let mut interest = i.lock().expect("watch interest poisoned");
                         if ev.kind.is_remove() {

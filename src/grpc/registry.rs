@@ -123,12 +123,19 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
             }
         };
         let page_size = page::page_size(r.page_size, &mut v);
-        // The token is bound to everything that shapes the listing, caller metadata included.
+        // The token is bound to everything that shapes the listing: the caller's lineage only
+        // shapes the catalog view.
+        let catalog_view = view == pb::AgentView::Catalog;
+        let lineage = if catalog_view {
+            format!("{caller:?}")
+        } else {
+            String::new()
+        };
         let query = page::query_hash(&[
             &r.workspace,
             view.as_str_name(),
             if r.include_shadowed { "1" } else { "0" },
-            &format!("{caller:?}"),
+            &lineage,
         ]);
         let token = page::page_token(&r.page_token, &query, &mut v);
         v.check()?;
@@ -147,10 +154,10 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
                 &[("registry_version", &snap.version)],
             ));
         }
-        let catalog = resolve::catalog(&snap, &caller, &self.rules);
-        let all: Vec<&Arc<crate::discovery::AgentDef>> = match view {
-            pb::AgentView::Catalog => catalog.clone(),
-            _ => snap.agents.iter().collect(),
+        let all: Vec<&Arc<crate::discovery::AgentDef>> = if catalog_view {
+            resolve::catalog(&snap, &caller, &self.rules)
+        } else {
+            snap.agents.iter().collect()
         };
         let offset = token.map_or(0, |t| t.offset).min(all.len());
         let end = (offset + page_size).min(all.len());
@@ -178,8 +185,8 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
                 Vec::new()
             },
             registry_version: snap.version.clone(),
-            catalog_markdown: if first && view == pb::AgentView::Catalog {
-                resolve::catalog_markdown(&catalog)
+            catalog_markdown: if first && catalog_view {
+                resolve::catalog_markdown(&all)
             } else {
                 String::new()
             },
