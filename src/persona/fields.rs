@@ -25,6 +25,7 @@ impl Default for ParseOptions {
 }
 
 /// One frontmatter entry after normalisation.
+#[derive(Debug, PartialEq)]
 struct Entry {
     /// The key as written.
     raw_key: String,
@@ -103,39 +104,12 @@ pub(super) fn read(
     opts: &ParseOptions,
     diag: &mut DiagFn<'_>,
 ) -> Option<Persona> {
-    let yaml_text = block.text.replace('\t', "  ");
-    let entries: Vec<Entry> = match serde_yaml::from_str::<Yaml>(&yaml_text) {
-        Ok(Yaml::Mapping(m)) => m
-            .into_iter()
-            .filter_map(|(k, v)| {
-                let raw_key = match k {
-                    Yaml::String(s) => s,
-                    Yaml::Number(n) => n.to_string(),
-                    Yaml::Bool(b) => b.to_string(),
-                    _ => return None,
-                };
-                let line = find_key_line(block, &raw_key);
-                Some(Entry {
-                    key: normalise_key(&raw_key),
-                    raw_key,
-                    value: v,
-                    line,
-                })
-            })
-            .collect(),
-        Ok(Yaml::Null) => Vec::new(),
-        other => {
-            let (line, why) = match other {
-                Err(e) => (
-                    e.location()
-                        .map(|l| block.orig_line(l.line().saturating_sub(1))),
-                    e.to_string(),
-                ),
-                Ok(_) => (
-                    Some(block.open_line + 1),
-                    "the frontmatter is not a mapping".to_owned(),
-                ),
-            };
+    if let Some(entries) = simple_entries(block) {
+        return finish(block, body, opts, diag, entries);
+    }
+    let entries: Vec<Entry> = match yaml_entries(block) {
+        Ok(entries) => entries,
+        Err((line, why)) => {
             diag(
                 line,
                 Severity::Warning,
@@ -154,6 +128,17 @@ pub(super) fn read(
         }
     };
 
+    finish(block, body, opts, diag, entries)
+}
+
+/// Reads normalised entries into a persona and checks the required fields.
+fn finish(
+    block: &Block,
+    body: String,
+    opts: &ParseOptions,
+    diag: &mut DiagFn<'_>,
+    entries: Vec<Entry>,
+) -> Option<Persona> {
     let mut r = Reader {
         block,
         diag,
@@ -269,6 +254,133 @@ pub(super) fn read(
         }
     }
     Some(p)
+}
+
+/// The block through YAML (tabs replaced by two spaces): the mapping's entries, or the line and
+/// reason why it is not a mapping.
+fn yaml_entries(block: &Block) -> Result<Vec<Entry>, (Option<u32>, String)> {
+    let yaml_text = block.text.replace('\t', "  ");
+    match serde_yaml::from_str::<Yaml>(&yaml_text) {
+        Ok(Yaml::Mapping(m)) => Ok(m
+            .into_iter()
+            .filter_map(|(k, v)| {
+                let raw_key = match k {
+                    Yaml::String(s) => s,
+                    Yaml::Number(n) => n.to_string(),
+                    Yaml::Bool(b) => b.to_string(),
+                    _ => return None,
+                };
+                let line = find_key_line(block, &raw_key);
+                Some(Entry {
+                    key: normalise_key(&raw_key),
+                    raw_key,
+                    value: v,
+                    line,
+                })
+            })
+            .collect()),
+        Ok(Yaml::Null) => Ok(Vec::new()),
+        Err(e) => Err((
+            e.location()
+                .map(|l| block.orig_line(l.line().saturating_sub(1))),
+            e.to_string(),
+        )),
+        Ok(_) => Err((
+            Some(block.open_line + 1),
+            "the frontmatter is not a mapping".to_owned(),
+        )),
+    }
+}
+
+/// A fast reader for the frontmatter most files have: unindented `key: plain scalar` lines and
+/// `key:` followed by `- plain scalar` items. It returns exactly what the YAML parser would, and
+/// gives up (`None`) on anything else — quotes, flow or block collections, comments, anchors,
+/// tabs, numbers, booleans, nulls spelled out, duplicate keys — which then goes through YAML.
+/// Discovery parses every file on every rebuild, and YAML dominates that cost.
+fn simple_entries(block: &Block) -> Option<Vec<Entry>> {
+    if block.text.contains('\t') {
+        return None;
+    }
+    let mut entries: Vec<Entry> = Vec::new();
+    let mut list: Option<(usize, Vec<Yaml>)> = None; // (indent, items) of the open `key:`
+    for (i, line) in block.text.split('\n').enumerate() {
+        if line.trim_matches(' ').is_empty() {
+            continue;
+        }
+        let indent = line.len() - line.trim_start_matches(' ').len();
+        let rest = &line[indent..];
+        if let Some(item) = rest.strip_prefix("- ") {
+            let (want, items) = list.as_mut()?;
+            if *want != indent && !items.is_empty() {
+                return None;
+            }
+            *want = indent;
+            items.push(Yaml::String(plain_scalar(item)?.to_owned()));
+            continue;
+        }
+        if indent > 0 {
+            return None;
+        }
+        if let Some((_, items)) = list.take() {
+            entries.last_mut()?.value = if items.is_empty() {
+                Yaml::Null
+            } else {
+                Yaml::Sequence(items)
+            };
+        }
+        let (key, value) = rest.split_once(':')?;
+        if key.is_empty()
+            || !key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            || key.starts_with(|c: char| c.is_ascii_digit() || c == '-')
+            || !(value.is_empty() || value.starts_with(' '))
+            || entries.iter().any(|e| e.raw_key == key)
+            || ["true", "false", "null"]
+                .iter()
+                .any(|w| key.eq_ignore_ascii_case(w))
+        {
+            return None;
+        }
+        let value = value.trim_matches(' ');
+        let yaml = if value.is_empty() {
+            list = Some((0, Vec::new()));
+            Yaml::Null
+        } else {
+            Yaml::String(plain_scalar(value)?.to_owned())
+        };
+        entries.push(Entry {
+            raw_key: key.to_owned(),
+            key: normalise_key(key),
+            value: yaml,
+            line: Some(i),
+        });
+    }
+    if let Some((_, items)) = list.take()
+        && !items.is_empty()
+    {
+        entries.last_mut()?.value = Yaml::Sequence(items);
+    }
+    Some(entries)
+}
+
+/// `s` (trimmed) when YAML would read it as this very string: a plain scalar with no
+/// indicator, comment, mapping separator or alternative type (number, bool, null).
+fn plain_scalar(s: &str) -> Option<&str> {
+    let s = s.trim_matches(' ');
+    let first = s.chars().next()?;
+    if "-?:,[]{}#&*!|>'\"%@`+.~".contains(first)
+        || first.is_ascii_digit()
+        || s.ends_with(':')
+        || s.contains(": ")
+        || s.contains(" #")
+        || ["true", "false", "null"]
+            .iter()
+            .any(|w| s.eq_ignore_ascii_case(w))
+    {
+        return None;
+    }
+    Some(s)
 }
 
 /// Why a name is unusable, if it is.
@@ -473,5 +585,84 @@ pub(super) fn yaml_to_json(v: Yaml) -> Json {
                 .collect(),
         ),
         Yaml::Tagged(t) => yaml_to_json(t.value),
+    }
+}
+
+#[cfg(test)]
+mod parity {
+    use super::*;
+
+    /// Every block the fast reader accepts must read exactly as YAML reads it.
+    fn check(front: &str) -> bool {
+        let text = format!("---\n{front}\n---\nbody");
+        let doc = super::super::split::split(&text);
+        let super::super::split::Front::Block(block) = doc.front else {
+            panic!("no block in {front:?}")
+        };
+        match simple_entries(&block) {
+            Some(fast) => {
+                let slow = yaml_entries(&block).unwrap_or_else(|e| panic!("{front:?}: {e:?}"));
+                assert_eq!(fast, slow, "{front:?}");
+                true
+            }
+            None => false,
+        }
+    }
+
+    #[test]
+    fn fast_reader_agrees_with_yaml() {
+        let accepted = [
+            "name: a\ndescription: does a thing, well",
+            "name: a\ndescription: C# and F# expert\nmodel: claude-sonnet-4-20250514",
+            "name: a\ntools:\n  - read\n  - grep\ndescription: d",
+            "name: a\ntools:\n- read\n- grep",
+            "name: a\nempty:\ndescription: 文件系统 / 磁盘容量专家 — du / find",
+            "name: yes\ndescription: off\nthinking: on",
+            "name: a  \ndescription:   spaced   out   ",
+            "x-custom: value\nwhen_to_use: When stuck",
+        ];
+        for f in accepted {
+            assert!(check(f), "fast reader should accept {f:?}");
+        }
+        let declined = [
+            "name: 'quoted'",
+            "name: a\ndescription: Use when: x",
+            "name: a # comment",
+            "name: 1.50",
+            "name: true",
+            "name: ~",
+            "null: a",
+            "name: a\nname: b",
+            "output:\n  type: object",
+            "tools: [a, b]",
+            "name: a\n\tdescription: b",
+            "desc: |\n  block",
+            "name: &x a",
+            "name: a\ntools:\n  - a\n    - b",
+        ];
+        for f in declined {
+            assert!(!check(f), "fast reader should decline {f:?}");
+        }
+    }
+
+    #[test]
+    fn fast_reader_agrees_with_yaml_on_the_corpus() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/corpus/0xfurai-claude-code-subagents/agents");
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            return; // the corpus lives beside the repository, not in it
+        };
+        let mut fast = 0;
+        for e in rd.flatten() {
+            let text = std::fs::read_to_string(e.path()).unwrap();
+            let doc = super::super::split::split(&text);
+            if let super::super::split::Front::Block(block) = doc.front
+                && let Some(entries) = simple_entries(&block)
+            {
+                assert_eq!(Ok(entries), yaml_entries(&block), "{}", e.path().display());
+                fast += 1;
+            }
+        }
+        assert!(fast > 100, "the fast reader takes the common case ({fast})");
     }
 }
