@@ -292,43 +292,29 @@ fn yaml_entries(block: &Block) -> Result<Vec<Entry>, (Option<u32>, String)> {
     }
 }
 
-/// A fast reader for the frontmatter most files have: unindented `key: plain scalar` lines and
-/// `key:` followed by `- plain scalar` items. It returns exactly what the YAML parser would, and
-/// gives up (`None`) on anything else — quotes, flow or block collections, comments, anchors,
-/// tabs, numbers, booleans, nulls spelled out, duplicate keys — which then goes through YAML.
-/// Discovery parses every file on every rebuild, and YAML dominates that cost.
+/// A fast reader for the frontmatter most files have: unindented `key: value` lines whose value
+/// is a plain, single- or double-quoted (no escapes) scalar, a decimal integer, a flow list of
+/// plain scalars, a `|`/`|-` literal block, or `key:` followed by `- plain scalar` items. It
+/// returns exactly what the YAML parser would, and gives up (`None`) on anything else —
+/// escapes, nested collections, comments, anchors, tags, tabs, floats, booleans, nulls spelled
+/// out, duplicate keys — which then goes through YAML. Discovery parses every file on every
+/// rebuild, and YAML dominates that cost; the parity tests below pin the equivalence.
 fn simple_entries(block: &Block) -> Option<Vec<Entry>> {
     if block.text.contains('\t') {
         return None;
     }
+    let blank = |l: &str| l.bytes().all(|b| b == b' ');
+    let spaces = |l: &str| l.len() - l.trim_start_matches(' ').len();
+    let lines: Vec<&str> = block.text.split('\n').collect();
     let mut entries: Vec<Entry> = Vec::new();
-    let mut list: Option<(usize, Vec<Yaml>)> = None; // (indent, items) of the open `key:`
-    for (i, line) in block.text.split('\n').enumerate() {
-        if line.trim_matches(' ').is_empty() {
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        if blank(line) {
+            i += 1;
             continue;
         }
-        let indent = line.len() - line.trim_start_matches(' ').len();
-        let rest = &line[indent..];
-        if let Some(item) = rest.strip_prefix("- ") {
-            let (want, items) = list.as_mut()?;
-            if *want != indent && !items.is_empty() {
-                return None;
-            }
-            *want = indent;
-            items.push(Yaml::String(plain_scalar(item)?.to_owned()));
-            continue;
-        }
-        if indent > 0 {
-            return None;
-        }
-        if let Some((_, items)) = list.take() {
-            entries.last_mut()?.value = if items.is_empty() {
-                Yaml::Null
-            } else {
-                Yaml::Sequence(items)
-            };
-        }
-        let (key, value) = rest.split_once(':')?;
+        let (key, value) = line.split_once(':')?;
         if key.is_empty()
             || !key
                 .bytes()
@@ -343,25 +329,117 @@ fn simple_entries(block: &Block) -> Option<Vec<Entry>> {
             return None;
         }
         let value = value.trim_matches(' ');
-        let yaml = if value.is_empty() {
-            list = Some((0, Vec::new()));
-            Yaml::Null
-        } else {
-            Yaml::String(plain_scalar(value)?.to_owned())
+        let start = i;
+        i += 1;
+        let yaml = match value {
+            "" => {
+                let mut items = Vec::new();
+                let mut want = None;
+                while i < lines.len() {
+                    let l = lines[i];
+                    if blank(l) {
+                        i += 1;
+                        continue;
+                    }
+                    let sp = spaces(l);
+                    let Some(item) = l[sp..].strip_prefix("- ") else {
+                        if sp == 0 {
+                            break;
+                        }
+                        return None;
+                    };
+                    if *want.get_or_insert(sp) != sp {
+                        return None;
+                    }
+                    items.push(Yaml::String(plain_scalar(item)?.to_owned()));
+                    i += 1;
+                }
+                if items.is_empty() {
+                    Yaml::Null
+                } else {
+                    Yaml::Sequence(items)
+                }
+            }
+            "|" | "|-" => {
+                let mut content: Vec<&str> = Vec::new();
+                let mut indent = None;
+                let mut last = i;
+                while i < lines.len() {
+                    let l = lines[i];
+                    if blank(l) {
+                        // Spaces beyond the indentation would be content: leave that to YAML.
+                        if !l.is_empty() && indent.is_none_or(|ind| l.len() > ind) {
+                            return None;
+                        }
+                        content.push("");
+                        i += 1;
+                        continue;
+                    }
+                    let sp = spaces(l);
+                    if sp == 0 {
+                        break;
+                    }
+                    let ind = *indent.get_or_insert(sp);
+                    if sp < ind {
+                        return None;
+                    }
+                    content.push(&l[ind..]);
+                    last = i;
+                    i += 1;
+                }
+                indent?;
+                while content.last() == Some(&"") {
+                    content.pop();
+                }
+                let mut text = content.join("\n");
+                // Clip keeps the last line break, which the block's final line does not have.
+                if value == "|" && last + 1 < lines.len() {
+                    text.push('\n');
+                }
+                Yaml::String(text)
+            }
+            v => scalar(v)?,
         };
         entries.push(Entry {
             raw_key: key.to_owned(),
             key: normalise_key(key),
             value: yaml,
-            line: Some(i),
+            line: Some(start),
         });
     }
-    if let Some((_, items)) = list.take()
-        && !items.is_empty()
-    {
-        entries.last_mut()?.value = Yaml::Sequence(items);
-    }
     Some(entries)
+}
+
+/// One single-line value: quoted without escapes, a decimal integer, a flow list of plain
+/// scalars, or a plain scalar.
+fn scalar(v: &str) -> Option<Yaml> {
+    if let Some(rest) = v.strip_prefix('"') {
+        let inner = rest.strip_suffix('"')?;
+        return (!inner.contains(['"', '\\'])).then(|| Yaml::String(inner.to_owned()));
+    }
+    if let Some(rest) = v.strip_prefix('\'') {
+        let inner = rest.strip_suffix('\'')?;
+        return (!inner.contains('\'')).then(|| Yaml::String(inner.to_owned()));
+    }
+    if let Some(rest) = v.strip_prefix('[') {
+        let inner = rest.strip_suffix(']')?;
+        if inner.trim_matches(' ').is_empty() {
+            return Some(Yaml::Sequence(Vec::new()));
+        }
+        let mut items = Vec::new();
+        for item in inner.split(',') {
+            let item = plain_scalar(item)?;
+            if item.contains(['[', ']', '{', '}']) {
+                return None;
+            }
+            items.push(Yaml::String(item.to_owned()));
+        }
+        return Some(Yaml::Sequence(items));
+    }
+    if v.bytes().all(|b| b.is_ascii_digit()) && (v.len() == 1 || !v.starts_with('0')) {
+        return v.parse::<u64>().ok().map(|n| Yaml::Number(n.into()));
+    }
+    plain_scalar(v).map(|s| Yaml::String(s.to_owned()))
 }
 
 /// `s` (trimmed) when YAML would read it as this very string: a plain scalar with no
@@ -620,12 +698,21 @@ mod parity {
             "name: yes\ndescription: off\nthinking: on",
             "name: a  \ndescription:   spaced   out   ",
             "x-custom: value\nwhen_to_use: When stuck",
+            "description: \"Specialist for x; returns: a report # with evidence\"",
+            "description: 'single: quoted # text'",
+            "model: [gpt-x, claude-sonnet]\ntools: []",
+            "max_turns: 15\nmaxTurns: 0",
+            "when_to_use: |\n  Use when a change touches x.\n  Prefer it over `task`.\nname: a",
+            "when_to_use: |\n\n  When stuck.\n    indented more\n\n  More.\n\n\nname: a",
+            "when_to_use: |-\n  stripped\n  text\n",
+            "critical_reminder: |\n  last block at the end",
+            "name: 'quoted'",
+            "tools: [a, b]",
         ];
         for f in accepted {
             assert!(check(f), "fast reader should accept {f:?}");
         }
         let declined = [
-            "name: 'quoted'",
             "name: a\ndescription: Use when: x",
             "name: a # comment",
             "name: 1.50",
@@ -634,15 +721,77 @@ mod parity {
             "null: a",
             "name: a\nname: b",
             "output:\n  type: object",
-            "tools: [a, b]",
             "name: a\n\tdescription: b",
-            "desc: |\n  block",
             "name: &x a",
             "name: a\ntools:\n  - a\n    - b",
+            "description: \"escaped \\\" quote\"",
+            "description: \"unterminated",
+            "model: [a, [b]]",
+            "model: [a, b,]",
+            "n: 012",
+            "n: 1.5",
+            "when_to_use: >\n  folded",
+            "when_to_use: |2\n  explicit",
+            "when_to_use: |\n    deeper\n  shallower",
+            "when_to_use: |\n  a\n     \n  b",
         ];
         for f in declined {
             assert!(!check(f), "fast reader should decline {f:?}");
         }
+    }
+
+    #[test]
+    fn fast_reader_agrees_with_yaml_on_generated_blocks() {
+        let parts = [
+            "name: a",
+            "description: x",
+            "tools:",
+            "  - read",
+            "    - grep",
+            "- x",
+            "model: [a, b]",
+            "when_to_use: |",
+            "when_to_use: |-",
+            "  line one",
+            "    deeper",
+            "",
+            "   ",
+            "n: 12",
+            "n: 0",
+            "q: \"a: b\"",
+            "q: 'c # d'",
+            "k: v: w",
+            "k: ~",
+            "k: True",
+            "k: no",
+            "x: [",
+            "x: []",
+            "x: [a,,b]",
+            "y: |",
+            "z:",
+            "k: -1",
+            "k: é ü",
+            "k: a #b",
+            "k: a#b",
+        ];
+        let mut seed = 0x2545f4914f6cdd1du64;
+        let mut accepted = 0;
+        for _ in 0..20_000 {
+            let mut lines = Vec::new();
+            for _ in 0..(1 + seed % 7) {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                lines.push(parts[(seed % parts.len() as u64) as usize]);
+            }
+            if check(&lines.join("\n")) {
+                accepted += 1;
+            }
+        }
+        assert!(
+            accepted > 1000,
+            "generated blocks exercised the fast reader ({accepted})"
+        );
     }
 
     #[test]
