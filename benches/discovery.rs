@@ -18,6 +18,7 @@
 //! Every timing runs with the page cache warm (an untimed run first). Uses `std::time::Instant`
 //! only; no benchmark framework.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::{
     fs,
     io::Read,
@@ -397,11 +398,15 @@ fn read_like_discovery(dirs: &[(PathBuf, bool)]) -> u64 {
     list_floor(dirs)
         .par_iter()
         .map(|p| {
-            let is_file = fs::metadata(p).map(|m| m.is_file()).unwrap_or(false);
-            let mut file = fs::File::open(p).expect("open");
-            let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-            assert!(is_file && len <= LIMIT);
-            let mut bytes = Vec::new();
+            // As src/discovery/load.rs does: O_NONBLOCK open, fstat, one sized read.
+            let mut file = fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+                .open(p)
+                .expect("open");
+            let meta = file.metadata().expect("fstat");
+            assert!(meta.is_file() && meta.len() <= LIMIT);
+            let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
             (&mut file)
                 .take(LIMIT + 1)
                 .read_to_end(&mut bytes)
