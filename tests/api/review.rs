@@ -372,3 +372,37 @@ async fn invalid_proposals_name_the_field() {
     }
     assert!(all_workers(&s).await.is_empty());
 }
+
+#[tokio::test]
+async fn a_caller_that_goes_away_takes_its_review_with_it() {
+    let s = with_runtime("echo $$ > \"$OUT/pid\"\nsleep 30", |_| {}).await;
+    let mut r = tonic::Request::new(proposal(pb::ToolClass::Destructive));
+    r.set_timeout(Duration::from_millis(400));
+    let e = s.client.clone().review(r).await.unwrap_err();
+    assert!(
+        matches!(
+            e.code(),
+            tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+        ),
+        "{e:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let row = loop {
+        let rows = all_workers(&s).await;
+        if let Some(w) = rows
+            .into_iter()
+            .find(|w| w.state == pb::WorkerState::Killed as i32)
+        {
+            break w;
+        }
+        assert!(Instant::now() < deadline, "the reviewer was not stopped");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    assert_eq!(row.agent, "reviewer");
+    let pid: i32 = std::fs::read_to_string(out(&s).join("pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(!pid_alive(pid), "reviewer process {pid} still running");
+}
