@@ -258,3 +258,24 @@ async fn sigterm_with_a_running_worker_records_it_killed_and_exits_zero() {
     assert_eq!(rec.state.as_str(), "killed");
     assert_eq!(rec.error.as_deref(), Some("killed: service shutting down"));
 }
+
+#[test]
+fn a_config_with_an_unknown_key_or_bad_value_fails_start_up_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    for (yaml, named) in [
+        ("listen: 127.0.0.1:0\nlisten_adress: x\n", "listen_adress"),
+        ("executor: {timeout: soon}\n", "executor.timeout"),
+        ("limits: {max_running: -3}\n", "limits.max_running"),
+    ] {
+        let config = dir.path().join("bad.yaml");
+        std::fs::write(&config, yaml).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_agentry"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(named), "{named} not named in: {stderr}");
+    }
+}
