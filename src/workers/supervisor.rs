@@ -235,6 +235,24 @@ pub struct Supervisor {
     metrics: crate::telemetry::Metrics,
 }
 
+/// A reserved pending slot, handed back on drop unless the worker was created.
+struct PendingSlot<'a>(Option<&'a AtomicUsize>);
+
+impl PendingSlot<'_> {
+    /// The worker exists: its run task now owns the slot.
+    fn keep(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for PendingSlot<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = self.0 {
+            p.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
 /// Cancels a sync worker when the call that waits for it goes away.
 struct BindToCaller(Option<CancellationToken>);
 
@@ -426,13 +444,21 @@ impl Supervisor {
                 return Err(denied.into());
             }
         };
-        if self.pending.load(Ordering::SeqCst) >= self.settings.max_pending {
+        // Reserve a pending slot atomically; it is handed back on every early return below.
+        let max_pending = self.settings.max_pending;
+        if self
+            .pending
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max_pending).then_some(n + 1)
+            })
+            .is_err()
+        {
             self.metrics.worker_spawned(&req.agent, "denied_capacity");
             return Err(WorkerError::Capacity(format!(
-                "{} workers are already waiting for a run slot (limits.max_pending); retry later",
-                self.settings.max_pending
+                "{max_pending} workers are already waiting for a run slot (limits.max_pending); retry later"
             )));
         }
+        let mut slot = PendingSlot(Some(&self.pending));
 
         let parent_id = parent.as_ref().map(|p| p.id.clone());
         let new_id = WorkerId::generate();
@@ -516,10 +542,11 @@ impl Supervisor {
             }
         };
         let record = created.worker.clone();
-        let (events, _) = broadcast::channel(64);
+        // A worker publishes at most three transitions; a lagging watcher re-reads the store.
+        let (events, _) = broadcast::channel(8);
         let (done_tx, done_rx) = watch::channel(None);
         let cancel = self.shutdown.child_token();
-        self.pending.fetch_add(1, Ordering::SeqCst);
+        slot.keep();
         self.live().insert(
             new_id.clone(),
             Live {
@@ -709,11 +736,15 @@ impl Supervisor {
         let rec = match self.transition(&ctx, event, patch) {
             Ok(r) => r,
             Err(e) => {
+                // Never leave the row open: close it as failed, saying why.
                 tracing::error!(worker = %id, error = %e, "cannot record the final transition");
-                self.store
-                    .get(&id)
+                let close = Patch {
+                    error: Some(format!("internal error recording the outcome: {e}")),
+                    ..Patch::default()
+                };
+                self.transition(&ctx, Event::Fail, close)
                     .ok()
-                    .flatten()
+                    .or_else(|| self.store.get(&id).ok().flatten())
                     .unwrap_or_else(|| self.cached(&id).expect("live worker"))
             }
         };
@@ -737,20 +768,31 @@ impl Supervisor {
         let run = self.executor.run(job, ctx.cancel.clone(), started_tx);
         tokio::pin!(run);
         let mut started_rx = Some(started_rx);
+        let record_start = |this: &Self| {
+            this.pending.fetch_sub(1, Ordering::SeqCst);
+            if let Err(e) = this.transition(&ctx, Event::Start, Patch::default()) {
+                tracing::error!(worker = %ctx.id, error = %e, "cannot record start");
+            }
+        };
         let outcome = loop {
             tokio::select! {
-                o = &mut run => break o,
+                // Start first: a fast process may have started and ended by the same poll.
+                biased;
                 s = async { started_rx.as_mut().expect("polled once").await }, if started_rx.is_some() => {
                     started_rx = None;
                     if s.is_ok() {
-                        self.pending.fetch_sub(1, Ordering::SeqCst);
-                        if let Err(e) = self.transition(&ctx, Event::Start, Patch::default()) {
-                            tracing::error!(worker = %ctx.id, error = %e, "cannot record start");
-                        }
+                        record_start(&self);
                     }
                 }
+                o = &mut run => break o,
             }
         };
+        // The run can end before the start signal was observed; never lose `running`.
+        if let Some(mut rx) = started_rx.take()
+            && rx.try_recv().is_ok()
+        {
+            record_start(&self);
+        }
         drop(permit);
         match outcome {
             Outcome::Completed { stdout } if ctx.summarise.is_some() => {
@@ -1039,5 +1081,72 @@ impl RunCtx {
             events: self.events.clone(),
             done: watch::channel(None).0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workers::{executor::BoxFuture, store::SqliteStore};
+
+    /// An executor whose process "starts and exits within one poll": it fires `started` and
+    /// returns at once — the race a real `/bin/true` hits under load.
+    struct Instant;
+
+    impl Executor for Instant {
+        fn run(
+            &self,
+            _job: Job,
+            _cancel: CancellationToken,
+            started: oneshot::Sender<()>,
+        ) -> BoxFuture<'static, Outcome> {
+            let _ = started.send(());
+            Box::pin(async {
+                Outcome::Completed {
+                    stdout: "done".into(),
+                }
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_start_seen_together_with_the_exit_is_still_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            home: Some(dir.path().to_owned()),
+            ..Config::default()
+        };
+        let registry = Arc::new(Registry::new(&cfg, false).unwrap());
+        let sup = Supervisor::new(
+            Arc::new(SqliteStore::open(&dir.path().join("w.db")).unwrap()),
+            Arc::new(Instant),
+            registry,
+            Arc::new(Rules::from_config(&cfg)),
+            Settings::from_config(&cfg, "127.0.0.1:1".into()),
+        )
+        .unwrap();
+        let id = Identity {
+            principal: "anonymous".into(),
+            worker_token: None,
+            declared: Declared::default(),
+            traceparent: None,
+        };
+        for i in 0..64 {
+            let req = SpawnRequest {
+                agent: "quick_task".into(),
+                description: String::new(),
+                prompt: format!("p{i}"),
+                workspace: String::new(),
+                mode: Mode::Default,
+                output_schema: None,
+                wait: true,
+                request_id: None,
+                timeout: None,
+            };
+            let w = sup.spawn(&id, req).await.unwrap().worker;
+            assert_eq!(w.state, WorkerState::Completed, "run {i}: {w:?}");
+            assert_eq!(w.sequence, 3, "pending, running, completed");
+        }
+        assert_eq!(sup.pending.load(Ordering::SeqCst), 0);
     }
 }

@@ -932,3 +932,35 @@ async fn wait_state_auth(s: &TestServer, id: &str) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test]
+async fn instant_workers_always_end_terminal_with_a_running_event() {
+    // A process that starts and exits within one poll must still be recorded running, then
+    // completed: the start signal and the exit can arrive together.
+    let s = start_with(|c| c.executor.command = vec!["/bin/true".into()]).await;
+    for i in 0..100 {
+        let w = spawn(&s, spawn_req("quick_task", &format!("fast {i}"), true))
+            .await
+            .unwrap()
+            .worker
+            .unwrap();
+        assert_eq!(w.state, pb::WorkerState::Completed as i32, "run {i}: {w:?}");
+        assert_eq!(w.sequence, 3, "pending, running, completed");
+        assert!(w.start_time.is_some() && w.close_time.is_some());
+    }
+    let open = s
+        .client
+        .clone()
+        .list_workers(pb::ListWorkersRequest {
+            states: vec![
+                pb::WorkerState::Pending as i32,
+                pb::WorkerState::Running as i32,
+            ],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .workers;
+    assert!(open.is_empty(), "rows left open: {open:?}");
+}
