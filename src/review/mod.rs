@@ -267,6 +267,18 @@ pub fn verdict_of(worker: &WorkerRecord, timed_out: bool, timeout: std::time::Du
 /// Runs the gate: read-class calls pass at once; anything else is reviewed by the configured
 /// reviewer as a child of the caller, and every failure is a rejection.
 pub async fn review(sup: &Arc<Supervisor>, id: &Identity, p: Proposal) -> Verdict {
+    let v = run_gate(sup, id, p).await;
+    let label = match (v.decision, v.reviewed) {
+        (Decision::Approve, false) => "approve_unreviewed",
+        (Decision::Approve, true) => "approve",
+        (Decision::Reject, true) => "reject",
+        (Decision::Reject, false) => "reject_not_run",
+    };
+    sup.metrics().review_decision(label);
+    v
+}
+
+async fn run_gate(sup: &Arc<Supervisor>, id: &Identity, p: Proposal) -> Verdict {
     if p.class == ToolClass::Read {
         return Verdict {
             decision: Decision::Approve,

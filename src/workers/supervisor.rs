@@ -336,6 +336,11 @@ impl Supervisor {
         Ok((known.narrow(&id.declared), Some(parent)))
     }
 
+    /// The metric instruments, for layers built on the supervisor (the review gate).
+    pub fn metrics(&self) -> &crate::telemetry::Metrics {
+        &self.metrics
+    }
+
     /// The principal that spawned the running worker holding `token`, if any (lets a worker
     /// process authenticate with its own token).
     pub fn principal_for_token(&self, token: &str) -> Option<String> {
