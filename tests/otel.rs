@@ -129,17 +129,14 @@ async fn rpc_spans_and_metrics_reach_an_otlp_receiver() {
 
     let s = start_with(|c| {
         let root = c.home.clone().unwrap().parent().unwrap().to_path_buf();
-        let script = root.join("run-agent");
-        std::fs::write(
-            &script,
-            format!(
-                "#!/bin/sh\ncat > /dev/null\necho \"$TRACEPARENT\" > {}\n",
+        let script = script(
+            &root,
+            "run-agent",
+            &format!(
+                "cat > /dev/null\necho \"$TRACEPARENT\" > {}",
                 root.join("traceparent").display()
             ),
-        )
-        .unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        );
         c.executor.command = vec![script.display().to_string()];
     })
     .await;

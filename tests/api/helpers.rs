@@ -197,3 +197,34 @@ pub fn assert_bad_field(s: &tonic::Status, field: &str) {
         "no violation on {field}: {br:?}"
     );
 }
+
+/// Writes an executable `#!/bin/sh` script.
+pub fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+pub fn pid_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.split(") ").nth(1).is_some_and(|r| r.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// GetWorker, unwrapped.
+pub async fn get(s: &TestServer, id: &str) -> pb::Worker {
+    s.client
+        .clone()
+        .get_worker(pb::GetWorkerRequest {
+            worker_id: id.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap()
+}

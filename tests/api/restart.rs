@@ -56,8 +56,16 @@ async fn connect(addr: &str) -> AgentRegistryServiceClient<Channel> {
     }
 }
 
-#[tokio::test]
-async fn kill_9_then_restart_closes_orphans_and_keeps_results() {
+/// A directory with an agentry config for the real binary: a free port, a fake home, a store,
+/// and `run-agent` (the script `body`) as the executor with `$OUT` = the directory.
+struct Fixture {
+    dir: tempfile::TempDir,
+    addr: String,
+    config: std::path::PathBuf,
+    db: std::path::PathBuf,
+}
+
+fn fixture(body: &str, extra_yaml: &str, executor_extra: &str) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -66,30 +74,39 @@ async fn kill_9_then_restart_closes_orphans_and_keeps_results() {
         .unwrap()
         .port();
     let addr = format!("127.0.0.1:{port}");
-    let bin = root.join("run-agent");
-    std::fs::write(
-        &bin,
-        "#!/bin/sh\ninput=$(cat)\ncase \"$input\" in\n  *quick*) echo fast-result ;;\n  *) echo $$ > \"$OUT/pid\"; exec sleep 30 ;;\nesac\n",
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = crate::helpers::script(root, "run-agent", body);
     std::fs::create_dir_all(root.join("home")).unwrap();
     let config = root.join("agentry.yaml");
+    let db = root.join("state/agentry.db");
     std::fs::write(
         &config,
         format!(
-            "listen: {addr}\nhome: {home}\nstore: {{path: {db}}}\nexecutor: {{command: [{bin}], env: {{OUT: {out}}}}}\n",
+            "listen: {addr}\nhome: {home}\nstore: {{path: {db}}}\n{extra_yaml}executor: {{command: [{bin}], {executor_extra}env: {{OUT: {out}}}}}\n",
             home = root.join("home").display(),
-            db = root.join("state/agentry.db").display(),
+            db = db.display(),
             bin = bin.display(),
             out = root.display(),
         ),
     )
     .unwrap();
+    Fixture {
+        dir,
+        addr,
+        config,
+        db,
+    }
+}
 
-    let mut server = start_binary(&config);
-    let mut c = connect(&addr).await;
+#[tokio::test]
+async fn kill_9_then_restart_closes_orphans_and_keeps_results() {
+    let f = fixture(
+        "input=$(cat)\ncase \"$input\" in\n  *quick*) echo fast-result ;;\n  *) echo $$ > \"$OUT/pid\"; exec sleep 30 ;;\nesac",
+        "",
+        "",
+    );
+    let (root, addr, config) = (f.dir.path(), f.addr.as_str(), &f.config);
+    let mut server = start_binary(config);
+    let mut c = connect(addr).await;
     let done = c
         .spawn_worker(pb::SpawnWorkerRequest {
             agent: "task".into(),
@@ -123,8 +140,8 @@ async fn kill_9_then_restart_closes_orphans_and_keeps_results() {
         let _ = Command::new("kill").arg("-9").arg(pid.trim()).status();
     }
 
-    let _server = start_binary(&config);
-    let mut c = connect(&addr).await;
+    let _server = start_binary(config);
+    let mut c = connect(addr).await;
     let w = c
         .get_worker(pb::GetWorkerRequest {
             worker_id: long.id.clone(),
@@ -172,38 +189,14 @@ async fn kill_9_then_restart_closes_orphans_and_keeps_results() {
 
 #[tokio::test]
 async fn sigterm_with_a_running_worker_records_it_killed_and_exits_zero() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
-    let bin = root.join("run-agent");
-    std::fs::write(
-        &bin,
-        "#!/bin/sh\ncat > /dev/null\necho $$ > \"$OUT/pid\"\nexec sleep 30\n",
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::create_dir_all(root.join("home")).unwrap();
-    let config = root.join("agentry.yaml");
-    let db = root.join("state/agentry.db");
-    std::fs::write(
-        &config,
-        format!(
-            "listen: {addr}\nhome: {home}\nstore: {{path: {db}}}\nshutdown_grace: 10s\nexecutor: {{command: [{bin}], kill_grace: 1s, env: {{OUT: {out}}}}}\n",
-            home = root.join("home").display(),
-            db = db.display(),
-            bin = bin.display(),
-            out = root.display(),
-        ),
-    )
-    .unwrap();
-    let mut server = start_binary(&config);
-    let mut c = connect(&addr).await;
+    let f = fixture(
+        "cat > /dev/null\necho $$ > \"$OUT/pid\"\nexec sleep 30",
+        "shutdown_grace: 10s\n",
+        "kill_grace: 1s, ",
+    );
+    let (root, db) = (f.dir.path(), &f.db);
+    let mut server = start_binary(&f.config);
+    let mut c = connect(&f.addr).await;
     let w = c
         .spawn_worker(pb::SpawnWorkerRequest {
             agent: "task".into(),
@@ -243,14 +236,11 @@ async fn sigterm_with_a_running_worker_records_it_killed_and_exits_zero() {
     assert!(status.success(), "exit status {status:?}");
     assert!(started.elapsed() < Duration::from_secs(10));
     assert!(
-        !std::path::Path::new(&format!("/proc/{pid}")).exists() || {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            stat.split(") ").nth(1).is_some_and(|r| r.starts_with('Z'))
-        },
+        !crate::helpers::pid_alive(pid.parse().unwrap()),
         "the worker process is gone"
     );
     use agentry::workers::store::{SqliteStore, WorkerStore};
-    let rec = SqliteStore::open(&db)
+    let rec = SqliteStore::open(db)
         .unwrap()
         .get(&agentry::workers::model::WorkerId::parse(&w.id).unwrap())
         .unwrap()

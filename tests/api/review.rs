@@ -8,7 +8,7 @@ use tonic_types::StatusExt;
 
 use crate::{
     helpers::*,
-    workers::{env_of, out, pid_alive, with_runtime},
+    workers::{env_of, out, with_runtime},
 };
 
 fn proposal(class: pb::ToolClass) -> pb::ReviewRequest {
@@ -37,19 +37,6 @@ async fn all_workers(s: &TestServer) -> Vec<pb::Worker> {
         .unwrap()
         .into_inner()
         .workers
-}
-
-async fn get(s: &TestServer, id: &str) -> pb::Worker {
-    s.client
-        .clone()
-        .get_worker(pb::GetWorkerRequest {
-            worker_id: id.into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .worker
-        .unwrap()
 }
 
 /// A server whose reviewer prints `reply` (written to a file, so any bytes work).

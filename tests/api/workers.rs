@@ -1,25 +1,12 @@
 //! Worker RPCs through gRPC, with small shell scripts as the agent runtime.
 
-use std::{
-    path::{Path, PathBuf},
-    time::Duration,
-};
+use std::{path::PathBuf, time::Duration};
 
 use agentry::grpc::pb;
 use tokio_stream::StreamExt;
 use tonic::Code;
 
 use crate::helpers::*;
-
-/// Writes an executable `#!/bin/sh` script.
-pub(crate) fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
-    std::fs::create_dir_all(dir).unwrap();
-    let p = dir.join(name);
-    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    p
-}
 
 /// A server whose runtime is `body`; `$OUT` is a directory the script may write to, and every
 /// run records its stdin and AGENTRY_* environment there.
@@ -81,19 +68,6 @@ async fn spawn(
         .map(|r| r.into_inner())
 }
 
-async fn get(s: &TestServer, id: &str) -> pb::Worker {
-    s.client
-        .clone()
-        .get_worker(pb::GetWorkerRequest {
-            worker_id: id.into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .worker
-        .unwrap()
-}
-
 async fn wait_state(s: &TestServer, id: &str, state: pb::WorkerState) -> pb::Worker {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
@@ -128,14 +102,6 @@ pub(crate) fn env_of(s: &TestServer, id: &str) -> std::collections::HashMap<Stri
             "no env recorded for {id}"
         );
         std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-pub(crate) fn pid_alive(pid: i32) -> bool {
-    // A zombie counts as gone: PID 1 here may never reap it.
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat.split(") ").nth(1).is_some_and(|r| r.starts_with('Z')),
-        Err(_) => false,
     }
 }
 
