@@ -319,13 +319,7 @@ impl Supervisor {
         let Some(token) = &id.worker_token else {
             return Ok((Caller::top_level().narrow(&id.declared), None));
         };
-        let hash = hash_token(token);
-        let parent = self
-            .live()
-            .values()
-            .find(|l| l.token_hash == hash)
-            .map(|l| l.record.clone())
-            .ok_or(WorkerError::UnknownToken)?;
+        let parent = self.live_by_token(token).ok_or(WorkerError::UnknownToken)?;
         let eff = &parent.effective;
         let known = Caller {
             depth: parent.depth,
@@ -344,11 +338,16 @@ impl Supervisor {
     /// The principal that spawned the running worker holding `token`, if any (lets a worker
     /// process authenticate with its own token).
     pub fn principal_for_token(&self, token: &str) -> Option<String> {
+        self.live_by_token(token).map(|r| r.caller_scope)
+    }
+
+    /// The running worker holding `token`: tokens are valid only while their worker is live.
+    fn live_by_token(&self, token: &str) -> Option<WorkerRecord> {
         let hash = hash_token(token);
         self.live()
             .values()
             .find(|l| l.token_hash == hash)
-            .map(|l| l.record.caller_scope.clone())
+            .map(|l| l.record.clone())
     }
 
     /// Admits and starts (or reuses) a worker. With `wait`, returns when it is terminal and the
