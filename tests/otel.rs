@@ -213,6 +213,16 @@ async fn rpc_spans_and_metrics_reach_an_otlp_receiver() {
             .any(|n| n == "agentry.rpc.calls")
     })
     .await;
+    // The worker's outcome and the discovery build are counted over the same pipeline.
+    let domain = eventually(Duration::from_secs(10), || async {
+        flush().await;
+        let names = received.metric_names();
+        ["agentry.workers.spawned", "agentry.discovery.duration"]
+            .iter()
+            .all(|want| names.iter().any(|n| n == want))
+    })
+    .await;
+    assert!(domain, "metrics: {:?}", received.metric_names());
     assert!(counted, "metrics: {:?}", received.metric_names());
 
     s.stop().await.unwrap();

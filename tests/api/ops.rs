@@ -7,12 +7,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use agentry::{
-    grpc::{
-        Listener,
-        pb::{self, agent_registry_service_client::AgentRegistryServiceClient},
-    },
-    telemetry::Metrics,
+use agentry::grpc::{
+    Listener,
+    pb::{self, agent_registry_service_client::AgentRegistryServiceClient},
 };
 use hyper_util::rt::TokioIo;
 use nix::{sys::signal, unistd::Pid};
@@ -211,15 +208,6 @@ async fn serves_on_a_unix_socket() {
     assert!(names(&resp.agents).contains(&"explore".to_owned()));
     tx.send(()).unwrap();
     server.await.unwrap().unwrap();
-}
-
-#[test]
-fn metrics_are_no_ops_without_export() {
-    let m = Metrics::new();
-    m.worker_spawned("explore", "started");
-    m.dedupe_hit();
-    m.review_decision("approved");
-    m.discovery(Duration::from_millis(3), 2);
 }
 
 /// The real binary, serving on a free port with `grace`.
