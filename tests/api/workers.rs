@@ -930,3 +930,26 @@ async fn instant_workers_always_end_terminal_with_a_running_event() {
         .workers;
     assert!(open.is_empty(), "rows left open: {open:?}");
 }
+
+#[tokio::test]
+async fn a_runtime_that_is_not_executable_fails_the_worker_with_the_reason() {
+    let s = start_with(|c| {
+        let root = c.home.clone().unwrap().parent().unwrap().to_path_buf();
+        let not_exec = root.join("run-agent");
+        std::fs::write(&not_exec, "#!/bin/sh\necho hi\n").unwrap();
+        c.executor.command = vec![not_exec.display().to_string()];
+    })
+    .await;
+    let w = spawn(&s, spawn_req("task", "x", true))
+        .await
+        .unwrap()
+        .worker
+        .unwrap();
+    assert_eq!(w.state, pb::WorkerState::Failed as i32);
+    let err = w.error.unwrap();
+    assert!(
+        err.contains("run-agent") && err.contains("ermission denied"),
+        "{err}"
+    );
+    assert!(w.close_time.is_some() && w.start_time.is_none());
+}
