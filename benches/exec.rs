@@ -12,7 +12,7 @@ use std::hint::black_box;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use agentry::workers::dedupe::{Claim, DedupeCache, DedupeKey};
+use agentry::workers::dedupe::{Claim, DedupeCache, DedupeKey, Dispatch};
 use agentry::workers::executor::{ExecExecutor, Executor, Job, Outcome};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -84,7 +84,15 @@ fn bench_spawn(runtime: &tokio::runtime::Runtime) -> (Vec<Duration>, Vec<Duratio
 /// `get`s (moka's lock-free read path), so the cost of the per-key lock is visible.
 fn bench_dedupe_hits() -> (Duration, Duration) {
     let cache = DedupeCache::new(Duration::from_secs(120), 100_000);
-    let key = DedupeKey::new("anonymous", "", "reviewer", "review the change");
+    let key = DedupeKey::new(&Dispatch {
+        caller_scope: "anonymous",
+        parent_worker_id: "",
+        agent: "reviewer",
+        mode: "default",
+        workspace: "",
+        output_schema: None,
+        prompt: "review the change",
+    });
     assert_eq!(cache.claim(key, "w-first", |_| true), Claim::Fresh);
 
     let begun = Instant::now();

@@ -279,6 +279,7 @@ async fn start_nodelay(cfg: Config) -> Running {
         rules,
         supervisor: supervisor.clone(),
         max_prompt_bytes: cfg.limits.max_prompt_bytes,
+        operators: std::sync::Arc::new(Vec::new()),
     };
     let (health, health_svc) = tonic_health::server::health_reporter();
     health

@@ -190,6 +190,9 @@ impl Default for ReviewConfig {
 pub struct AuthConfig {
     /// YAML map token → principal; unset = no auth, every caller is `anonymous`.
     pub tokens_file: Option<PathBuf>,
+    /// Principals that see and stop every worker; everyone else only sees its own (default
+    /// none). Meaningful only with `tokens_file`.
+    pub operators: Vec<String>,
 }
 
 /// `discovery`: snapshot caching (an agentry addition to SPEC §8.1).

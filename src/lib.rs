@@ -9,6 +9,8 @@
 //! - [`discovery`]: which directories, in which order; merge; snapshots; file watching.
 //! - [`resolve`]: caller lineage, spawn policy and the effective agent a worker gets.
 //! - [`review`]: the review gate — proposal → reviewer worker → decision, failing closed.
+//! - [`schema`]: the one JSON Schema check for persona and request output schemas (a leaf).
+//! - [`workers`]: the worker runtime — lifecycle, store, executors, dedupe, supervisor.
 //! - [`grpc`]: translation only — proto ⇄ domain, errors → `Status`, server wiring.
 //! - [`auth`]: bearer tokens file → [`auth::Principal`], reloaded on change.
 //! - [`telemetry`]: logs, OTLP spans and metrics, W3C trace context in and out.
@@ -22,5 +24,6 @@ pub mod grpc;
 pub mod persona;
 pub mod resolve;
 pub mod review;
+pub mod schema;
 pub mod telemetry;
 pub mod workers;

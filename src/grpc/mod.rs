@@ -7,6 +7,7 @@ pub mod listen;
 pub mod metadata;
 pub mod page;
 pub mod registry;
+pub mod request;
 pub mod review;
 pub mod status;
 pub mod workers;
@@ -111,6 +112,7 @@ pub async fn run(
         rules,
         supervisor: supervisor.clone(),
         max_prompt_bytes: cfg.limits.max_prompt_bytes,
+        operators: Arc::new(cfg.auth.operators.clone()),
     };
 
     // First discovery in the background; readiness flips when it is done.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 use super::{
-    convert, metadata,
+    convert,
     page::{self, PageToken},
     pb,
     status::{Violations, with_info},
@@ -14,7 +14,8 @@ use super::{
 };
 use crate::{
     discovery::Registry,
-    resolve::{self, Caller, Mode, Rules},
+    resolve::{self, Mode, Rules},
+    workers::supervisor::{Identity, Lineage, Visibility},
 };
 
 /// Longest accepted workspace path, in bytes.
@@ -32,6 +33,8 @@ pub struct RegistryService {
     pub supervisor: Arc<crate::workers::supervisor::Supervisor>,
     /// `limits.max_prompt_bytes`.
     pub max_prompt_bytes: usize,
+    /// `auth.operators`: principals that see and stop every worker.
+    pub operators: Arc<Vec<String>>,
 }
 
 /// Checks a request workspace: bounded, absolute when given.
@@ -51,19 +54,13 @@ pub fn check_workspace(ws: &str, v: &mut Violations) {
 fn check_name(field: &str, name: &str, v: &mut Violations) {
     if name.is_empty() {
         v.add(field, "must not be empty");
-    } else if name.len() > crate::persona::MAX_NAME_BYTES {
-        v.add(
-            field,
-            format!(
-                "is {} bytes; the limit is {}",
-                name.len(),
-                crate::persona::MAX_NAME_BYTES
-            ),
-        );
+    } else {
+        super::request::check_line(field, name, crate::persona::MAX_NAME_BYTES, v);
     }
 }
 
-/// Parses a request output schema: JSON text, bounded.
+/// Parses a request output schema: JSON text, bounded, and a usable JSON Schema — the same
+/// check for `ResolveAgent` and `SpawnWorker`, so what one accepts the other runs.
 pub fn parse_schema(field: &str, s: &str, v: &mut Violations) -> Option<serde_json::Value> {
     if s.len() > MAX_SCHEMA_BYTES {
         v.add(
@@ -72,14 +69,10 @@ pub fn parse_schema(field: &str, s: &str, v: &mut Violations) -> Option<serde_js
         );
         return None;
     }
-    match serde_json::from_str::<serde_json::Value>(s) {
-        Ok(val) if val.is_object() || val.is_boolean() => Some(val),
-        Ok(_) => {
-            v.add(field, "must be a JSON object (a JSON Schema)");
-            None
-        }
+    match crate::schema::check_schema(s) {
+        Ok(val) => Some(val),
         Err(e) => {
-            v.add(field, format!("is not valid JSON: {e}"));
+            v.add(field, e.to_string());
             None
         }
     }
@@ -98,10 +91,45 @@ pub fn parse_mode(m: i32, v: &mut Violations) -> Mode {
 }
 
 impl RegistryService {
-    /// The caller as known from metadata (worker tokens are added by the worker layer).
-    fn caller(&self, md: &tonic::metadata::MetadataMap, v: &mut Violations) -> Caller {
-        Caller::top_level().narrow(&metadata::declared(md, v))
+    /// Who is calling, from metadata and (with auth) the request's principal; problems are added
+    /// to `v`. [`Self::lineage`] then resolves it against the service's records.
+    fn identity<T>(&self, req: &Request<T>, v: &mut Violations) -> Identity {
+        workers::identity(req.metadata(), principal(req), v)
     }
+
+    /// The caller's lineage: a worker token is looked up (unknown or ended → `UNAUTHENTICATED`)
+    /// on every RPC, so a worker sees one lineage everywhere (SPEC §5.1).
+    fn lineage(&self, id: &Identity) -> Result<Lineage, Status> {
+        Ok(self.supervisor.lineage(id)?)
+    }
+
+    /// Which workers the caller may see (SPEC §8.2): all without auth or for an operator, else
+    /// only its own principal's.
+    fn visibility<T>(&self, req: &Request<T>) -> Visibility {
+        match principal(req) {
+            None => Visibility::All,
+            Some(p) if self.operators.contains(&p) => Visibility::All,
+            Some(p) => Visibility::Principal(p),
+        }
+    }
+}
+
+impl RegistryService {
+    /// What the caller of a worker RPC may see; a worker token it sends must be live.
+    fn worker_caller<T>(&self, req: &Request<T>) -> Result<Visibility, Status> {
+        let mut v = Violations::default();
+        let id = self.identity(req, &mut v);
+        v.check()?;
+        self.lineage(&id)?;
+        Ok(self.visibility(req))
+    }
+}
+
+/// The authenticated principal of a request, when authentication is on.
+fn principal<T>(req: &Request<T>) -> Option<String> {
+    req.extensions()
+        .get::<crate::auth::Principal>()
+        .map(|p| p.0.clone())
 }
 
 #[tonic::async_trait]
@@ -111,7 +139,7 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
         req: Request<pb::ListAgentsRequest>,
     ) -> Result<Response<pb::ListAgentsResponse>, Status> {
         let mut v = Violations::default();
-        let caller = self.caller(req.metadata(), &mut v);
+        let id = self.identity(&req, &mut v);
         let r = req.into_inner();
         check_workspace(&r.workspace, &mut v);
         let view = match pb::AgentView::try_from(r.view) {
@@ -123,6 +151,8 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
             }
         };
         let page_size = page::page_size(r.page_size, &mut v);
+        v.check()?;
+        let caller = self.lineage(&id)?.caller;
         // The token is bound to everything that shapes the listing: the caller's lineage only
         // shapes the catalog view.
         let catalog_view = view == pb::AgentView::Catalog;
@@ -136,7 +166,9 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
             view.as_str_name(),
             if r.include_shadowed { "1" } else { "0" },
             &lineage,
+            &page_size.to_string(),
         ]);
+        let mut v = Violations::default();
         let token = page::page_token(&r.page_token, &query, &mut v);
         v.check()?;
 
@@ -200,7 +232,7 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
         req: Request<pb::ResolveAgentRequest>,
     ) -> Result<Response<pb::ResolveAgentResponse>, Status> {
         let mut v = Violations::default();
-        let caller = self.caller(req.metadata(), &mut v);
+        let id = self.identity(&req, &mut v);
         let r = req.into_inner();
         check_name("name", &r.name, &mut v);
         check_workspace(&r.workspace, &mut v);
@@ -210,6 +242,7 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
             .as_deref()
             .and_then(|s| parse_schema("output_schema", s, &mut v));
         v.check()?;
+        let caller = self.lineage(&id)?.caller;
         let snap = self.registry.snapshot(&r.workspace).await?;
         let def = snap
             .get(&r.name)
@@ -226,10 +259,12 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
         &self,
         req: Request<pb::ReloadAgentsRequest>,
     ) -> Result<Response<pb::ReloadAgentsResponse>, Status> {
-        let r = req.into_inner();
         let mut v = Violations::default();
+        let id = self.identity(&req, &mut v);
+        let r = req.into_inner();
         check_workspace(&r.workspace, &mut v);
         v.check()?;
+        self.lineage(&id)?;
         let snap = self.registry.reload(&r.workspace).await?;
         tracing::info!(
             version = %snap.version,
@@ -256,7 +291,8 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
         &self,
         req: Request<pb::StopWorkerRequest>,
     ) -> Result<Response<pb::StopWorkerResponse>, Status> {
-        workers::stop(&self.supervisor, req.into_inner())
+        let vis = self.worker_caller(&req)?;
+        workers::stop(&self.supervisor, &vis, req.into_inner())
             .await
             .map(Response::new)
     }
@@ -265,14 +301,16 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
         &self,
         req: Request<pb::GetWorkerRequest>,
     ) -> Result<Response<pb::GetWorkerResponse>, Status> {
-        workers::get(&self.supervisor, req.into_inner()).map(Response::new)
+        let vis = self.worker_caller(&req)?;
+        workers::get(&self.supervisor, &vis, req.into_inner()).map(Response::new)
     }
 
     async fn list_workers(
         &self,
         req: Request<pb::ListWorkersRequest>,
     ) -> Result<Response<pb::ListWorkersResponse>, Status> {
-        workers::list(&self.supervisor, req.into_inner()).map(Response::new)
+        let vis = self.worker_caller(&req)?;
+        workers::list(&self.supervisor, &vis, req.into_inner()).map(Response::new)
     }
 
     async fn review(
@@ -290,6 +328,7 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
         &self,
         req: Request<pb::WatchWorkerRequest>,
     ) -> Result<Response<Self::WatchWorkerStream>, Status> {
-        workers::watch(self.supervisor.clone(), req.into_inner()).map(Response::new)
+        let vis = self.worker_caller(&req)?;
+        workers::watch(self.supervisor.clone(), &vis, req.into_inner()).map(Response::new)
     }
 }

@@ -11,16 +11,16 @@ use super::{
     convert, metadata,
     page::{self, PageToken},
     pb,
-    registry::{check_workspace, parse_mode},
+    registry::{check_workspace, parse_mode, parse_schema},
+    request,
     status::{Violations, invalid, with_info},
 };
 use crate::{
     resolve::{Effective, Tools},
     workers::{
         model::{WorkerEvent, WorkerId, WorkerRecord, WorkerState},
-        output,
         store::{ListQuery, ParentFilter},
-        supervisor::{Identity, SpawnRequest, Supervisor, WorkerError},
+        supervisor::{Identity, SpawnRequest, Supervisor, Visibility, WorkerError},
     },
 };
 
@@ -30,8 +30,6 @@ pub const MAX_DESCRIPTION_BYTES: usize = 4096;
 pub const MAX_REQUEST_ID_BYTES: usize = 256;
 /// Longest accepted per-request timeout.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
-/// Longest accepted output schema, in bytes.
-pub const MAX_SCHEMA_BYTES: usize = 256 * 1024;
 
 /// The stream type of WatchWorker.
 pub type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchWorkerResponse, Status>> + Send>>;
@@ -177,18 +175,6 @@ pub fn identity(md: &MetadataMap, principal: Option<String>, v: &mut Violations)
     }
 }
 
-fn parse_id(field: &str, s: &str) -> Result<WorkerId, Status> {
-    if s.is_empty() {
-        return Err(invalid(field, "must not be empty"));
-    }
-    WorkerId::parse(s).map_err(|_| {
-        invalid(
-            field,
-            format!("{s:?} is not a worker id (expected wkr_ followed by 32 hex digits)"),
-        )
-    })
-}
-
 /// Validates a SpawnWorker request into the domain request.
 pub fn spawn_request(
     r: pb::SpawnWorkerRequest,
@@ -197,11 +183,8 @@ pub fn spawn_request(
 ) -> SpawnRequest {
     if r.agent.is_empty() {
         v.add("agent", "must not be empty");
-    } else if r.agent.len() > crate::persona::MAX_NAME_BYTES {
-        v.add(
-            "agent",
-            format!("is longer than {} bytes", crate::persona::MAX_NAME_BYTES),
-        );
+    } else {
+        request::check_line("agent", &r.agent, crate::persona::MAX_NAME_BYTES, v);
     }
     if r.prompt.trim().is_empty() {
         v.add("prompt", "must not be empty");
@@ -214,37 +197,14 @@ pub fn spawn_request(
             ),
         );
     }
-    if r.description.len() > MAX_DESCRIPTION_BYTES {
-        v.add(
-            "description",
-            format!("is longer than {MAX_DESCRIPTION_BYTES} bytes"),
-        );
-    }
+    request::check_line("description", &r.description, MAX_DESCRIPTION_BYTES, v);
     check_workspace(&r.workspace, v);
     let mode = parse_mode(r.mode, v);
-    let output_schema = match r.output_schema.as_deref() {
-        Some(s) if s.len() > MAX_SCHEMA_BYTES => {
-            v.add(
-                "output_schema",
-                format!("is longer than {MAX_SCHEMA_BYTES} bytes"),
-            );
-            None
-        }
-        Some(s) => match output::check_schema(s) {
-            Ok(val) => Some(val),
-            Err(e) => {
-                v.add("output_schema", e.to_string());
-                None
-            }
-        },
-        None => None,
-    };
-    if r.request_id.len() > MAX_REQUEST_ID_BYTES {
-        v.add(
-            "request_id",
-            format!("is longer than {MAX_REQUEST_ID_BYTES} bytes"),
-        );
-    }
+    let output_schema = r
+        .output_schema
+        .as_deref()
+        .and_then(|s| parse_schema("output_schema", s, v));
+    request::check_line("request_id", &r.request_id, MAX_REQUEST_ID_BYTES, v);
     let timeout = match r.timeout {
         None => None,
         Some(d) if d.seconds < 0 || d.nanos < 0 => {
@@ -312,32 +272,41 @@ pub async fn spawn(
 /// StopWorker.
 pub async fn stop(
     sup: &Supervisor,
+    vis: &Visibility,
     r: pb::StopWorkerRequest,
 ) -> Result<pb::StopWorkerResponse, Status> {
-    let id = parse_id("worker_id", &r.worker_id)?;
+    let id = request::worker_id("worker_id", &r.worker_id)?;
     if r.reason.len() > MAX_DESCRIPTION_BYTES {
         return Err(invalid(
             "reason",
             format!("is longer than {MAX_DESCRIPTION_BYTES} bytes"),
         ));
     }
-    let w = sup.stop(&id, &r.reason).await?;
+    if r.reason.contains('\0') {
+        return Err(invalid("reason", "must not contain NUL"));
+    }
+    let w = sup.stop(&id, &r.reason, vis).await?;
     Ok(pb::StopWorkerResponse {
         worker: Some(worker(&w)),
     })
 }
 
 /// GetWorker.
-pub fn get(sup: &Supervisor, r: pb::GetWorkerRequest) -> Result<pb::GetWorkerResponse, Status> {
-    let id = parse_id("worker_id", &r.worker_id)?;
+pub fn get(
+    sup: &Supervisor,
+    vis: &Visibility,
+    r: pb::GetWorkerRequest,
+) -> Result<pb::GetWorkerResponse, Status> {
+    let id = request::worker_id("worker_id", &r.worker_id)?;
     Ok(pb::GetWorkerResponse {
-        worker: Some(worker(&sup.get(&id)?)),
+        worker: Some(worker(&sup.get(&id, vis)?)),
     })
 }
 
 /// ListWorkers.
 pub fn list(
     sup: &Supervisor,
+    vis: &Visibility,
     r: pb::ListWorkersRequest,
 ) -> Result<pb::ListWorkersResponse, Status> {
     let mut v = Violations::default();
@@ -347,7 +316,10 @@ pub fn list(
         match WorkerId::parse(&r.parent_id) {
             Ok(id) => ParentFilter::Worker(id),
             Err(_) => {
-                v.add("parent_id", format!("{:?} is not a worker id", r.parent_id));
+                v.add(
+                    "parent_id",
+                    format!("{} is not a worker id", request::quote(&r.parent_id)),
+                );
                 ParentFilter::Any
             }
         }
@@ -364,7 +336,13 @@ pub fn list(
         }
     }
     let limit = page::page_size(r.page_size, &mut v);
-    let query = page::query_hash(&[&r.parent_id, &format!("{:?}", r.states)]);
+    // A token is bound to the filters, the page size and the caller's scope.
+    let query = page::query_hash(&[
+        &r.parent_id,
+        &format!("{:?}", r.states),
+        &limit.to_string(),
+        vis.scope().unwrap_or("*"),
+    ]);
     let after = page::page_token(&r.page_token, &query, &mut v).and_then(|t| {
         let (ms, id) = t.at.split_once(':')?;
         Some((ms.parse::<i64>().ok()?, WorkerId::parse(id).ok()?))
@@ -373,6 +351,7 @@ pub fn list(
     let mut rows = sup.list(&ListQuery {
         parent,
         states,
+        caller_scope: vis.scope().map(str::to_owned),
         after,
         limit: limit + 1,
     })?;
@@ -396,12 +375,18 @@ pub fn list(
 
 /// WatchWorker: a snapshot (or the stored events after `after_sequence`), then every later
 /// transition; ends after the terminal one, on shutdown, or when the client goes away.
-pub fn watch(sup: Arc<Supervisor>, r: pb::WatchWorkerRequest) -> Result<WatchStream, Status> {
-    let id = parse_id("worker_id", &r.worker_id)?;
+pub fn watch(
+    sup: Arc<Supervisor>,
+    vis: &Visibility,
+    r: pb::WatchWorkerRequest,
+) -> Result<WatchStream, Status> {
+    let id = request::worker_id("worker_id", &r.worker_id)?;
+    // Another principal's worker does not exist for this caller.
+    sup.get(&id, vis)?;
     // Subscribe before reading, so no transition falls between the two.
     let live = sup.subscribe(&id);
     let first: Vec<WorkerEvent> = if r.after_sequence == 0 {
-        let w = sup.get(&id)?;
+        let w = sup.get(&id, vis)?;
         let time = w
             .close_time_ms
             .or(w.start_time_ms)

@@ -189,7 +189,13 @@ fn finish(
                     p.thinking_level = Some(t);
                 }
             }
-            "output" => p.output = Some(yaml_to_json(e.value)),
+            "output" => {
+                let schema = yaml_to_json(e.value.clone());
+                match crate::schema::check_schema_value(&schema) {
+                    Ok(()) => p.output = Some(schema),
+                    Err(why) => r.error(&e, "invalid_output_schema", why.to_string()),
+                }
+            }
             "permission_mode" => p.permission_mode = r.string(&e),
             "max_turns" => p.max_turns = r.max_turns(&e),
             "critical_reminder" => p.critical_reminder = r.string(&e),

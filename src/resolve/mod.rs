@@ -28,6 +28,16 @@ pub enum Mode {
     Plan,
 }
 
+impl Mode {
+    /// The mode's name as it is serialised (`default`, `plan`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Default => "default",
+            Mode::Plan => "plan",
+        }
+    }
+}
+
 /// What a caller may do, after metadata narrowed what the service knows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Caller {

@@ -26,8 +26,30 @@ pub fn canonical_prompt(p: &str) -> String {
     out
 }
 
-/// The identity of a dispatch for dedupe: a SHA-256 over caller scope, parent worker id, agent
-/// and canonical prompt.
+/// What makes two dispatches the same (SPEC §6.7): who asked, under which parent, for which
+/// agent, in which mode and workspace, with which effective output schema and prompt. Mode,
+/// workspace and schema belong here because they change what the worker may do: a plan-mode
+/// dispatch must never be answered by a default-mode worker that has every tool.
+#[derive(Debug, Clone, Copy)]
+pub struct Dispatch<'a> {
+    /// The authenticated principal, or `anonymous`.
+    pub caller_scope: &'a str,
+    /// The calling worker's id, `""` for a top-level caller.
+    pub parent_worker_id: &'a str,
+    /// The agent asked for.
+    pub agent: &'a str,
+    /// The mode's name (`default`, `plan`).
+    pub mode: &'a str,
+    /// The workspace, `""` for none.
+    pub workspace: &'a str,
+    /// The effective output schema the worker would get.
+    pub output_schema: Option<&'a serde_json::Value>,
+    /// The raw prompt; canonicalised by [`DedupeKey::new`].
+    pub prompt: &'a str,
+}
+
+/// The identity of a dispatch for dedupe: a SHA-256 over every field of a [`Dispatch`], the
+/// prompt in its whitespace-canonical form.
 ///
 /// Each field is hashed with its length (u64, little endian) in front, so moving bytes across a
 /// field boundary (`("ab", "c")` vs `("a", "bc")`) always changes the key.
@@ -35,13 +57,23 @@ pub fn canonical_prompt(p: &str) -> String {
 pub struct DedupeKey([u8; 32]);
 
 impl DedupeKey {
-    /// The key for a dispatch by `caller_scope` (the authenticated principal, or `anonymous`)
-    /// under `parent_worker_id` (`""` for a top-level spawn) of `agent` with `prompt` (raw: it
-    /// is canonicalised here).
-    pub fn new(caller_scope: &str, parent_worker_id: &str, agent: &str, prompt: &str) -> Self {
-        let canonical = canonical_prompt(prompt);
+    /// The key of `d`.
+    pub fn new(d: &Dispatch<'_>) -> Self {
+        let canonical = canonical_prompt(d.prompt);
+        // Absent and `null` differ from every schema text, and from each other only in name.
+        let schema = d
+            .output_schema
+            .map_or_else(|| "-".to_owned(), serde_json::Value::to_string);
         let mut hasher = Sha256::new();
-        for field in [caller_scope, parent_worker_id, agent, canonical.as_str()] {
+        for field in [
+            d.caller_scope,
+            d.parent_worker_id,
+            d.agent,
+            d.mode,
+            d.workspace,
+            schema.as_str(),
+            canonical.as_str(),
+        ] {
             hasher.update((field.len() as u64).to_le_bytes());
             hasher.update(field.as_bytes());
         }
@@ -190,6 +222,27 @@ mod tests {
         DedupeCache::new(Duration::from_secs(120), 1000)
     }
 
+    fn dispatch<'a>(
+        scope: &'a str,
+        parent: &'a str,
+        agent: &'a str,
+        prompt: &'a str,
+    ) -> Dispatch<'a> {
+        Dispatch {
+            caller_scope: scope,
+            parent_worker_id: parent,
+            agent,
+            mode: "default",
+            workspace: "",
+            output_schema: None,
+            prompt,
+        }
+    }
+
+    fn key_of(scope: &str, parent: &str, agent: &str, prompt: &str) -> DedupeKey {
+        DedupeKey::new(&dispatch(scope, parent, agent, prompt))
+    }
+
     #[test]
     fn canonical_prompt_collapses_all_unicode_whitespace() {
         let cases = [
@@ -212,42 +265,52 @@ mod tests {
     #[test]
     fn key_is_equal_for_whitespace_equivalent_prompts() {
         assert_eq!(
-            DedupeKey::new("alice", "", "reviewer", "review\n\tsrc/lib.rs  "),
-            DedupeKey::new("alice", "", "reviewer", "review src/lib.rs"),
+            key_of("alice", "", "reviewer", "review\n\tsrc/lib.rs  "),
+            key_of("alice", "", "reviewer", "review src/lib.rs"),
         );
     }
 
     #[test]
     fn key_differs_by_every_field() {
-        let base = DedupeKey::new("alice", "w-1", "reviewer", "review it");
-        assert_ne!(base, DedupeKey::new("bob", "w-1", "reviewer", "review it"));
-        assert_ne!(
-            base,
-            DedupeKey::new("alice", "w-2", "reviewer", "review it")
-        );
-        assert_ne!(base, DedupeKey::new("alice", "", "reviewer", "review it"));
-        assert_ne!(base, DedupeKey::new("alice", "w-1", "planner", "review it"));
-        assert_ne!(
-            base,
-            DedupeKey::new("alice", "w-1", "reviewer", "review that")
-        );
+        let base = key_of("alice", "w-1", "reviewer", "review it");
+        assert_ne!(base, key_of("bob", "w-1", "reviewer", "review it"));
+        assert_ne!(base, key_of("alice", "w-2", "reviewer", "review it"));
+        assert_ne!(base, key_of("alice", "", "reviewer", "review it"));
+        assert_ne!(base, key_of("alice", "w-1", "planner", "review it"));
+        assert_ne!(base, key_of("alice", "w-1", "reviewer", "review that"));
+        let d = dispatch("alice", "w-1", "reviewer", "review it");
+        let schema = serde_json::json!({"type": "object"});
+        for other in [
+            Dispatch { mode: "plan", ..d },
+            Dispatch {
+                workspace: "/srv/a",
+                ..d
+            },
+            Dispatch {
+                output_schema: Some(&schema),
+                ..d
+            },
+            Dispatch {
+                output_schema: Some(&serde_json::Value::Null),
+                ..d
+            },
+        ] {
+            assert_ne!(base, DedupeKey::new(&other), "{other:?}");
+        }
     }
 
     #[test]
     fn field_boundaries_cannot_be_forged() {
+        assert_ne!(key_of("ab", "", "c", "p"), key_of("a", "", "bc", "p"),);
         assert_ne!(
-            DedupeKey::new("ab", "", "c", "p"),
-            DedupeKey::new("a", "", "bc", "p"),
-        );
-        assert_ne!(
-            DedupeKey::new("alice", "", "reviewer", "x"),
-            DedupeKey::new("alice", "reviewer", "", "x"),
+            key_of("alice", "", "reviewer", "x"),
+            key_of("alice", "reviewer", "", "x"),
         );
     }
 
     #[test]
     fn key_displays_as_hex() {
-        let key = DedupeKey::new("anonymous", "", "a", "p");
+        let key = key_of("anonymous", "", "a", "p");
         assert_eq!(key.to_string().len(), 64);
         assert_eq!(hex::decode(key.to_string()).unwrap(), key.as_bytes());
     }
@@ -255,7 +318,7 @@ mod tests {
     #[test]
     fn first_claim_is_fresh_then_reused() {
         let cache = cache();
-        let key = DedupeKey::new("anonymous", "", "a", "p");
+        let key = key_of("anonymous", "", "a", "p");
         assert_eq!(cache.claim(key, "w-1", |_| true), Claim::Fresh);
         let Claim::Existing { worker_id, age } = cache.claim(key, "w-2", |_| true) else {
             panic!("expected a hit");
@@ -267,7 +330,7 @@ mod tests {
     #[test]
     fn a_failed_or_killed_worker_is_replaced() {
         let cache = cache();
-        let key = DedupeKey::new("anonymous", "", "a", "p");
+        let key = key_of("anonymous", "", "a", "p");
         assert_eq!(cache.claim(key, "w-1", |_| true), Claim::Fresh);
         let mut asked = None;
         let claim = cache.claim(key, "w-2", |id| {
@@ -286,7 +349,7 @@ mod tests {
     #[test]
     fn forget_removes_only_the_named_worker() {
         let cache = cache();
-        let key = DedupeKey::new("anonymous", "", "a", "p");
+        let key = key_of("anonymous", "", "a", "p");
         assert_eq!(cache.claim(key, "w-1", |_| true), Claim::Fresh);
         cache.forget(key, "w-other");
         assert_eq!(cache.get(&key).unwrap().worker_id, "w-1");
@@ -298,7 +361,7 @@ mod tests {
     #[test]
     fn entries_expire_after_the_ttl() {
         let cache = DedupeCache::new(Duration::from_millis(200), 1000);
-        let key = DedupeKey::new("anonymous", "", "a", "p");
+        let key = key_of("anonymous", "", "a", "p");
         assert_eq!(cache.claim(key, "w-1", |_| true), Claim::Fresh);
         assert!(matches!(
             cache.claim(key, "w-2", |_| true),
@@ -315,7 +378,7 @@ mod tests {
         const THREADS: usize = 16;
         for round in 0..20 {
             let cache = cache();
-            let key = DedupeKey::new("anonymous", "", "a", &format!("p{round}"));
+            let key = key_of("anonymous", "", "a", &format!("p{round}"));
             let barrier = Arc::new(Barrier::new(THREADS));
             let claims: Vec<Claim> = std::thread::scope(|s| {
                 let handles: Vec<_> = (0..THREADS)

@@ -8,6 +8,5 @@ pub mod dedupe;
 pub mod executor;
 pub mod lifecycle;
 pub mod model;
-pub mod output;
 pub mod store;
 pub mod supervisor;

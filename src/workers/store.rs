@@ -157,6 +157,8 @@ pub struct ListQuery {
     pub parent: ParentFilter,
     /// Allowed states; empty means every state.
     pub states: Vec<WorkerState>,
+    /// Only workers of this caller scope (tenancy, SPEC §8.2); `None` lists every scope.
+    pub caller_scope: Option<String>,
     /// Keyset cursor: only workers strictly after this `(create_time_ms, id)`, i.e. the last
     /// worker of the previous page. Stable while rows are added, unlike an offset.
     pub after: Option<(i64, WorkerId)>,
@@ -290,6 +292,8 @@ const MIGRATIONS: &[&str] = &[
         snapshot  TEXT    NOT NULL,
         PRIMARY KEY (worker_id, sequence)
     ) STRICT, WITHOUT ROWID;",
+    // 2: a principal's own workers, listed in order (tenancy).
+    "CREATE INDEX workers_by_scope ON workers (caller_scope, create_time_ms, id);",
 ];
 
 /// The columns of `workers`, in the order [`read_record`] decodes them.
@@ -582,6 +586,10 @@ fn list_sql(q: &ListQuery) -> (String, Vec<Value>) {
             sql.push_str(" AND parent_id = ?");
             args.push(Value::Text(parent.as_str().to_owned()));
         }
+    }
+    if let Some(scope) = &q.caller_scope {
+        sql.push_str(" AND caller_scope = ?");
+        args.push(Value::Text(scope.clone()));
     }
     // Canonical order and no duplicates, so equal filters share one cached statement.
     let states: Vec<WorkerState> = WorkerState::ALL
@@ -924,6 +932,7 @@ mod tests {
         ListQuery {
             parent,
             states: states.to_vec(),
+            caller_scope: None,
             after: None,
             limit: 100,
         }
@@ -1263,13 +1272,16 @@ mod tests {
         ] {
             for states in [&[][..], &[WorkerState::Running], &WorkerState::ALL[..2]] {
                 for after in [None, cursor.clone()] {
-                    let q = ListQuery {
-                        parent: parent.clone(),
-                        states: states.to_vec(),
-                        after,
-                        limit: 10,
-                    };
-                    statements.push(list_sql(&q));
+                    for caller_scope in [None, Some("alice".to_owned())] {
+                        let q = ListQuery {
+                            parent: parent.clone(),
+                            states: states.to_vec(),
+                            caller_scope,
+                            after: after.clone(),
+                            limit: 10,
+                        };
+                        statements.push(list_sql(&q));
+                    }
                 }
             }
         }
@@ -1461,14 +1473,14 @@ mod tests {
                 err,
                 StoreError::SchemaTooNew {
                     found: 999,
-                    known: 1
+                    known: 2
                 }
             ),
             "{err:?}"
         );
         let message = err.to_string();
         assert!(
-            message.contains("version 999") && message.contains("(version 1)"),
+            message.contains("version 999") && message.contains("(version 2)"),
             "{message}"
         );
     }

@@ -20,11 +20,10 @@ use tokio::sync::{Semaphore, broadcast, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    dedupe::{Claim, DedupeCache, DedupeKey},
+    dedupe::{Claim, DedupeCache, DedupeKey, Dispatch},
     executor::{Executor, Job, Outcome},
     lifecycle::Event,
     model::{WorkerEvent, WorkerId, WorkerRecord, WorkerState, generate_token, hash_token},
-    output,
     store::{Applied, ListQuery, Patch, StoreError, WorkerStore},
 };
 use crate::{
@@ -200,6 +199,138 @@ pub enum WorkerError {
     Store(#[from] StoreError),
 }
 
+/// Who may see and act on which workers (SPEC §8.2 tenancy).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Visibility {
+    /// Every worker: authentication is off, or the caller is an operator.
+    All,
+    /// Only the workers this principal spawned (directly or through its workers).
+    Principal(String),
+}
+
+impl Visibility {
+    /// Whether the caller may see `rec`.
+    pub fn sees(&self, rec: &WorkerRecord) -> bool {
+        match self {
+            Visibility::All => true,
+            Visibility::Principal(p) => rec.caller_scope == *p,
+        }
+    }
+
+    /// The caller scope a listing is restricted to, if any.
+    pub fn scope(&self) -> Option<&str> {
+        match self {
+            Visibility::All => None,
+            Visibility::Principal(p) => Some(p),
+        }
+    }
+}
+
+/// Who is calling, resolved against the service's own records (SPEC §5.1).
+#[derive(Debug, Clone)]
+pub struct Lineage {
+    /// Depth, policy and blocked agents after metadata narrowed what the service knows.
+    pub caller: Caller,
+    /// The calling worker, when the call carried its token.
+    pub parent: Option<WorkerRecord>,
+    /// The caller scope: the calling worker's scope, else the principal.
+    pub scope: String,
+}
+
+/// The waiting callers a worker is bound to (SPEC §6.3, §6.7): it is killed when the last one
+/// goes away, never when only some of them do.
+#[derive(Debug, Default)]
+struct Waiters {
+    /// Callers waiting right now.
+    count: usize,
+    /// The service owns the run (a background dispatch shares it): waiters no longer bind it.
+    detached: bool,
+}
+
+/// One waiting caller's hold on a worker; dropping the last one cancels the worker.
+struct WaitGuard {
+    waiters: Arc<Mutex<Waiters>>,
+    cancel: CancellationToken,
+    /// Cleared once the wait finished normally.
+    armed: bool,
+}
+
+impl WaitGuard {
+    /// Joins the callers waiting for a bound worker; `None` when the worker is not bound to its
+    /// waiters (a background run, or nobody is waiting any more and it is being cancelled).
+    fn join(waiters: &Arc<Mutex<Waiters>>, cancel: &CancellationToken) -> Option<Self> {
+        let mut w = waiters.lock().expect("waiters poisoned");
+        if w.detached || w.count == 0 {
+            return None;
+        }
+        w.count += 1;
+        Some(Self {
+            waiters: waiters.clone(),
+            cancel: cancel.clone(),
+            armed: true,
+        })
+    }
+
+    /// The wait ended with the worker's final record: nothing to cancel.
+    fn disarm(mut self) {
+        self.armed = false;
+        self.waiters.lock().expect("waiters poisoned").count -= 1;
+    }
+}
+
+impl Drop for WaitGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let mut w = self.waiters.lock().expect("waiters poisoned");
+        w.count -= 1;
+        if w.count == 0 && !w.detached {
+            self.cancel.cancel();
+        }
+    }
+}
+
+/// Pending and running workers, by id and by token hash (a caller lookup is a map access).
+#[derive(Default)]
+struct LiveSet {
+    by_id: HashMap<WorkerId, Live>,
+    by_token: HashMap<String, WorkerId>,
+}
+
+impl LiveSet {
+    fn get(&self, id: &WorkerId) -> Option<&Live> {
+        self.by_id.get(id)
+    }
+
+    fn get_mut(&mut self, id: &WorkerId) -> Option<&mut Live> {
+        self.by_id.get_mut(id)
+    }
+
+    fn contains_key(&self, id: &WorkerId) -> bool {
+        self.by_id.contains_key(id)
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Live> {
+        self.by_id.values()
+    }
+
+    fn insert(&mut self, id: WorkerId, live: Live) {
+        self.by_token.insert(live.token_hash.clone(), id.clone());
+        self.by_id.insert(id, live);
+    }
+
+    fn remove(&mut self, id: &WorkerId) -> Option<Live> {
+        let live = self.by_id.remove(id)?;
+        self.by_token.remove(&live.token_hash);
+        Some(live)
+    }
+
+    fn by_token(&self, hash: &str) -> Option<&Live> {
+        self.by_id.get(self.by_token.get(hash)?)
+    }
+}
+
 /// Handle of a pending or running worker.
 struct Live {
     /// Latest record (what GetWorker, watchers and dedupe hits see without the disk).
@@ -212,6 +343,8 @@ struct Live {
     done: watch::Receiver<Option<WorkerRecord>>,
     /// Token hash, for caller lookup.
     token_hash: String,
+    /// The callers waiting for it (`wait = true`), which bind its life.
+    waiters: Arc<Mutex<Waiters>>,
 }
 
 /// The supervisor. Cheap to share (`Arc`).
@@ -222,7 +355,7 @@ pub struct Supervisor {
     rules: Arc<Rules>,
     settings: Settings,
     dedupe: DedupeCache,
-    live: Mutex<HashMap<WorkerId, Live>>,
+    live: Mutex<LiveSet>,
     /// Recently finished workers (dedupe reuse and cheap reads), kept for the dedupe TTL.
     recent: moka::sync::Cache<WorkerId, WorkerRecord>,
     slots: Arc<Semaphore>,
@@ -249,17 +382,6 @@ impl Drop for PendingSlot<'_> {
     fn drop(&mut self) {
         if let Some(p) = self.0 {
             p.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
-}
-
-/// Cancels a sync worker when the call that waits for it goes away.
-struct BindToCaller(Option<CancellationToken>);
-
-impl Drop for BindToCaller {
-    fn drop(&mut self) {
-        if let Some(t) = self.0.take() {
-            t.cancel();
         }
     }
 }
@@ -296,7 +418,7 @@ impl Supervisor {
                 .build(),
             slots: Arc::new(Semaphore::new(settings.max_running)),
             pending: AtomicUsize::new(0),
-            live: Mutex::new(HashMap::new()),
+            live: Mutex::new(LiveSet::default()),
             shutdown: CancellationToken::new(),
             tasks: tokio_util::task::TaskTracker::new(),
             stop_reasons: Mutex::new(HashMap::new()),
@@ -309,15 +431,21 @@ impl Supervisor {
         }))
     }
 
-    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<WorkerId, Live>> {
+    fn live(&self) -> std::sync::MutexGuard<'_, LiveSet> {
         self.live.lock().expect("live workers poisoned")
     }
 
     /// The caller's effective lineage: what the service knows from a worker token, narrowed by
-    /// what the caller declared. Returns the calling worker too.
-    pub fn caller(&self, id: &Identity) -> Result<(Caller, Option<WorkerRecord>), WorkerError> {
+    /// what the caller declared. Every RPC goes through here, so a worker sees the same lineage
+    /// in its catalog, its resolutions, its spawns and its reviews; a token that is not a live
+    /// worker's is refused.
+    pub fn lineage(&self, id: &Identity) -> Result<Lineage, WorkerError> {
         let Some(token) = &id.worker_token else {
-            return Ok((Caller::top_level().narrow(&id.declared), None));
+            return Ok(Lineage {
+                caller: Caller::top_level().narrow(&id.declared),
+                parent: None,
+                scope: id.principal.clone(),
+            });
         };
         let parent = self.live_by_token(token).ok_or(WorkerError::UnknownToken)?;
         let eff = &parent.effective;
@@ -327,7 +455,11 @@ impl Supervisor {
             blocked: vec![parent.agent.clone()],
             parent_output_schema: eff.get("output_schema").filter(|s| !s.is_null()).cloned(),
         };
-        Ok((known.narrow(&id.declared), Some(parent)))
+        Ok(Lineage {
+            caller: known.narrow(&id.declared),
+            scope: parent.caller_scope.clone(),
+            parent: Some(parent),
+        })
     }
 
     /// The metric instruments, for layers built on the supervisor (the review gate).
@@ -344,10 +476,7 @@ impl Supervisor {
     /// The running worker holding `token`: tokens are valid only while their worker is live.
     fn live_by_token(&self, token: &str) -> Option<WorkerRecord> {
         let hash = hash_token(token);
-        self.live()
-            .values()
-            .find(|l| l.token_hash == hash)
-            .map(|l| l.record.clone())
+        self.live().by_token(&hash).map(|l| l.record.clone())
     }
 
     /// Admits and starts (or reuses) a worker. With `wait`, returns when it is terminal and the
@@ -406,15 +535,56 @@ impl Supervisor {
         if self.shutdown.is_cancelled() {
             return Err(WorkerError::ShuttingDown);
         }
-        let (caller, parent) = self.caller(id)?;
-        let scope = parent
-            .as_ref()
-            .map_or_else(|| id.principal.clone(), |p| p.caller_scope.clone());
+        let Lineage {
+            caller,
+            parent,
+            scope,
+        } = self.lineage(id)?;
+
+        let snap = self.registry.snapshot(&req.workspace).await?;
+        let checked = if review.is_some() {
+            resolve::check_review(&snap, &caller, &req.agent)
+        } else {
+            resolve::check_spawn(&snap, &caller, &req.agent, &self.rules)
+        };
+        let def = match checked {
+            Ok(def) => def,
+            Err(denied) => {
+                self.metrics
+                    .worker_spawned(&req.agent, &format!("denied_{}", denied.reason()));
+                return Err(denied.into());
+            }
+        };
+        let eff = resolve::effective(
+            def,
+            &snap,
+            &caller,
+            req.mode,
+            req.output_schema.as_ref(),
+            &self.rules,
+        );
+        let parent_id = parent.as_ref().map(|p| p.id.clone());
+        // Reviews are never deduplicated: each one gates a different moment.
+        let key = review.is_none().then(|| {
+            DedupeKey::new(&Dispatch {
+                caller_scope: &scope,
+                parent_worker_id: parent_id.as_ref().map_or("", WorkerId::as_str),
+                agent: &req.agent,
+                mode: eff.mode.as_str(),
+                workspace: &req.workspace,
+                output_schema: eff.output_schema.as_ref(),
+                prompt: &req.prompt,
+            })
+        });
 
         if let Some(rid) = &req.request_id
             && let Some(existing) = self.store.find_by_request_id(&scope, rid)?
         {
-            if existing.agent != req.agent || existing.prompt != req.prompt {
+            // The same request_id names the same dispatch: agent, prompt, mode, workspace and
+            // effective schema must all agree, or it is a different request reusing the key.
+            if key.is_none_or(|k| dispatch_key(&existing) != Some(k))
+                || existing.prompt != req.prompt
+            {
                 return Err(WorkerError::RequestIdReused {
                     request_id: rid.clone(),
                     existing: existing.id.to_string(),
@@ -434,20 +604,6 @@ impl Supervisor {
             ));
         }
 
-        let snap = self.registry.snapshot(&req.workspace).await?;
-        let checked = if review.is_some() {
-            resolve::check_review(&snap, &caller, &req.agent)
-        } else {
-            resolve::check_spawn(&snap, &caller, &req.agent, &self.rules)
-        };
-        let def = match checked {
-            Ok(def) => def,
-            Err(denied) => {
-                self.metrics
-                    .worker_spawned(&req.agent, &format!("denied_{}", denied.reason()));
-                return Err(denied.into());
-            }
-        };
         // Reserve a pending slot atomically; it is handed back on every early return below.
         let max_pending = self.settings.max_pending;
         if self
@@ -464,17 +620,7 @@ impl Supervisor {
         }
         let mut slot = PendingSlot(Some(&self.pending));
 
-        let parent_id = parent.as_ref().map(|p| p.id.clone());
         let new_id = WorkerId::generate();
-        // Reviews are never deduplicated: each one gates a different moment.
-        let key = review.is_none().then(|| {
-            DedupeKey::new(
-                &scope,
-                parent_id.as_ref().map_or("", WorkerId::as_str),
-                &req.agent,
-                &req.prompt,
-            )
-        });
         if let Some(key) = key {
             let claim = self.dedupe.claim(key, new_id.as_str(), |existing| {
                 WorkerId::parse(existing).is_ok_and(|w| self.reusable(&w))
@@ -501,14 +647,6 @@ impl Supervisor {
             }
         }
 
-        let eff = resolve::effective(
-            def,
-            &snap,
-            &caller,
-            req.mode,
-            req.output_schema.as_ref(),
-            &self.rules,
-        );
         let token = generate_token();
         let mut blocked = caller.blocked.clone();
         if !blocked.contains(&req.agent) {
@@ -550,6 +688,11 @@ impl Supervisor {
         let (events, _) = broadcast::channel(8);
         let (done_tx, done_rx) = watch::channel(None);
         let cancel = self.shutdown.child_token();
+        // A sync caller binds the worker's life; a background run belongs to the service.
+        let waiters = Arc::new(Mutex::new(Waiters {
+            count: usize::from(req.wait),
+            detached: !req.wait,
+        }));
         slot.keep();
         self.live().insert(
             new_id.clone(),
@@ -559,6 +702,7 @@ impl Supervisor {
                 events: events.clone(),
                 done: done_rx.clone(),
                 token_hash: hash_token(&token),
+                waiters: waiters.clone(),
             },
         );
         let _ = events.send(created);
@@ -626,7 +770,11 @@ impl Supervisor {
             done: done_tx,
         };
         // The run belongs to the service; a sync caller only holds a guard that cancels it.
-        let guard = req.wait.then(|| BindToCaller(Some(cancel)));
+        let guard = req.wait.then(|| WaitGuard {
+            waiters,
+            cancel,
+            armed: true,
+        });
         let this = self.clone();
         let span = tracing::info_span!(
             "worker",
@@ -648,13 +796,13 @@ impl Supervisor {
                         timed_out = true;
                         let reason = format!("review timed out after {}", seconds(t));
                         // Finished in the meantime is fine: the final record says how.
-                        let _ = self.stop(&new_id, &reason).await;
+                        let _ = self.stop(&new_id, &reason, &Visibility::All).await;
                         wait_done(done_rx).await
                     }
                 },
             };
-            if let Some(mut g) = guard {
-                g.0 = None;
+            if let Some(g) = guard {
+                g.disarm();
             }
             rec
         } else {
@@ -688,20 +836,34 @@ impl Supervisor {
         self.recent.get(id)
     }
 
-    /// For a reused worker: wait for it when asked, else return it as it is.
+    /// For a reused worker: wait for it when asked (joining the callers it is bound to, so it
+    /// lives until the last of them goes away), else return it as it is — and a background
+    /// dispatch sharing a bound worker hands it to the service.
     async fn finish_wait(
         &self,
         rec: WorkerRecord,
         wait: bool,
     ) -> Result<WorkerRecord, WorkerError> {
-        if !wait || rec.state.is_terminal() {
+        if rec.state.is_terminal() {
             return Ok(rec);
         }
-        let done = self.live().get(&rec.id).map(|l| l.done.clone());
-        match done {
-            Some(rx) => Ok(wait_done(rx).await),
-            None => Ok(self.get(&rec.id)?),
+        let handles = self
+            .live()
+            .get(&rec.id)
+            .map(|l| (l.done.clone(), l.waiters.clone(), l.cancel.clone()));
+        let Some((done, waiters, cancel)) = handles else {
+            return self.get(&rec.id, &Visibility::All);
+        };
+        if !wait {
+            waiters.lock().expect("waiters poisoned").detached = true;
+            return Ok(rec);
         }
+        let guard = WaitGuard::join(&waiters, &cancel);
+        let rec = wait_done(done).await;
+        if let Some(g) = guard {
+            g.disarm();
+        }
+        Ok(rec)
     }
 
     /// Runs one worker to a terminal state; every path closes the row.
@@ -812,7 +974,7 @@ impl Supervisor {
                 )
             }
             Outcome::Completed { stdout } => match &ctx.schema {
-                Some(schema) => match output::validate_output(schema, &stdout) {
+                Some(schema) => match crate::schema::validate_output(schema, &stdout) {
                     Ok(v) => (
                         Event::Complete,
                         Patch {
@@ -922,25 +1084,37 @@ impl Supervisor {
         }
     }
 
-    /// The worker as it is now: memory first, then the store.
-    pub fn get(&self, id: &WorkerId) -> Result<WorkerRecord, WorkerError> {
-        if let Some(r) = self.cached(id) {
-            return Ok(r);
+    /// The worker as it is now: memory first, then the store. A worker the caller may not see
+    /// is `NotFound`, exactly like one that does not exist.
+    pub fn get(&self, id: &WorkerId, vis: &Visibility) -> Result<WorkerRecord, WorkerError> {
+        let rec = match self.cached(id) {
+            Some(r) => r,
+            None => self
+                .store
+                .get(id)?
+                .ok_or_else(|| WorkerError::NotFound(id.to_string()))?,
+        };
+        if vis.sees(&rec) {
+            Ok(rec)
+        } else {
+            Err(WorkerError::NotFound(id.to_string()))
         }
-        self.store
-            .get(id)?
-            .ok_or_else(|| WorkerError::NotFound(id.to_string()))
     }
 
-    /// One page of workers.
+    /// One page of workers (the query carries the caller's scope when it is restricted).
     pub fn list(&self, q: &ListQuery) -> Result<Vec<WorkerRecord>, WorkerError> {
         Ok(self.store.list(q)?)
     }
 
     /// Stops a worker: descendants first, then SIGTERM → grace → SIGKILL; returns once it is
     /// gone and recorded `killed`.
-    pub async fn stop(&self, id: &WorkerId, reason: &str) -> Result<WorkerRecord, WorkerError> {
-        let rec = self.get(id)?;
+    pub async fn stop(
+        &self,
+        id: &WorkerId,
+        reason: &str,
+        vis: &Visibility,
+    ) -> Result<WorkerRecord, WorkerError> {
+        let rec = self.get(id, vis)?;
         match rec.state {
             WorkerState::Killed => return Ok(rec),
             WorkerState::Completed | WorkerState::Failed => {
@@ -958,7 +1132,8 @@ impl Supervisor {
             .map(|l| l.record.id.clone())
             .collect();
         for c in children {
-            let _ = Box::pin(self.stop(&c, &format!("killed: parent {id} was stopped"))).await;
+            let reason = format!("killed: parent {id} was stopped");
+            let _ = Box::pin(self.stop(&c, &reason, &Visibility::All)).await;
         }
         let handles = self
             .live()
@@ -993,7 +1168,7 @@ impl Supervisor {
     }
 
     fn stop_finished(&self, id: &WorkerId) -> Result<WorkerRecord, WorkerError> {
-        let rec = self.get(id)?;
+        let rec = self.get(id, &Visibility::All)?;
         match rec.state {
             WorkerState::Killed => Ok(rec),
             state => Err(WorkerError::NotCancelable {
@@ -1038,6 +1213,23 @@ impl Supervisor {
             tracing::warn!("workers still running after the shutdown grace");
         }
     }
+}
+
+/// The dedupe key a stored worker was admitted under, from its own record (None when the
+/// record predates the fields it needs).
+fn dispatch_key(rec: &WorkerRecord) -> Option<DedupeKey> {
+    let eff = &rec.effective;
+    let mode = eff.get("mode")?.as_str()?;
+    let schema = eff.get("output_schema").filter(|s| !s.is_null());
+    Some(DedupeKey::new(&Dispatch {
+        caller_scope: &rec.caller_scope,
+        parent_worker_id: rec.parent_id.as_ref().map_or("", WorkerId::as_str),
+        agent: &rec.agent,
+        mode,
+        workspace: rec.workspace.as_deref().unwrap_or(""),
+        output_schema: schema,
+        prompt: &rec.prompt,
+    }))
 }
 
 /// A duration as whole seconds (`60s`) or, below a second or fractional, milliseconds (`500ms`).

@@ -1,9 +1,10 @@
-//! Output schemas (SPEC §6.4): checking a persona's `output_schema` when it is loaded, and
-//! validating a worker's stdout against it when the worker completes.
+//! Output schemas (docs/workers.md §6.4): one check for every schema agentry accepts — a
+//! persona's `output` when the file is loaded (docs/personas.md §2.3), a request's
+//! `output_schema` in `ResolveAgent` and `SpawnWorker` — and the validation of a worker's result
+//! against it when the worker completes.
 //!
-//! This module owns the JSON Schema handling and a small cache of compiled validators. It must
-//! not depend on the persona parser, the executors or `tonic`: it takes schema text or a parsed
-//! schema and a stdout string, and answers with values or messages meant for a human.
+//! A leaf: owns the JSON Schema handling and a small cache of compiled validators, and depends
+//! on nothing else in the crate, so the persona parser and the worker runtime can both use it.
 
 use std::sync::{Arc, LazyLock};
 
@@ -46,25 +47,31 @@ pub enum SchemaError {
     Uncompilable(String),
 }
 
-/// Checks that `schema_json` is a usable JSON Schema and returns it parsed.
-///
-/// Called when a persona is loaded, so a broken schema is a diagnostic on the file rather than
-/// a failure on every worker that uses it. The compiled validator is cached for
-/// [`validate_output`].
+/// Checks that `schema_json` is a usable JSON Schema and returns it parsed (a request's
+/// `output_schema`). The compiled validator is cached for [`validate_output`].
 pub fn check_schema(schema_json: &str) -> Result<Value, SchemaError> {
     let schema: Value = serde_json::from_str(schema_json).map_err(|e| SchemaError::NotJson {
         line: e.line(),
         column: e.column(),
         message: e.to_string(),
     })?;
-    if let Err(err) = jsonschema::meta::validate(&schema) {
+    check_schema_value(&schema)?;
+    Ok(schema)
+}
+
+/// Checks that an already parsed value is a usable JSON Schema: it conforms to the meta-schema
+/// and compiles (remote references are never fetched). Used for a persona's `output` when the
+/// file is loaded, so a broken schema is a diagnostic on the file rather than a failure on
+/// every worker that uses it.
+pub fn check_schema_value(schema: &Value) -> Result<(), SchemaError> {
+    if let Err(err) = jsonschema::meta::validate(schema) {
         return Err(SchemaError::NotASchema {
             path: err.instance_path().as_str().to_owned(),
             message: err.to_string(),
         });
     }
-    COMPILED.get_or_compile(&schema)?;
-    Ok(schema)
+    COMPILED.get_or_compile(schema)?;
+    Ok(())
 }
 
 /// Validates a completed worker's stdout against its effective output schema and returns the
