@@ -1,5 +1,6 @@
 //! Tower layers around every gRPC service: [`TraceLayer`] (a span, a log line and metrics per
-//! RPC) and [`AuthLayer`] (bearer tokens, SPEC §8.2).
+//! RPC), [`ProtocolLayer`] (metadata bounds, decode failures as the caller's error) and
+//! [`AuthLayer`] (bearer tokens, docs/operations.md §8.2).
 //!
 //! They work on plain HTTP requests so they cover every service the server hosts, including the
 //! ones added later, without touching the generated code. Health and reflection are exempt from
@@ -141,6 +142,103 @@ where
             }
         }
         Box::pin(self.inner.call(req))
+    }
+}
+
+/// Largest accepted value of one request header (metadata key), in bytes.
+pub const MAX_HEADER_VALUE_BYTES: usize = 16 * 1024;
+/// Largest accepted total of all request headers (names and values), in bytes.
+pub const MAX_HEADER_TOTAL_BYTES: usize = 64 * 1024;
+/// The HTTP/2 header list size the server advertises and decodes. Larger than
+/// [`MAX_HEADER_TOTAL_BYTES`] on purpose: an oversized header block is still decoded (HPACK state
+/// is per connection) and then refused as one call's `INVALID_ARGUMENT`, instead of the HTTP/2
+/// layer tearing down a connection other calls share. Beyond this the HTTP/2 layer protects
+/// itself.
+pub const HTTP2_MAX_HEADER_LIST_BYTES: u32 = 4 << 20;
+
+/// Protocol limits of every call (docs/operations.md §8.2): refuses oversized metadata with
+/// `INVALID_ARGUMENT` naming the key and the bound, and turns the transport's decode failures
+/// (invalid UTF-8 in a string field, a message over the size limit) from `INTERNAL` /
+/// `OUT_OF_RANGE` into `INVALID_ARGUMENT` — the caller sent a bad request, the service did not
+/// fail.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProtocolLayer;
+
+impl<S> Layer<S> for ProtocolLayer {
+    type Service = Protocol<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Protocol { inner }
+    }
+}
+
+/// The service [`ProtocolLayer`] makes.
+#[derive(Clone, Debug)]
+pub struct Protocol<S> {
+    inner: S,
+}
+
+/// Why the request's headers are refused, if they are.
+fn oversized_header(headers: &http::HeaderMap) -> Option<String> {
+    let mut total = 0;
+    for (name, value) in headers {
+        if value.len() > MAX_HEADER_VALUE_BYTES {
+            return Some(format!(
+                "metadata {} is {} bytes; the limit is {MAX_HEADER_VALUE_BYTES} bytes per value",
+                super::request::quote(name.as_str()),
+                value.len()
+            ));
+        }
+        total += name.as_str().len() + value.len();
+    }
+    (total > MAX_HEADER_TOTAL_BYTES).then(|| {
+        format!("metadata is {total} bytes in all; the limit is {MAX_HEADER_TOTAL_BYTES} bytes")
+    })
+}
+
+/// A transport-level refusal of the request body, rewritten as the caller's error.
+fn rewrite_decode_error(resp: http::Response<Body>) -> http::Response<Body> {
+    let Some(status) = Status::from_header_map(resp.headers()) else {
+        return resp;
+    };
+    let message = status.message();
+    let rewritten = match status.code() {
+        Code::Internal if message.starts_with("failed to decode Protobuf message") => {
+            let detail = message
+                .split_once(": ")
+                .map_or(message, |(_, rest)| rest)
+                .to_owned();
+            format!("the request is not a valid message: {detail}")
+        }
+        Code::OutOfRange if message.contains("message length too large") => {
+            format!("the request message is too large: {message}")
+        }
+        _ => return resp,
+    };
+    with_info(Code::InvalidArgument, "INVALID_REQUEST", rewritten, &[]).into_http()
+}
+
+impl<S, B> Service<http::Request<B>> for Protocol<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<Body>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        if let Some(why) = oversized_header(req.headers()) {
+            let resp = with_info(Code::InvalidArgument, "INVALID_REQUEST", why, &[]).into_http();
+            return Box::pin(std::future::ready(Ok(resp)));
+        }
+        let fut = self.inner.call(req);
+        Box::pin(async move { fut.await.map(rewrite_decode_error) })
     }
 }
 

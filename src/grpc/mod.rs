@@ -155,8 +155,13 @@ pub async fn run(
         // Kill running workers (recorded killed) and end watch streams, so the drain finishes.
         supervisor.shutdown(grace).await;
     };
+    // Big enough that the prompt bound (an INVALID_ARGUMENT naming limits.max_prompt_bytes) is
+    // what a caller meets, not the transport's.
+    let max_message = (cfg.limits.max_prompt_bytes * 2 + (1 << 20)).max(16 << 20);
     let router = tonic::transport::Server::builder()
+        .http2_max_header_list_size(layers::HTTP2_MAX_HEADER_LIST_BYTES)
         .layer(layers::TraceLayer::new(crate::telemetry::Metrics::new()))
+        .layer(layers::ProtocolLayer)
         .layer(layers::AuthLayer::new(tokens).with_worker_tokens({
             let supervisor = supervisor_for_auth;
             Arc::new(move |token: &str| {
@@ -168,7 +173,10 @@ pub async fn run(
         .add_service(health_svc)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(pb::agent_registry_service_server::AgentRegistryServiceServer::new(svc));
+        .add_service(
+            pb::agent_registry_service_server::AgentRegistryServiceServer::new(svc)
+                .max_decoding_message_size(max_message),
+        );
     match listener {
         Listener::Tcp(l) => {
             router

@@ -47,7 +47,7 @@ pub(crate) fn out(s: &TestServer) -> PathBuf {
     s.dir.path().join("out")
 }
 
-fn spawn_req(agent: &str, prompt: &str, wait: bool) -> pb::SpawnWorkerRequest {
+pub(crate) fn spawn_req(agent: &str, prompt: &str, wait: bool) -> pb::SpawnWorkerRequest {
     pb::SpawnWorkerRequest {
         agent: agent.into(),
         description: "test".into(),
@@ -57,7 +57,7 @@ fn spawn_req(agent: &str, prompt: &str, wait: bool) -> pb::SpawnWorkerRequest {
     }
 }
 
-async fn spawn(
+pub(crate) async fn spawn(
     s: &TestServer,
     r: pb::SpawnWorkerRequest,
 ) -> Result<pb::SpawnWorkerResponse, tonic::Status> {
@@ -68,7 +68,7 @@ async fn spawn(
         .map(|r| r.into_inner())
 }
 
-async fn wait_state(s: &TestServer, id: &str, state: pb::WorkerState) -> pb::Worker {
+pub(crate) async fn wait_state(s: &TestServer, id: &str, state: pb::WorkerState) -> pb::Worker {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let w = get(s, id).await;
