@@ -438,8 +438,8 @@ async fn a_principal_sees_and_stops_only_its_own_workers() {
             workers.into_iter().map(|w| w.id).collect::<Vec<_>>()
         }
     };
-    assert_eq!(list("bob-secret").await, [bob.id.clone()]);
-    assert_eq!(list("alice-secret").await, [alice.id.clone()]);
+    assert_eq!(list("bob-secret").await, vec![bob.id.clone()]);
+    assert_eq!(list("alice-secret").await, vec![alice.id.clone()]);
     let mut everything = list("ops-secret").await;
     everything.sort();
     let mut both = vec![alice.id.clone(), bob.id.clone()];
