@@ -10,6 +10,8 @@
 //! callers call them directly for point operations or through `spawn_blocking`, and never hold
 //! anything from here across an `.await`.
 
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -71,6 +73,10 @@ pub trait WorkerStore: Send + Sync + 'static {
     /// ordinary transition rules (so each gets its close time, loses its token and has an event).
     /// Called once at start-up, before anything new runs; returns the ids it closed.
     fn close_orphans(&self, now_ms: i64) -> Result<Vec<WorkerId>, StoreError>;
+
+    /// The `pending` or `running` rows, oldest first: at start-up, the runs a previous process
+    /// left behind, whose processes must be killed before the rows are closed.
+    fn open_workers(&self) -> Result<Vec<WorkerId>, StoreError>;
 
     /// The worker holding the token with this hash; only non-terminal workers have one, so this
     /// is also the token validity check.
@@ -200,6 +206,20 @@ pub enum StoreError {
         /// The operating system's error.
         source: std::io::Error,
     },
+    /// Another process holds the store file: two services on one file would close each
+    /// other's live workers as orphans, so the second one refuses to start.
+    #[error(
+        "worker store {} is in use by another agentry process ({holder}); \
+         stop it or give this one another store.path",
+        path.display()
+    )]
+    Locked {
+        /// The store file.
+        path: PathBuf,
+        /// What the holder wrote into the lock file (pid, host, start time), or why it is
+        /// unknown.
+        holder: String,
+    },
     /// A stored value could not be decoded (a bad state name, id or JSON); the file was changed
     /// by something other than this store.
     #[error("worker store is corrupt: {0}")]
@@ -317,6 +337,9 @@ const STATEMENT_CACHE_CAPACITY: usize = 256;
 pub struct SqliteStore {
     /// The only connection; locked for exactly one store call.
     conn: Mutex<Connection>,
+    /// The exclusive lock on `<path>.lock`, held for the store's life (released on drop, and by
+    /// the kernel when the process dies, so a crash never leaves a stale lock).
+    _lock: Flock<std::fs::File>,
 }
 
 impl SqliteStore {
@@ -330,6 +353,7 @@ impl SqliteStore {
                 source,
             })?;
         }
+        let lock = lock_exclusively(path)?;
         let mut conn =
             Connection::open(path).with_context(|| format!("open {}", path.display()))?;
         conn.busy_timeout(BUSY_TIMEOUT)
@@ -346,6 +370,7 @@ impl SqliteStore {
         migrate(&mut conn)?;
         Ok(SqliteStore {
             conn: Mutex::new(conn),
+            _lock: lock,
         })
     }
 
@@ -510,19 +535,7 @@ impl WorkerStore for SqliteStore {
 
     fn close_orphans(&self, now_ms: i64) -> Result<Vec<WorkerId>, StoreError> {
         self.write("close orphaned workers", |tx| {
-            let open: Vec<WorkerId> = {
-                let mut stmt = tx
-                    .prepare_cached(
-                        "SELECT id FROM workers WHERE state IN ('pending', 'running')
-                         ORDER BY create_time_ms, id",
-                    )
-                    .context("find orphaned workers")?;
-                let rows = stmt
-                    .query_map([], |row| row.get(0))
-                    .context("find orphaned workers")?;
-                rows.collect::<rusqlite::Result<_>>()
-                    .context("find orphaned workers")?
-            };
+            let open = open_ids(tx)?;
             for id in &open {
                 let patch = Patch {
                     error: Some(ORPHANED_ERROR.to_owned()),
@@ -532,6 +545,10 @@ impl WorkerStore for SqliteStore {
             }
             Ok(open)
         })
+    }
+
+    fn open_workers(&self) -> Result<Vec<WorkerId>, StoreError> {
+        open_ids(&self.lock())
     }
 
     fn find_by_token_hash(&self, hash: &str) -> Result<Option<WorkerRecord>, StoreError> {
@@ -571,6 +588,69 @@ impl WorkerStore for SqliteStore {
         rows.collect::<rusqlite::Result<Vec<_>>>()
             .context("list children")
     }
+}
+
+/// Takes an exclusive `flock` on `<db>.lock` (a file beside the database, so SQLite's own POSIX
+/// locks are untouched) and writes who holds it; a held lock is [`StoreError::Locked`] naming
+/// the holder.
+fn lock_exclusively(db: &Path) -> Result<Flock<std::fs::File>, StoreError> {
+    use std::io::{Read, Seek, Write};
+    let mut name = db.as_os_str().to_owned();
+    name.push(".lock");
+    let path = PathBuf::from(name);
+    let io = |source| StoreError::Io {
+        path: path.clone(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io)?;
+    let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => lock,
+        Err((mut file, Errno::EWOULDBLOCK)) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = holder.trim();
+            return Err(StoreError::Locked {
+                path: db.to_owned(),
+                holder: if holder.is_empty() {
+                    "holder unknown".to_owned()
+                } else {
+                    holder.to_owned()
+                },
+            });
+        }
+        Err((_, errno)) => return Err(io(std::io::Error::from(errno))),
+    };
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown host".to_owned());
+    let since = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+    let note = format!("pid {} on {host}, since {since}", std::process::id());
+    lock.set_len(0).map_err(io)?;
+    lock.rewind().map_err(io)?;
+    lock.write_all(note.as_bytes()).map_err(io)?;
+    Ok(lock)
+}
+
+/// Ids of the `pending` and `running` rows, oldest first.
+fn open_ids(conn: &Connection) -> Result<Vec<WorkerId>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT id FROM workers WHERE state IN ('pending', 'running')
+             ORDER BY create_time_ms, id",
+        )
+        .context("find open workers")?;
+    let rows = stmt
+        .query_map([], |row| row.get(0))
+        .context("find open workers")?;
+    rows.collect::<rusqlite::Result<_>>()
+        .context("find open workers")
 }
 
 /// The SQL and arguments for one [`WorkerStore::list`] page. Every filter combination has its own

@@ -395,6 +395,18 @@ impl Supervisor {
         rules: Arc<Rules>,
         settings: Settings,
     ) -> Result<Arc<Self>, StoreError> {
+        // Processes of runs a killed predecessor left behind go first, then their rows.
+        let open = store.open_workers()?;
+        if !open.is_empty() {
+            let ids: Vec<&str> = open.iter().map(WorkerId::as_str).collect();
+            let killed = executor.reap_leftovers(&ids);
+            if killed > 0 {
+                tracing::warn!(
+                    processes = killed,
+                    "killed processes left behind by workers of a previous run"
+                );
+            }
+        }
         let orphans = store.close_orphans(now_ms())?;
         if !orphans.is_empty() {
             tracing::warn!(

@@ -3,6 +3,7 @@
 mod hardening;
 mod helpers;
 mod ops;
+mod processes;
 mod registry;
 mod restart;
 mod review;

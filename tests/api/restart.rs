@@ -11,7 +11,7 @@ use tonic::transport::Channel;
 
 use crate::helpers::eventually;
 
-struct Server(Child);
+pub(crate) struct Server(pub(crate) Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -20,7 +20,7 @@ impl Drop for Server {
     }
 }
 
-fn start_binary(config: &std::path::Path) -> Server {
+pub(crate) fn start_binary(config: &std::path::Path) -> Server {
     Server(
         Command::new(env!("CARGO_BIN_EXE_agentry"))
             .args(["serve", "--config"])
@@ -32,7 +32,7 @@ fn start_binary(config: &std::path::Path) -> Server {
     )
 }
 
-async fn connect(addr: &str) -> AgentRegistryServiceClient<Channel> {
+pub(crate) async fn connect(addr: &str) -> AgentRegistryServiceClient<Channel> {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         if let Ok(ch) = Channel::from_shared(format!("http://{addr}"))
@@ -58,14 +58,14 @@ async fn connect(addr: &str) -> AgentRegistryServiceClient<Channel> {
 
 /// A directory with an agentry config for the real binary: a free port, a fake home, a store,
 /// and `run-agent` (the script `body`) as the executor with `$OUT` = the directory.
-struct Fixture {
-    dir: tempfile::TempDir,
-    addr: String,
-    config: std::path::PathBuf,
-    db: std::path::PathBuf,
+pub(crate) struct Fixture {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) addr: String,
+    pub(crate) config: std::path::PathBuf,
+    pub(crate) db: std::path::PathBuf,
 }
 
-fn fixture(body: &str, extra_yaml: &str, executor_extra: &str) -> Fixture {
+pub(crate) fn fixture(body: &str, extra_yaml: &str, executor_extra: &str) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -135,13 +135,23 @@ async fn kill_9_then_restart_closes_orphans_and_keeps_results() {
     assert!(eventually(Duration::from_secs(10), || async { pid_file.exists() }).await);
     server.0.kill().unwrap(); // SIGKILL: no graceful path runs
     server.0.wait().unwrap();
-    // The orphaned agent process is not ours to keep; clean it up.
-    if let Ok(pid) = std::fs::read_to_string(&pid_file) {
-        let _ = Command::new("kill").arg("-9").arg(pid.trim()).status();
-    }
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        crate::helpers::pid_alive(pid),
+        "the agent outlives a SIGKILLed server until the restart"
+    );
 
     let _server = start_binary(config);
     let mut c = connect(addr).await;
+    // The restart killed the process it left behind before closing its row.
+    assert!(
+        !crate::helpers::pid_alive(pid),
+        "leftover agent process killed on restart"
+    );
     let w = c
         .get_worker(pb::GetWorkerRequest {
             worker_id: long.id.clone(),

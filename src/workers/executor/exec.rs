@@ -24,7 +24,7 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::{BoxFuture, Executor, Job, Outcome};
+use super::{BoxFuture, Executor, Job, Outcome, sweep};
 
 /// How much of stderr a failed run keeps: enough for a stack trace's last frames, small enough
 /// to store on every worker row.
@@ -90,6 +90,8 @@ impl ExecExecutor {
             .args(args)
             .envs(self.env.iter())
             .envs(job.env.iter().map(|(k, v)| (k, v)))
+            // The cookie that finds this worker's processes wherever they go (see `sweep`).
+            .env(sweep::COOKIE, &job.worker_id)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -105,7 +107,7 @@ impl ExecExecutor {
                 };
             }
         };
-        let mut group = ProcessGroup::new(child);
+        let mut group = ProcessGroup::new(child, job.worker_id.clone());
         debug!(worker_id = %job.worker_id, pid = ?group.pgid.map(Pid::as_raw), "worker process started");
         // The supervisor may have stopped listening (the worker was stopped meanwhile); the
         // cancellation token, not this channel, tells us about that.
@@ -122,6 +124,10 @@ impl Executor for ExecExecutor {
         started: oneshot::Sender<()>,
     ) -> BoxFuture<'static, Outcome> {
         Box::pin(self.clone().run_job(job, cancel, started))
+    }
+
+    fn reap_leftovers(&self, worker_ids: &[&str]) -> usize {
+        sweep::kill_marked(worker_ids)
     }
 }
 
@@ -310,10 +316,12 @@ struct ProcessGroup {
     /// Set once the leader has been reaped; from then on the group is only swept, never
     /// killed on drop (its id could in principle be reused once the group is empty).
     reaped: bool,
+    /// The worker's cookie value: processes that left the group are found by it.
+    worker_id: String,
 }
 
 impl ProcessGroup {
-    fn new(child: Child) -> Self {
+    fn new(child: Child, worker_id: String) -> Self {
         let pgid = child
             .id()
             .and_then(|id| i32::try_from(id).ok())
@@ -322,6 +330,7 @@ impl ProcessGroup {
             child,
             pgid,
             reaped: false,
+            worker_id,
         }
     }
 
@@ -337,12 +346,18 @@ impl ProcessGroup {
     }
 
     /// Waits for the leader to exit and reaps it, then SIGKILLs whatever is left in its group
-    /// (background jobs of a shell script, children that ignored SIGTERM): the worker is over,
-    /// so nothing it started may outlive it. Cancel safe.
+    /// (background jobs of a shell script, children that ignored SIGTERM) and every process
+    /// that left the group but carries the worker's cookie (a `setsid` daemon): the worker is
+    /// over, so nothing it started may outlive it. Cancel safe (nothing is awaited after the
+    /// reap).
     async fn wait(&mut self) -> io::Result<ExitStatus> {
         let status = self.child.wait().await?;
         self.reaped = true;
         self.signal(Signal::SIGKILL);
+        let escaped = sweep::kill_marked(&[&self.worker_id]);
+        if escaped > 0 {
+            debug!(worker_id = %self.worker_id, escaped, "killed worker processes outside its group");
+        }
         Ok(status)
     }
 }
@@ -351,6 +366,7 @@ impl Drop for ProcessGroup {
     fn drop(&mut self) {
         if !self.reaped {
             self.signal(Signal::SIGKILL);
+            sweep::kill_marked(&[&self.worker_id]);
         }
     }
 }
@@ -456,7 +472,8 @@ mod tests {
 
     fn job(stdin: &[u8]) -> Job {
         Job {
-            worker_id: "w-test".to_owned(),
+            // Unique per run: the leftover sweep finds processes by it, and tests run in parallel.
+            worker_id: crate::workers::model::WorkerId::generate().to_string(),
             stdin: stdin.to_vec(),
             env: Vec::new(),
             cwd: None,

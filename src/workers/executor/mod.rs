@@ -16,6 +16,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 pub mod exec;
+pub mod sweep;
 
 pub use exec::ExecExecutor;
 
@@ -121,4 +122,13 @@ pub trait Executor: Send + Sync + 'static {
         cancel: CancellationToken,
         started: oneshot::Sender<()>,
     ) -> BoxFuture<'static, Outcome>;
+
+    /// Kills whatever is left of runs of these workers by an earlier process of the service
+    /// (which was killed before it could stop them); called at start-up, before their rows are
+    /// closed as orphaned. Returns how many processes were killed. An executor that starts
+    /// nothing on this host has nothing to do.
+    fn reap_leftovers(&self, worker_ids: &[&str]) -> usize {
+        let _ = worker_ids;
+        0
+    }
 }

@@ -1,0 +1,191 @@
+//! No process outlives its worker (docs/operations.md §8.2): daemons that left the process
+//! group, agents of a SIGKILLed server, and one store file per process — with the real binary.
+
+use std::{process::Command, time::Duration};
+
+use agentry::grpc::pb;
+
+use crate::{
+    helpers::{eventually, pid_alive},
+    restart::{connect, fixture, start_binary},
+};
+
+/// Pids written one per line into `path` by the agent scripts.
+fn pids(path: &std::path::Path) -> Vec<i32> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_daemon_that_called_setsid_dies_with_its_worker() {
+    // `quick` jobs leave a daemon holding stdout and exit; others leave one and keep running.
+    let f = fixture(
+        "input=$(cat)\nsetsid sleep 300 &\necho $! >> \"$OUT/daemons\"\ncase \"$input\" in\n  *quick*) echo done ;;\n  *) exec sleep 300 ;;\nesac",
+        "",
+        "kill_grace: 1s, ",
+    );
+    let root = f.dir.path();
+    let _server = start_binary(&f.config);
+    let mut c = connect(&f.addr).await;
+    let started = std::time::Instant::now();
+    let w = c
+        .spawn_worker(pb::SpawnWorkerRequest {
+            agent: "task".into(),
+            prompt: "quick job".into(),
+            wait: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    assert_eq!(w.result.as_deref(), Some("done\n"));
+    // The daemon held stdout open; killing it at exit means no 2 s drain wait either.
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+    let daemons = pids(&root.join("daemons"));
+    assert_eq!(daemons.len(), 1);
+    assert!(
+        !pid_alive(daemons[0]),
+        "daemon of a finished worker is gone"
+    );
+
+    let w = c
+        .spawn_worker(pb::SpawnWorkerRequest {
+            agent: "task".into(),
+            prompt: "long job".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    let file = root.join("daemons");
+    assert!(eventually(Duration::from_secs(10), || async { pids(&file).len() == 2 }).await);
+    let daemon = pids(&file)[1];
+    assert!(pid_alive(daemon));
+    let stopped = c
+        .stop_worker(pb::StopWorkerRequest {
+            worker_id: w.id,
+            reason: "enough".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    assert_eq!(stopped.state, pb::WorkerState::Killed as i32);
+    assert!(!pid_alive(daemon), "daemon of a stopped worker is gone");
+}
+
+#[tokio::test]
+async fn a_restart_after_kill_9_kills_every_process_left_behind() {
+    const WORKERS: usize = 12;
+    let f = fixture(
+        "cat > /dev/null\nsetsid sleep 300 > /dev/null 2>&1 < /dev/null &\necho $! >> \"$OUT/pids\"\necho $$ >> \"$OUT/pids\"\nexec sleep 300",
+        "",
+        "",
+    );
+    let root = f.dir.path();
+    let mut server = start_binary(&f.config);
+    let mut c = connect(&f.addr).await;
+    let mut ids = Vec::new();
+    for i in 0..WORKERS {
+        let w = c
+            .spawn_worker(pb::SpawnWorkerRequest {
+                agent: "task".into(),
+                prompt: format!("long job {i}"),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .worker
+            .unwrap();
+        ids.push(w.id);
+    }
+    let file = root.join("pids");
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            pids(&file).len() == 2 * WORKERS
+        })
+        .await
+    );
+    server.0.kill().unwrap();
+    server.0.wait().unwrap();
+    let left = pids(&file);
+    assert!(left.iter().all(|p| pid_alive(*p)), "all survive the crash");
+
+    let _server = start_binary(&f.config);
+    let mut c = connect(&f.addr).await;
+    let alive: Vec<i32> = left.iter().copied().filter(|p| pid_alive(*p)).collect();
+    assert!(alive.is_empty(), "still alive after the restart: {alive:?}");
+    for id in ids {
+        let w = c
+            .get_worker(pb::GetWorkerRequest { worker_id: id })
+            .await
+            .unwrap()
+            .into_inner()
+            .worker
+            .unwrap();
+        assert_eq!(w.state, pb::WorkerState::Failed as i32);
+        assert_eq!(w.error.as_deref(), Some("orphaned: service restarted"));
+    }
+}
+
+#[tokio::test]
+async fn a_second_server_on_the_same_store_refuses_to_start_naming_the_holder() {
+    let f = fixture("cat > /dev/null\nsleep 1\necho first", "", "");
+    let server = start_binary(&f.config);
+    let mut c = connect(&f.addr).await;
+    let running = {
+        let mut c = c.clone();
+        tokio::spawn(async move {
+            c.spawn_worker(pb::SpawnWorkerRequest {
+                agent: "task".into(),
+                prompt: "keep going".into(),
+                wait: true,
+                ..Default::default()
+            })
+            .await
+        })
+    };
+    // The same store on another port.
+    let second = f.dir.path().join("second.yaml");
+    let text = std::fs::read_to_string(&f.config)
+        .unwrap()
+        .replace(&f.addr, "127.0.0.1:0");
+    std::fs::write(&second, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_agentry"))
+        .args(["serve", "--config"])
+        .arg(&second)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("is in use by another agentry process")
+            && stderr.contains(&format!("pid {}", server.0.id())),
+        "{stderr}"
+    );
+    // The first server's worker was not touched.
+    let w = running.await.unwrap().unwrap().into_inner().worker.unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    assert_eq!(w.result.as_deref(), Some("first\n"));
+    let listed = c
+        .list_workers(pb::ListWorkersRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .workers;
+    assert_eq!(listed.len(), 1);
+}
