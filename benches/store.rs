@@ -59,34 +59,56 @@ fn rate(n: usize, elapsed: Duration) -> f64 {
     n as f64 / elapsed.as_secs_f64()
 }
 
-/// Times `N` creates on a fresh store.
-fn bench_create(path: &Path, records: &[WorkerRecord]) -> Duration {
+/// Times `N` creates on a fresh store, one after another.
+async fn bench_create(path: &Path, records: &[WorkerRecord]) -> Duration {
     let store = SqliteStore::open(path).expect("open store");
     let start = Instant::now();
     for rec in records {
-        store.create(rec).expect("create");
+        store.create(rec).await.expect("create");
     }
     start.elapsed()
 }
 
-/// Times `N` create + start + complete runs on a fresh store.
-fn bench_lifecycle(path: &Path, records: &[WorkerRecord]) -> Duration {
-    let store = SqliteStore::open(path).expect("open store");
+/// One create + start + complete run.
+async fn lifecycle(store: &SqliteStore, i: usize, rec: &WorkerRecord) {
+    let now = rec.create_time_ms;
+    store.create(rec).await.expect("create");
+    store
+        .apply(&rec.id, Event::Start, Patch::default(), now + 1)
+        .await
+        .expect("start");
+    let done = Patch {
+        result: Some(format!("done {i}")),
+        exit_code: Some(0),
+        ..Patch::default()
+    };
+    store
+        .apply(&rec.id, Event::Complete, done, now + 2)
+        .await
+        .expect("complete");
+}
+
+/// Times `N` create + start + complete runs on a fresh store, `concurrency` at a time (the
+/// writer thread groups what arrives together into one commit).
+async fn bench_lifecycle(path: &Path, records: &[WorkerRecord], concurrency: usize) -> Duration {
+    let store = std::sync::Arc::new(SqliteStore::open(path).expect("open store"));
+    let records = std::sync::Arc::new(records.to_vec());
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let start = Instant::now();
-    for (i, rec) in records.iter().enumerate() {
-        let now = rec.create_time_ms;
-        store.create(rec).expect("create");
-        store
-            .apply(&rec.id, Event::Start, Patch::default(), now + 1)
-            .expect("start");
-        let done = Patch {
-            result: Some(format!("done {i}")),
-            exit_code: Some(0),
-            ..Patch::default()
-        };
-        store
-            .apply(&rec.id, Event::Complete, done, now + 2)
-            .expect("complete");
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (store, records, next) = (store.clone(), records.clone(), next.clone());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(rec) = records.get(i) else { break };
+                    lifecycle(&store, i, rec).await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task");
     }
     start.elapsed()
 }
@@ -114,9 +136,11 @@ fn bench_raw(path: &Path, payloads: &[(String, String)]) -> Duration {
 }
 
 fn main() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
     let dir = tempfile::tempdir().expect("temp dir");
     let create_records: Vec<_> = (0..N).map(record).collect();
     let lifecycle_records: Vec<_> = (0..N).map(record).collect();
+    let concurrent_records: Vec<_> = (0..N).map(record).collect();
     let payloads: Vec<_> = (0..N)
         .map(|i| {
             let rec = record(i);
@@ -127,13 +151,23 @@ fn main() {
     let row_bytes = payloads[0].1.len();
 
     let raw = bench_raw(&dir.path().join("raw.db"), &payloads);
-    let create = bench_create(&dir.path().join("create.db"), &create_records);
-    let lifecycle = bench_lifecycle(&dir.path().join("lifecycle.db"), &lifecycle_records);
+    let create = rt.block_on(bench_create(&dir.path().join("create.db"), &create_records));
+    let lifecycle = rt.block_on(bench_lifecycle(
+        &dir.path().join("lifecycle.db"),
+        &lifecycle_records,
+        1,
+    ));
+    let concurrent = rt.block_on(bench_lifecycle(
+        &dir.path().join("concurrent.db"),
+        &concurrent_records,
+        32,
+    ));
 
     let raw_rate = rate(N, raw);
     let create_rate = rate(N, create);
     let lifecycle_rate = rate(N, lifecycle);
     let lifecycle_txn_rate = rate(3 * N, lifecycle);
+    let concurrent_rate = rate(N, concurrent);
     println!(
         "worker store, N = {N}, row ≈ {row_bytes} bytes, SQLite {}, WAL + synchronous=NORMAL",
         rusqlite::version()
@@ -143,14 +177,20 @@ fn main() {
         raw.as_secs_f64() * 1e6 / N as f64
     );
     println!(
-        "store     create                     {create_rate:>9.0} workers/s     ({:.1} µs each)  \
+        "store     create, one at a time      {create_rate:>9.0} workers/s     ({:.1} µs each)  \
          ratio to baseline {:.2}",
         create.as_secs_f64() * 1e6 / N as f64,
         create_rate / raw_rate
     );
     println!(
         "store     create+start+complete      {lifecycle_rate:>9.0} lifecycles/s  \
-         ({lifecycle_txn_rate:.0} txns/s)  txn ratio to baseline {:.2}",
+         ({lifecycle_txn_rate:.0} writes/s)  write ratio to baseline {:.2}",
         lifecycle_txn_rate / raw_rate
+    );
+    println!(
+        "store     same, 32 concurrent        {concurrent_rate:>9.0} lifecycles/s  \
+         ({:.0} writes/s, group commit)  write ratio to baseline {:.2}",
+        rate(3 * N, concurrent),
+        rate(3 * N, concurrent) / raw_rate
     );
 }

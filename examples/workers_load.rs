@@ -273,6 +273,7 @@ async fn start_nodelay(cfg: Config) -> Running {
         rules.clone(),
         Settings::from_config(&cfg, addr.to_string()),
     )
+    .await
     .expect("supervisor");
     let svc = RegistryService {
         registry,

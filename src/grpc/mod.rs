@@ -83,7 +83,8 @@ pub async fn run(
         registry.clone(),
         rules.clone(),
         Settings::from_config(&cfg, dial),
-    )?;
+    )
+    .await?;
     tracing::info!(path = %store_path.display(), "worker store open");
 
     let (health, health_svc) = tonic_health::server::health_reporter();

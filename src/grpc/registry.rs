@@ -302,7 +302,9 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
         req: Request<pb::GetWorkerRequest>,
     ) -> Result<Response<pb::GetWorkerResponse>, Status> {
         let vis = self.worker_caller(&req)?;
-        workers::get(&self.supervisor, &vis, req.into_inner()).map(Response::new)
+        workers::get(&self.supervisor, &vis, req.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn list_workers(
@@ -310,7 +312,9 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
         req: Request<pb::ListWorkersRequest>,
     ) -> Result<Response<pb::ListWorkersResponse>, Status> {
         let vis = self.worker_caller(&req)?;
-        workers::list(&self.supervisor, &vis, req.into_inner()).map(Response::new)
+        workers::list(&self.supervisor, &vis, req.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn review(
@@ -329,6 +333,8 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
         req: Request<pb::WatchWorkerRequest>,
     ) -> Result<Response<Self::WatchWorkerStream>, Status> {
         let vis = self.worker_caller(&req)?;
-        workers::watch(self.supervisor.clone(), &vis, req.into_inner()).map(Response::new)
+        workers::watch(self.supervisor.clone(), &vis, req.into_inner())
+            .await
+            .map(Response::new)
     }
 }

@@ -292,19 +292,19 @@ pub async fn stop(
 }
 
 /// GetWorker.
-pub fn get(
+pub async fn get(
     sup: &Supervisor,
     vis: &Visibility,
     r: pb::GetWorkerRequest,
 ) -> Result<pb::GetWorkerResponse, Status> {
     let id = request::worker_id("worker_id", &r.worker_id)?;
     Ok(pb::GetWorkerResponse {
-        worker: Some(worker(&sup.get(&id, vis)?)),
+        worker: Some(worker(&sup.get(&id, vis).await?)),
     })
 }
 
 /// ListWorkers.
-pub fn list(
+pub async fn list(
     sup: &Supervisor,
     vis: &Visibility,
     r: pb::ListWorkersRequest,
@@ -348,13 +348,15 @@ pub fn list(
         Some((ms.parse::<i64>().ok()?, WorkerId::parse(id).ok()?))
     });
     v.check()?;
-    let mut rows = sup.list(&ListQuery {
-        parent,
-        states,
-        caller_scope: vis.scope().map(str::to_owned),
-        after,
-        limit: limit + 1,
-    })?;
+    let mut rows = sup
+        .list(&ListQuery {
+            parent,
+            states,
+            caller_scope: vis.scope().map(str::to_owned),
+            after,
+            limit: limit + 1,
+        })
+        .await?;
     let next_page_token = if rows.len() > limit {
         rows.truncate(limit);
         let last = rows.last().expect("non-empty page");
@@ -375,18 +377,18 @@ pub fn list(
 
 /// WatchWorker: a snapshot (or the stored events after `after_sequence`), then every later
 /// transition; ends after the terminal one, on shutdown, or when the client goes away.
-pub fn watch(
+pub async fn watch(
     sup: Arc<Supervisor>,
     vis: &Visibility,
     r: pb::WatchWorkerRequest,
 ) -> Result<WatchStream, Status> {
     let id = request::worker_id("worker_id", &r.worker_id)?;
     // Another principal's worker does not exist for this caller.
-    sup.get(&id, vis)?;
+    sup.get(&id, vis).await?;
     // Subscribe before reading, so no transition falls between the two.
     let live = sup.subscribe(&id);
     let first: Vec<WorkerEvent> = if r.after_sequence == 0 {
-        let w = sup.get(&id, vis)?;
+        let w = sup.get(&id, vis).await?;
         let time = w
             .close_time_ms
             .or(w.start_time_ms)
@@ -399,7 +401,7 @@ pub fn watch(
             worker: w,
         }]
     } else {
-        sup.events_after(&id, r.after_sequence)?
+        sup.events_after(&id, r.after_sequence).await?
     };
     let (tx, rx) = mpsc::channel(16);
     let shutdown = sup.shutdown_token();
@@ -423,7 +425,7 @@ pub fn watch(
                 Ok(ev) if ev.sequence <= last => continue,
                 Ok(ev) => (vec![ev], false),
                 // Fell behind, or the worker finished: the store has every event.
-                Err(e) => match sup.events_after(&id, last) {
+                Err(e) => match sup.events_after(&id, last).await {
                     Ok(evs) => (evs, e == RecvError::Closed),
                     Err(e) => {
                         let _ = tx.send(Err(e.into())).await;

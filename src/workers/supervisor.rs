@@ -356,6 +356,10 @@ pub struct Supervisor {
     settings: Settings,
     dedupe: DedupeCache,
     live: Mutex<LiveSet>,
+    /// Workers whose row is being written: a concurrent identical dispatch that found the dedupe
+    /// claim waits here (`true` once the worker is live, or once its creation failed and it is
+    /// gone) instead of starting a duplicate.
+    creating: Mutex<HashMap<WorkerId, watch::Receiver<bool>>>,
     /// Recently finished workers (dedupe reuse and cheap reads), kept for the dedupe TTL.
     recent: moka::sync::Cache<WorkerId, WorkerRecord>,
     slots: Arc<Semaphore>,
@@ -388,7 +392,7 @@ impl Drop for PendingSlot<'_> {
 
 impl Supervisor {
     /// Creates the supervisor and closes rows orphaned by a previous process.
-    pub fn new(
+    pub async fn new(
         store: Arc<dyn WorkerStore>,
         executor: Arc<dyn Executor>,
         registry: Arc<Registry>,
@@ -396,7 +400,7 @@ impl Supervisor {
         settings: Settings,
     ) -> Result<Arc<Self>, StoreError> {
         // Processes of runs a killed predecessor left behind go first, then their rows.
-        let open = store.open_workers()?;
+        let open = store.open_workers().await?;
         if !open.is_empty() {
             let ids: Vec<&str> = open.iter().map(WorkerId::as_str).collect();
             let killed = executor.reap_leftovers(&ids);
@@ -407,7 +411,7 @@ impl Supervisor {
                 );
             }
         }
-        let orphans = store.close_orphans(now_ms())?;
+        let orphans = store.close_orphans(now_ms()).await?;
         if !orphans.is_empty() {
             tracing::warn!(
                 count = orphans.len(),
@@ -431,6 +435,7 @@ impl Supervisor {
             slots: Arc::new(Semaphore::new(settings.max_running)),
             pending: AtomicUsize::new(0),
             live: Mutex::new(LiveSet::default()),
+            creating: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
             tasks: tokio_util::task::TaskTracker::new(),
             stop_reasons: Mutex::new(HashMap::new()),
@@ -590,7 +595,7 @@ impl Supervisor {
         });
 
         if let Some(rid) = &req.request_id
-            && let Some(existing) = self.store.find_by_request_id(&scope, rid)?
+            && let Some(existing) = self.store.find_by_request_id(&scope, rid).await?
         {
             // The same request_id names the same dispatch: agent, prompt, mode, workspace and
             // effective schema must all agree, or it is a different request reusing the key.
@@ -639,6 +644,10 @@ impl Supervisor {
             });
             if let Claim::Existing { worker_id, age } = claim {
                 let wid = WorkerId::parse(&worker_id).expect("dedupe holds valid ids");
+                let creating = self.creating_lock().get(&wid).cloned();
+                if let Some(mut created) = creating {
+                    let _ = created.wait_for(|done| *done).await;
+                }
                 if let Some(rec) = self.cached(&wid) {
                     self.metrics.dedupe_hit();
                     let worker = self.finish_wait(rec, req.wait).await?;
@@ -686,7 +695,15 @@ impl Supervisor {
             token_hash: Some(hash_token(&token)),
             effective: serde_json::to_value(&eff).expect("effective agent serialises"),
         };
-        let created = match self.store.create(&record) {
+        let (created_tx, created_rx) = watch::channel(false);
+        self.creating_lock().insert(new_id.clone(), created_rx);
+        // Whatever happens below, waiters on the creation are released and the entry goes.
+        let creation = CreationGuard {
+            sup: self,
+            id: new_id.clone(),
+            tx: created_tx,
+        };
+        let created = match self.store.create(&record).await {
             Ok(ev) => ev,
             Err(e) => {
                 if let Some(key) = key {
@@ -717,6 +734,7 @@ impl Supervisor {
                 waiters: waiters.clone(),
             },
         );
+        drop(creation);
         let _ = events.send(created);
         self.metrics.worker_state(None, "pending");
         tracing::info!(worker = %new_id, agent = %req.agent, depth = record.depth, parent = ?record.parent_id.as_ref().map(WorkerId::as_str), "worker created");
@@ -830,9 +848,13 @@ impl Supervisor {
         ))
     }
 
-    /// Whether a cached dispatch may be reused: live, or finished `completed`.
+    fn creating_lock(&self) -> std::sync::MutexGuard<'_, HashMap<WorkerId, watch::Receiver<bool>>> {
+        self.creating.lock().expect("creating workers poisoned")
+    }
+
+    /// Whether a cached dispatch may be reused: being created, live, or finished `completed`.
     fn reusable(&self, id: &WorkerId) -> bool {
-        if self.live().contains_key(id) {
+        if self.live().contains_key(id) || self.creating_lock().contains_key(id) {
             return true;
         }
         self.recent
@@ -864,7 +886,7 @@ impl Supervisor {
             .get(&rec.id)
             .map(|l| (l.done.clone(), l.waiters.clone(), l.cancel.clone()));
         let Some((done, waiters, cancel)) = handles else {
-            return self.get(&rec.id, &Visibility::All);
+            return self.get(&rec.id, &Visibility::All).await;
         };
         if !wait {
             waiters.lock().expect("waiters poisoned").detached = true;
@@ -911,7 +933,7 @@ impl Supervisor {
         if was_pending {
             self.pending.fetch_sub(1, Ordering::SeqCst);
         }
-        let rec = match self.transition(&ctx, event, patch) {
+        let rec = match self.transition(&ctx, event, patch).await {
             Ok(r) => r,
             Err(e) => {
                 // Never leave the row open: close it as failed, saying why.
@@ -920,10 +942,13 @@ impl Supervisor {
                     error: Some(format!("internal error recording the outcome: {e}")),
                     ..Patch::default()
                 };
-                self.transition(&ctx, Event::Fail, close)
-                    .ok()
-                    .or_else(|| self.store.get(&id).ok().flatten())
-                    .unwrap_or_else(|| self.cached(&id).expect("live worker"))
+                match self.transition(&ctx, Event::Fail, close).await {
+                    Ok(rec) => rec,
+                    Err(_) => match self.store.get(&id).await {
+                        Ok(Some(rec)) => rec,
+                        _ => self.cached(&id).expect("live worker"),
+                    },
+                }
             }
         };
         tracing::Span::current().record("outcome", rec.state.as_str());
@@ -946,12 +971,6 @@ impl Supervisor {
         let run = self.executor.run(job, ctx.cancel.clone(), started_tx);
         tokio::pin!(run);
         let mut started_rx = Some(started_rx);
-        let record_start = |this: &Self| {
-            this.pending.fetch_sub(1, Ordering::SeqCst);
-            if let Err(e) = this.transition(&ctx, Event::Start, Patch::default()) {
-                tracing::error!(worker = %ctx.id, error = %e, "cannot record start");
-            }
-        };
         let outcome = loop {
             tokio::select! {
                 // Start first: a fast process may have started and ended by the same poll.
@@ -959,7 +978,7 @@ impl Supervisor {
                 s = async { started_rx.as_mut().expect("polled once").await }, if started_rx.is_some() => {
                     started_rx = None;
                     if s.is_ok() {
-                        record_start(&self);
+                        self.record_start(&ctx).await;
                     }
                 }
                 o = &mut run => break o,
@@ -969,7 +988,7 @@ impl Supervisor {
         if let Some(mut rx) = started_rx.take()
             && rx.try_recv().is_ok()
         {
-            record_start(&self);
+            self.record_start(&ctx).await;
         }
         drop(permit);
         match outcome {
@@ -1063,6 +1082,14 @@ impl Supervisor {
         }
     }
 
+    /// The executor started the worker: it leaves the pending count and is persisted `running`.
+    async fn record_start(&self, ctx: &RunCtx) {
+        self.pending.fetch_sub(1, Ordering::SeqCst);
+        if let Err(e) = self.transition(ctx, Event::Start, Patch::default()).await {
+            tracing::error!(worker = %ctx.id, error = %e, "cannot record start");
+        }
+    }
+
     fn kill_reason(&self, id: &WorkerId) -> String {
         let reasons = self.stop_reasons.lock().expect("stop reasons poisoned");
         reasons.get(id).cloned().unwrap_or_else(|| {
@@ -1075,13 +1102,13 @@ impl Supervisor {
     }
 
     /// Persists a transition, then publishes it and updates the live record.
-    fn transition(
+    async fn transition(
         &self,
         ctx: &RunCtx,
         event: Event,
         patch: Patch,
     ) -> Result<WorkerRecord, WorkerError> {
-        match self.store.apply(&ctx.id, event, patch, now_ms())? {
+        match self.store.apply(&ctx.id, event, patch, now_ms()).await? {
             Applied::Moved(ev) => {
                 let rec = ev.worker.clone();
                 if let Some(l) = self.live().get_mut(&ctx.id) {
@@ -1098,12 +1125,13 @@ impl Supervisor {
 
     /// The worker as it is now: memory first, then the store. A worker the caller may not see
     /// is `NotFound`, exactly like one that does not exist.
-    pub fn get(&self, id: &WorkerId, vis: &Visibility) -> Result<WorkerRecord, WorkerError> {
+    pub async fn get(&self, id: &WorkerId, vis: &Visibility) -> Result<WorkerRecord, WorkerError> {
         let rec = match self.cached(id) {
             Some(r) => r,
             None => self
                 .store
-                .get(id)?
+                .get(id)
+                .await?
                 .ok_or_else(|| WorkerError::NotFound(id.to_string()))?,
         };
         if vis.sees(&rec) {
@@ -1114,8 +1142,8 @@ impl Supervisor {
     }
 
     /// One page of workers (the query carries the caller's scope when it is restricted).
-    pub fn list(&self, q: &ListQuery) -> Result<Vec<WorkerRecord>, WorkerError> {
-        Ok(self.store.list(q)?)
+    pub async fn list(&self, q: &ListQuery) -> Result<Vec<WorkerRecord>, WorkerError> {
+        Ok(self.store.list(q).await?)
     }
 
     /// Stops a worker: descendants first, then SIGTERM → grace → SIGKILL; returns once it is
@@ -1126,7 +1154,7 @@ impl Supervisor {
         reason: &str,
         vis: &Visibility,
     ) -> Result<WorkerRecord, WorkerError> {
-        let rec = self.get(id, vis)?;
+        let rec = self.get(id, vis).await?;
         match rec.state {
             WorkerState::Killed => return Ok(rec),
             WorkerState::Completed | WorkerState::Failed => {
@@ -1153,7 +1181,7 @@ impl Supervisor {
             .map(|l| (l.cancel.clone(), l.done.clone()));
         let Some((cancel, done)) = handles else {
             // Finished in the meantime.
-            return self.stop_finished(id);
+            return self.stop_finished(id).await;
         };
         let reason = if reason.trim().is_empty() {
             "killed: stopped by StopWorker".to_owned()
@@ -1179,8 +1207,8 @@ impl Supervisor {
         }
     }
 
-    fn stop_finished(&self, id: &WorkerId) -> Result<WorkerRecord, WorkerError> {
-        let rec = self.get(id, &Visibility::All)?;
+    async fn stop_finished(&self, id: &WorkerId) -> Result<WorkerRecord, WorkerError> {
+        let rec = self.get(id, &Visibility::All).await?;
         match rec.state {
             WorkerState::Killed => Ok(rec),
             state => Err(WorkerError::NotCancelable {
@@ -1197,8 +1225,12 @@ impl Supervisor {
     }
 
     /// Stored events after a sequence.
-    pub fn events_after(&self, id: &WorkerId, after: u64) -> Result<Vec<WorkerEvent>, WorkerError> {
-        match self.store.events_after(id, after) {
+    pub async fn events_after(
+        &self,
+        id: &WorkerId,
+        after: u64,
+    ) -> Result<Vec<WorkerEvent>, WorkerError> {
+        match self.store.events_after(id, after).await {
             Err(StoreError::NotFound(_)) => Err(WorkerError::NotFound(id.to_string())),
             other => Ok(other?),
         }
@@ -1242,6 +1274,21 @@ fn dispatch_key(rec: &WorkerRecord) -> Option<DedupeKey> {
         output_schema: schema,
         prompt: &rec.prompt,
     }))
+}
+
+/// Ends a worker's "being created" phase: removes its entry and wakes the dispatches waiting on
+/// it, on success (the worker is live by then) and on every early return alike.
+struct CreationGuard<'a> {
+    sup: &'a Supervisor,
+    id: WorkerId,
+    tx: watch::Sender<bool>,
+}
+
+impl Drop for CreationGuard<'_> {
+    fn drop(&mut self) {
+        self.sup.creating_lock().remove(&self.id);
+        let _ = self.tx.send(true);
+    }
 }
 
 /// A duration as whole seconds (`60s`) or, below a second or fractional, milliseconds (`500ms`).
@@ -1332,6 +1379,7 @@ mod tests {
             Arc::new(Rules::from_config(&cfg)),
             Settings::from_config(&cfg, "127.0.0.1:1".into()),
         )
+        .await
         .unwrap();
         let id = Identity {
             principal: "anonymous".into(),

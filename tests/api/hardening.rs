@@ -37,7 +37,7 @@ async fn every_rpc_reads_the_worker_token() {
         .worker
         .unwrap();
     wait_state(&s, &plan.id, pb::WorkerState::Running).await;
-    let token = env_of(&s, &plan.id)["AGENTRY_WORKER_TOKEN"].clone();
+    let token = env_of(&s, &plan.id).await["AGENTRY_WORKER_TOKEN"].clone();
     let md = [("x-agentry-worker-token", token.as_str())];
 
     // ResolveAgent sees what SpawnWorker would do: depth 2, at the limit, no spawn rights.

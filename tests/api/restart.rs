@@ -253,6 +253,7 @@ async fn sigterm_with_a_running_worker_records_it_killed_and_exits_zero() {
     let rec = SqliteStore::open(db)
         .unwrap()
         .get(&agentry::workers::model::WorkerId::parse(&w.id).unwrap())
+        .await
         .unwrap()
         .unwrap();
     assert_eq!(rec.state.as_str(), "killed");

@@ -232,7 +232,7 @@ async fn running(s: &TestServer, agent: &str) -> (String, String) {
         .into_inner()
         .worker
         .unwrap();
-    let token = env_of(s, &w.id)["AGENTRY_WORKER_TOKEN"].clone();
+    let token = env_of(s, &w.id).await["AGENTRY_WORKER_TOKEN"].clone();
     (w.id, token)
 }
 

@@ -84,7 +84,7 @@ pub(crate) async fn wait_state(s: &TestServer, id: &str, state: pb::WorkerState)
 }
 
 /// The environment a worker process was given (waits for the script to record it).
-pub(crate) fn env_of(s: &TestServer, id: &str) -> std::collections::HashMap<String, String> {
+pub(crate) async fn env_of(s: &TestServer, id: &str) -> std::collections::HashMap<String, String> {
     let path = out(s).join(format!("{id}.env"));
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
@@ -101,7 +101,8 @@ pub(crate) fn env_of(s: &TestServer, id: &str) -> std::collections::HashMap<Stri
             std::time::Instant::now() < deadline,
             "no env recorded for {id}"
         );
-        std::thread::sleep(Duration::from_millis(20));
+        // Never block the test's runtime: the server under test runs on it.
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -142,7 +143,7 @@ async fn sync_spawn_completes_with_the_effective_agent() {
     );
     assert_eq!(spec["agent"]["tools"]["only"][0], "read");
     assert_eq!(spec["agent"]["tools"]["only"].as_array().unwrap().len(), 7);
-    let env = env_of(&s, &w.id);
+    let env = env_of(&s, &w.id).await;
     assert_eq!(env["AGENTRY_WORKER_ID"], w.id);
     assert_eq!(env["AGENTRY_AGENT"], "lead");
     assert_eq!(env["AGENTRY_DEPTH"], "1");
@@ -439,7 +440,7 @@ async fn lineage_comes_from_the_token_not_from_claims() {
         .worker
         .unwrap();
     wait_state(&s, &parent.id, pb::WorkerState::Running).await;
-    let token = env_of(&s, &parent.id)["AGENTRY_WORKER_TOKEN"].clone();
+    let token = env_of(&s, &parent.id).await["AGENTRY_WORKER_TOKEN"].clone();
     let as_parent = |r: pb::SpawnWorkerRequest, extra: &[(&'static str, &str)]| {
         let mut md = vec![("x-agentry-worker-token", token.as_str())];
         md.extend_from_slice(extra);
@@ -482,8 +483,8 @@ async fn lineage_comes_from_the_token_not_from_claims() {
     );
     // The child (depth 2) is at the limit: it may not spawn at all.
     wait_state(&s, &child.id, pb::WorkerState::Running).await;
-    let child_token = env_of(&s, &child.id)["AGENTRY_WORKER_TOKEN"].clone();
-    assert_eq!(env_of(&s, &child.id)["AGENTRY_SPAWNS"], "");
+    let child_token = env_of(&s, &child.id).await["AGENTRY_WORKER_TOKEN"].clone();
+    assert_eq!(env_of(&s, &child.id).await["AGENTRY_SPAWNS"], "");
     let e = c
         .spawn_worker(req(
             spawn_req("explore", "x", false),
@@ -618,7 +619,7 @@ async fn dedupe_is_scoped_by_parent() {
         .worker
         .unwrap();
     wait_state(&s, &parent.id, pb::WorkerState::Running).await;
-    let token = env_of(&s, &parent.id)["AGENTRY_WORKER_TOKEN"].clone();
+    let token = env_of(&s, &parent.id).await["AGENTRY_WORKER_TOKEN"].clone();
     let top = spawn(&s, spawn_req("quick_task", "shared", false))
         .await
         .unwrap();
@@ -798,6 +799,7 @@ async fn graceful_shutdown_records_running_workers_as_killed() {
     let store = SqliteStore::open(&db).unwrap();
     let rec = store
         .get(&agentry::workers::model::WorkerId::parse(&w.id).unwrap())
+        .await
         .unwrap()
         .unwrap();
     assert_eq!(rec.state.as_str(), "killed");
@@ -848,7 +850,7 @@ async fn the_principal_is_recorded_scopes_dedupe_and_covers_worker_callbacks() {
     assert_eq!(again.worker.unwrap().id, a_worker.id);
     // The worker process calls back with only its own token: it acts as alice.
     wait_state_auth(&s, &a_worker.id).await;
-    let token = env_of(&s, &a_worker.id)["AGENTRY_WORKER_TOKEN"].clone();
+    let token = env_of(&s, &a_worker.id).await["AGENTRY_WORKER_TOKEN"].clone();
     let child = c
         .spawn_worker(req(
             spawn_req("quick_task", "child", false),

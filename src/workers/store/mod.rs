@@ -1,0 +1,247 @@
+//! Durable worker rows and their event log (docs/workers.md §6.2, §6.6): the async
+//! [`WorkerStore`] trait every backend implements, the types it speaks, and the SQLite backend.
+//!
+//! This module owns persistence: the rule that a transition is read, decided by
+//! [`lifecycle::transition`](super::lifecycle::transition) and written together with its event
+//! in **one** transaction (so a transition is persisted before anyone can publish it), listing
+//! with keyset pagination, and the start-up close of rows orphaned by a previous process.
+//!
+//! It must not depend on tonic or the supervisor. Backends never block the async runtime's
+//! threads: SQLite writes go through one writer thread that group-commits concurrent
+//! transitions, reads through `spawn_blocking`. The behaviour every backend must have is pinned
+//! by one test suite (`suite`) that each backend runs unchanged.
+
+use std::path::PathBuf;
+
+use super::lifecycle::{Event, IllegalTransition};
+use super::model::{WorkerEvent, WorkerId, WorkerRecord, WorkerState};
+
+mod rows;
+mod schema;
+mod sqlite;
+#[cfg(test)]
+mod suite;
+
+pub use sqlite::SqliteStore;
+
+/// The error text every row left open by a previous process is closed with (docs/workers.md
+/// §6.2).
+pub const ORPHANED_ERROR: &str = "orphaned: service restarted";
+
+/// Where workers and their events live.
+///
+/// A trait so that several backends (SQLite embedded, a server database for several replicas)
+/// serve the supervisor and the gRPC layer unchanged. Every method is one short unit of work;
+/// every method that changes state does so atomically.
+#[async_trait::async_trait]
+pub trait WorkerStore: Send + Sync + 'static {
+    /// Writes a new worker in `pending` with sequence 1, and its creation event, atomically.
+    ///
+    /// The lifecycle fields of `rec` (`state`, `sequence`, start/close times, `result`,
+    /// `structured_result`, `error`, `exit_code`) are ignored and written as a new worker's; the
+    /// returned event carries the record as stored. A `request_id` already used by the same
+    /// caller scope is [`StoreError::DuplicateRequestId`]; a `parent_id` that names no worker is
+    /// an error.
+    async fn create(&self, rec: &WorkerRecord) -> Result<WorkerEvent, StoreError>;
+
+    /// Applies a lifecycle event: reads the row, asks the transition function, and writes the
+    /// new state (with `patch`, the times, the next sequence and, when terminal, no token) and
+    /// its event in one transaction. A terminal worker absorbing a repeated stop is
+    /// [`Applied::Absorbed`]; a refused transition is [`StoreError::Illegal`].
+    async fn apply(
+        &self,
+        id: &WorkerId,
+        event: Event,
+        patch: Patch,
+        now_ms: i64,
+    ) -> Result<Applied, StoreError>;
+
+    /// The worker as stored, if it exists.
+    async fn get(&self, id: &WorkerId) -> Result<Option<WorkerRecord>, StoreError>;
+
+    /// One page of workers, ordered by `(create_time_ms, id)`.
+    async fn list(&self, q: &ListQuery) -> Result<Vec<WorkerRecord>, StoreError>;
+
+    /// The stored events of a worker after `after_sequence`, in order; an unknown worker is
+    /// [`StoreError::NotFound`]. What a watcher replays to resume.
+    async fn events_after(
+        &self,
+        id: &WorkerId,
+        after_sequence: u64,
+    ) -> Result<Vec<WorkerEvent>, StoreError>;
+
+    /// Closes every `pending` or `running` row as `failed` with [`ORPHANED_ERROR`], through the
+    /// ordinary transition rules (so each gets its close time, loses its token and has an event).
+    /// Called once at start-up, before anything new runs; returns the ids it closed.
+    async fn close_orphans(&self, now_ms: i64) -> Result<Vec<WorkerId>, StoreError>;
+
+    /// The `pending` or `running` rows, oldest first: at start-up, the runs a previous process
+    /// left behind, whose processes must be killed before the rows are closed.
+    async fn open_workers(&self) -> Result<Vec<WorkerId>, StoreError>;
+
+    /// The worker holding the token with this hash; only non-terminal workers have one, so this
+    /// is also the token validity check.
+    async fn find_by_token_hash(&self, hash: &str) -> Result<Option<WorkerRecord>, StoreError>;
+
+    /// The worker a caller created with this idempotency key, if any.
+    async fn find_by_request_id(
+        &self,
+        caller_scope: &str,
+        request_id: &str,
+    ) -> Result<Option<WorkerRecord>, StoreError>;
+}
+
+/// Outcome fields to write together with a transition; `None` leaves the stored value unchanged,
+/// so a kill does not erase a result already recorded.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Patch {
+    /// The agent's output.
+    pub result: Option<String>,
+    /// The output as JSON text, when there was a schema.
+    pub structured_result: Option<String>,
+    /// Why it failed or was killed.
+    pub error: Option<String>,
+    /// The process exit code.
+    pub exit_code: Option<i32>,
+}
+
+impl Patch {
+    /// Overwrites the fields of `rec` that this patch sets.
+    fn apply_to(self, rec: &mut WorkerRecord) {
+        if let Some(result) = self.result {
+            rec.result = Some(result);
+        }
+        if let Some(structured) = self.structured_result {
+            rec.structured_result = Some(structured);
+        }
+        if let Some(error) = self.error {
+            rec.error = Some(error);
+        }
+        if let Some(code) = self.exit_code {
+            rec.exit_code = Some(code);
+        }
+    }
+}
+
+/// What [`WorkerStore::apply`] did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Applied {
+    /// The worker moved; this event was persisted and is ready to publish.
+    Moved(WorkerEvent),
+    /// A repeated stop on a killed worker; nothing was written, and this is the worker as it is.
+    Absorbed(WorkerRecord),
+}
+
+impl Applied {
+    /// The worker after the call, whichever way it went; what StopWorker returns.
+    pub fn worker(&self) -> &WorkerRecord {
+        match self {
+            Applied::Moved(event) => &event.worker,
+            Applied::Absorbed(worker) => worker,
+        }
+    }
+}
+
+/// Which parent the listed workers must have.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ParentFilter {
+    /// No filter: the whole audit log.
+    Any,
+    /// Only workers spawned by top-level callers (`parent_id` absent).
+    TopLevel,
+    /// Only direct children of this worker.
+    Worker(WorkerId),
+}
+
+/// A page request for [`WorkerStore::list`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListQuery {
+    /// Which parent the workers must have.
+    pub parent: ParentFilter,
+    /// Allowed states; empty means every state.
+    pub states: Vec<WorkerState>,
+    /// Only workers of this caller scope (tenancy, SPEC §8.2); `None` lists every scope.
+    pub caller_scope: Option<String>,
+    /// Keyset cursor: only workers strictly after this `(create_time_ms, id)`, i.e. the last
+    /// worker of the previous page. Stable while rows are added, unlike an offset.
+    pub after: Option<(i64, WorkerId)>,
+    /// At most this many workers; the caller bounds it (page size), 0 returns none.
+    pub limit: usize,
+}
+
+/// Why a store call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No worker has this id.
+    #[error("worker {0} not found")]
+    NotFound(WorkerId),
+    /// The lifecycle refused the event; the gRPC layer maps this to FAILED_PRECONDITION.
+    #[error(transparent)]
+    Illegal(#[from] IllegalTransition),
+    /// The caller already created a worker with this `request_id`; `existing` is that worker, so
+    /// the caller can return it (idempotent retry) or refuse a changed request.
+    #[error("request_id {request_id:?} was already used by this caller for worker {existing}")]
+    DuplicateRequestId {
+        /// The reused idempotency key.
+        request_id: String,
+        /// The worker created with it first.
+        existing: WorkerId,
+    },
+    /// SQLite failed; `context` says what the store was doing.
+    #[error("worker store: {context}: {source}")]
+    Sqlite {
+        /// What the store was trying to do.
+        context: String,
+        /// SQLite's error.
+        source: rusqlite::Error,
+    },
+    /// The database file's directory could not be created.
+    #[error("worker store: cannot create directory {}: {source}", path.display())]
+    Io {
+        /// The directory that could not be created.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// Another process holds the store file: two services on one file would close each
+    /// other's live workers as orphans, so the second one refuses to start.
+    #[error(
+        "worker store {} is in use by another agentry process ({holder}); \
+         stop it or give this one another store.path",
+        path.display()
+    )]
+    Locked {
+        /// The store file.
+        path: PathBuf,
+        /// What the holder wrote into the lock file (pid, host, start time), or why it is
+        /// unknown.
+        holder: String,
+    },
+    /// The store's writer is gone (the service is shutting down, or the writer thread died).
+    #[error("worker store is closed")]
+    Closed,
+    /// The transaction a write was grouped into failed to commit; nothing of it was kept.
+    #[error("worker store: {what}: commit failed: {message}")]
+    Commit {
+        /// What the write was.
+        what: &'static str,
+        /// The backend's error.
+        message: String,
+    },
+    /// A stored value could not be decoded (a bad state name, id or JSON); the file was changed
+    /// by something other than this store.
+    #[error("worker store is corrupt: {0}")]
+    Corrupt(String),
+    /// The file was written by a newer agentry; refusing it protects data this binary cannot
+    /// read correctly.
+    #[error(
+        "worker store schema version {found} is newer than this binary supports (version {known}); \
+         upgrade agentry or point it at another store file"
+    )]
+    SchemaTooNew {
+        /// The schema version found in the file.
+        found: i64,
+        /// The newest schema version this binary knows.
+        known: i64,
+    },
+}

@@ -1,0 +1,326 @@
+//! SQLite rows ⇄ domain records: the `workers` and `worker_events` columns, the statements every
+//! store call shares (select, insert, the transition itself) and the list query builder.
+
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, Type, Value, ValueRef};
+use rusqlite::{Connection, OptionalExtension, Row, ToSql, params};
+use serde::{Deserialize, Serialize};
+
+use super::schema::COLUMNS;
+use super::sqlite::Context;
+use super::{Applied, ListQuery, ParentFilter, Patch, StoreError};
+use crate::workers::lifecycle::{self, Event, Outcome};
+use crate::workers::model::{WorkerEvent, WorkerId, WorkerRecord, WorkerState};
+
+/// Ids of the `pending` and `running` rows, oldest first.
+pub(super) fn open_ids(conn: &Connection) -> Result<Vec<WorkerId>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT id FROM workers WHERE state IN ('pending', 'running')
+             ORDER BY create_time_ms, id",
+        )
+        .context("find open workers")?;
+    let rows = stmt
+        .query_map([], |row| row.get(0))
+        .context("find open workers")?;
+    rows.collect::<rusqlite::Result<_>>()
+        .context("find open workers")
+}
+
+/// The SQL and arguments for one [`WorkerStore::list`] page. Every filter combination has its own
+/// statement text (at most 3 parents × 32 state sets × 2 cursors), so each is prepared once and
+/// cached.
+pub(super) fn list_sql(q: &ListQuery) -> (String, Vec<Value>) {
+    let mut sql = format!("SELECT {COLUMNS} FROM workers WHERE 1 = 1");
+    let mut args: Vec<Value> = Vec::new();
+    match &q.parent {
+        ParentFilter::Any => {}
+        ParentFilter::TopLevel => sql.push_str(" AND parent_id IS NULL"),
+        ParentFilter::Worker(parent) => {
+            sql.push_str(" AND parent_id = ?");
+            args.push(Value::Text(parent.as_str().to_owned()));
+        }
+    }
+    if let Some(scope) = &q.caller_scope {
+        sql.push_str(" AND caller_scope = ?");
+        args.push(Value::Text(scope.clone()));
+    }
+    // Canonical order and no duplicates, so equal filters share one cached statement.
+    let states: Vec<WorkerState> = WorkerState::ALL
+        .into_iter()
+        .filter(|state| q.states.contains(state))
+        .collect();
+    if !states.is_empty() {
+        let marks = vec!["?"; states.len()].join(", ");
+        sql.push_str(&format!(" AND state IN ({marks})"));
+        args.extend(
+            states
+                .iter()
+                .map(|state| Value::Text(state.as_str().to_owned())),
+        );
+    }
+    if let Some((time_ms, id)) = &q.after {
+        sql.push_str(" AND (create_time_ms, id) > (?, ?)");
+        args.push(Value::Integer(*time_ms));
+        args.push(Value::Text(id.as_str().to_owned()));
+    }
+    sql.push_str(" ORDER BY create_time_ms, id LIMIT ?");
+    args.push(Value::Integer(i64::try_from(q.limit).unwrap_or(i64::MAX)));
+    (sql, args)
+}
+
+/// The body of [`WorkerStore::apply`], run inside the caller's transaction so
+/// [`WorkerStore::close_orphans`] goes through exactly the same rules.
+pub(super) fn apply_in(
+    tx: &Connection,
+    id: &WorkerId,
+    event: Event,
+    patch: Patch,
+    now_ms: i64,
+) -> Result<Applied, StoreError> {
+    let current = select_worker(tx, id)?.ok_or_else(|| StoreError::NotFound(id.clone()))?;
+    let state = match lifecycle::transition(current.state, event)? {
+        Outcome::Absorbed => return Ok(Applied::Absorbed(current)),
+        Outcome::Moved(state) => state,
+    };
+    let previous_sequence = current.sequence;
+    let mut next = current;
+    next.state = state;
+    next.sequence = previous_sequence + 1;
+    patch.apply_to(&mut next);
+    if state == WorkerState::Running {
+        next.start_time_ms = Some(now_ms);
+    }
+    if state.is_terminal() {
+        next.close_time_ms = Some(now_ms);
+        next.token_hash = None;
+    }
+    let changed = tx
+        .prepare_cached(
+            "UPDATE workers SET state = ?2, sequence = ?3, start_time_ms = ?4,
+                 close_time_ms = ?5, result = ?6, structured_result = ?7, error = ?8,
+                 exit_code = ?9, token_hash = ?10
+             WHERE id = ?1 AND sequence = ?11",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                next.id,
+                next.state,
+                to_sql_sequence(next.sequence),
+                next.start_time_ms,
+                next.close_time_ms,
+                next.result,
+                next.structured_result,
+                next.error,
+                next.exit_code,
+                next.token_hash,
+                to_sql_sequence(previous_sequence),
+            ])
+        })
+        .context("update worker")?;
+    if changed != 1 {
+        // Impossible while this transaction holds the write lock; says so loudly if it happens.
+        return Err(StoreError::Corrupt(format!(
+            "worker {id} changed under a write transaction (expected sequence {previous_sequence})"
+        )));
+    }
+    let event = WorkerEvent {
+        worker_id: next.id.clone(),
+        sequence: next.sequence,
+        state,
+        time_ms: now_ms,
+        worker: next,
+    };
+    insert_event(tx, &event)?;
+    Ok(Applied::Moved(event))
+}
+
+/// One row of `workers` by id.
+pub(super) fn select_worker(
+    conn: &Connection,
+    id: &WorkerId,
+) -> Result<Option<WorkerRecord>, StoreError> {
+    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM workers WHERE id = ?1"))
+        .and_then(|mut stmt| stmt.query_row([id], read_record).optional())
+        .context("read worker")
+}
+
+/// Writes a new `workers` row.
+pub(super) fn insert_worker(conn: &Connection, rec: &WorkerRecord) -> Result<(), StoreError> {
+    let effective = serde_json::to_string(&rec.effective)
+        .map_err(|e| StoreError::Corrupt(format!("cannot encode effective agent: {e}")))?;
+    conn.prepare_cached(&format!(
+        "INSERT INTO workers ({COLUMNS}) VALUES
+             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
+              ?19, ?20)"
+    ))
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            rec.id,
+            rec.agent,
+            rec.description,
+            rec.prompt,
+            rec.workspace,
+            rec.parent_id,
+            rec.depth,
+            rec.state,
+            to_sql_sequence(rec.sequence),
+            rec.create_time_ms,
+            rec.start_time_ms,
+            rec.close_time_ms,
+            rec.result,
+            rec.structured_result,
+            rec.error,
+            rec.exit_code,
+            rec.caller_scope,
+            rec.request_id,
+            rec.token_hash,
+            effective,
+        ])
+    })
+    .context("insert worker")?;
+    Ok(())
+}
+
+/// The part of a worker that transitions change, as stored in each event's `snapshot` column.
+///
+/// The fields fixed at creation (prompt, effective agent, lineage, …) are not repeated in every
+/// event — the prompt alone may be 256 KiB — but read from the `workers` row when events are
+/// loaded; since they never change, the rebuilt [`WorkerEvent::worker`] is exactly the record as
+/// it was right after the transition.
+#[derive(Serialize, Deserialize)]
+pub(super) struct Snapshot {
+    start_time_ms: Option<i64>,
+    close_time_ms: Option<i64>,
+    result: Option<String>,
+    structured_result: Option<String>,
+    error: Option<String>,
+    exit_code: Option<i32>,
+    token_hash: Option<String>,
+}
+
+/// Appends an event row.
+pub(super) fn insert_event(conn: &Connection, event: &WorkerEvent) -> Result<(), StoreError> {
+    let w = &event.worker;
+    let snapshot = serde_json::to_string(&Snapshot {
+        start_time_ms: w.start_time_ms,
+        close_time_ms: w.close_time_ms,
+        result: w.result.clone(),
+        structured_result: w.structured_result.clone(),
+        error: w.error.clone(),
+        exit_code: w.exit_code,
+        token_hash: w.token_hash.clone(),
+    })
+    .map_err(|e| StoreError::Corrupt(format!("cannot encode event snapshot: {e}")))?;
+    conn.prepare_cached(
+        "INSERT INTO worker_events (worker_id, sequence, state, time_ms, snapshot)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            event.worker_id,
+            to_sql_sequence(event.sequence),
+            event.state,
+            event.time_ms,
+            snapshot,
+        ])
+    })
+    .context("insert worker event")?;
+    Ok(())
+}
+
+/// Decodes a `workers` row selected as [`COLUMNS`].
+pub(super) fn read_record(row: &Row<'_>) -> rusqlite::Result<WorkerRecord> {
+    let effective: String = row.get(19)?;
+    Ok(WorkerRecord {
+        id: row.get(0)?,
+        agent: row.get(1)?,
+        description: row.get(2)?,
+        prompt: row.get(3)?,
+        workspace: row.get(4)?,
+        parent_id: row.get(5)?,
+        depth: row.get(6)?,
+        state: row.get(7)?,
+        sequence: read_sequence(row, 8)?,
+        create_time_ms: row.get(9)?,
+        start_time_ms: row.get(10)?,
+        close_time_ms: row.get(11)?,
+        result: row.get(12)?,
+        structured_result: row.get(13)?,
+        error: row.get(14)?,
+        exit_code: row.get(15)?,
+        caller_scope: row.get(16)?,
+        request_id: row.get(17)?,
+        token_hash: row.get(18)?,
+        effective: serde_json::from_str(&effective)
+            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(19, Type::Text, e.into()))?,
+    })
+}
+
+/// Decodes a `worker_events` row (sequence, state, time, snapshot) into an event whose worker is
+/// `current` — the worker's row, for the fields fixed at creation — with the snapshot laid over.
+pub(super) fn read_event(row: &Row<'_>, current: &WorkerRecord) -> rusqlite::Result<WorkerEvent> {
+    let sequence = read_sequence(row, 0)?;
+    let state: WorkerState = row.get(1)?;
+    let time_ms: i64 = row.get(2)?;
+    let snapshot: String = row.get(3)?;
+    let snapshot: Snapshot = serde_json::from_str(&snapshot)
+        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(3, Type::Text, e.into()))?;
+    let worker = WorkerRecord {
+        state,
+        sequence,
+        start_time_ms: snapshot.start_time_ms,
+        close_time_ms: snapshot.close_time_ms,
+        result: snapshot.result,
+        structured_result: snapshot.structured_result,
+        error: snapshot.error,
+        exit_code: snapshot.exit_code,
+        token_hash: snapshot.token_hash,
+        ..current.clone()
+    };
+    Ok(WorkerEvent {
+        worker_id: worker.id.clone(),
+        sequence,
+        state,
+        time_ms,
+        worker,
+    })
+}
+
+/// Reads a sequence column; a negative value is reported as out of range (so as corruption).
+pub(super) fn read_sequence(row: &Row<'_>, index: usize) -> rusqlite::Result<u64> {
+    let value: i64 = row.get(index)?;
+    u64::try_from(value).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(index, value))
+}
+
+/// Sequences are `u64` in the API and `INTEGER` (i64) in SQLite. A worker would need 2^63
+/// transitions to overflow, so saturating is unreachable rather than lossy.
+pub(super) fn to_sql_sequence(sequence: u64) -> i64 {
+    i64::try_from(sequence).unwrap_or(i64::MAX)
+}
+
+impl ToSql for WorkerId {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::from(self.as_str()))
+    }
+}
+
+impl FromSql for WorkerId {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        WorkerId::parse(value.as_str()?).map_err(|e| FromSqlError::Other(Box::new(e)))
+    }
+}
+
+impl ToSql for WorkerState {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::from(self.as_str()))
+    }
+}
+
+impl FromSql for WorkerState {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        value
+            .as_str()?
+            .parse()
+            .map_err(|e| FromSqlError::Other(Box::new(e)))
+    }
+}

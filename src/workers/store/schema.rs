@@ -1,0 +1,97 @@
+//! The SQLite schema: versioned migrations in `PRAGMA user_version`, and the refusal of a file
+//! written by a newer binary.
+
+use rusqlite::{Connection, Transaction, TransactionBehavior};
+
+use super::{StoreError, sqlite::Context};
+
+/// Schema migrations, applied in order; migration `i` takes the file from `PRAGMA user_version`
+/// `i` to `i + 1`. Append only: never edit a migration that has shipped.
+pub(super) const MIGRATIONS: &[&str] = &[
+    // 1: workers and their event log.
+    "CREATE TABLE workers (
+        id                TEXT    NOT NULL PRIMARY KEY,
+        agent             TEXT    NOT NULL,
+        description       TEXT    NOT NULL,
+        prompt            TEXT    NOT NULL,
+        workspace         TEXT,
+        parent_id         TEXT    REFERENCES workers (id),
+        depth             INTEGER NOT NULL CHECK (depth >= 0),
+        state             TEXT    NOT NULL
+            CHECK (state IN ('pending', 'running', 'completed', 'failed', 'killed')),
+        sequence          INTEGER NOT NULL CHECK (sequence >= 1),
+        create_time_ms    INTEGER NOT NULL,
+        start_time_ms     INTEGER,
+        close_time_ms     INTEGER,
+        result            TEXT,
+        structured_result TEXT,
+        error             TEXT,
+        exit_code         INTEGER,
+        caller_scope      TEXT    NOT NULL,
+        request_id        TEXT,
+        token_hash        TEXT,
+        effective         TEXT    NOT NULL,
+        CHECK ((close_time_ms IS NOT NULL) = (state IN ('completed', 'failed', 'killed'))),
+        CHECK (token_hash IS NULL OR state IN ('pending', 'running'))
+    ) STRICT;
+    CREATE INDEX workers_by_create_time ON workers (create_time_ms, id);
+    CREATE INDEX workers_by_parent ON workers (parent_id, create_time_ms, id);
+    CREATE INDEX workers_by_state ON workers (state, create_time_ms, id);
+    CREATE UNIQUE INDEX workers_by_request_id ON workers (caller_scope, request_id)
+        WHERE request_id IS NOT NULL;
+    CREATE UNIQUE INDEX workers_by_token_hash ON workers (token_hash)
+        WHERE token_hash IS NOT NULL;
+    CREATE TABLE worker_events (
+        worker_id TEXT    NOT NULL REFERENCES workers (id),
+        sequence  INTEGER NOT NULL CHECK (sequence >= 1),
+        state     TEXT    NOT NULL
+            CHECK (state IN ('pending', 'running', 'completed', 'failed', 'killed')),
+        time_ms   INTEGER NOT NULL,
+        snapshot  TEXT    NOT NULL,
+        PRIMARY KEY (worker_id, sequence)
+    ) STRICT, WITHOUT ROWID;",
+    // 2: a principal's own workers, listed in order (tenancy).
+    "CREATE INDEX workers_by_scope ON workers (caller_scope, create_time_ms, id);",
+];
+
+/// The columns of `workers`, in the order [`read_record`] decodes them.
+pub(super) const COLUMNS: &str = "id, agent, description, prompt, workspace, parent_id, depth, state, \
+     sequence, create_time_ms, start_time_ms, close_time_ms, result, structured_result, error, \
+     exit_code, caller_scope, request_id, token_hash, effective";
+
+/// Fails with [`StoreError::SchemaTooNew`] if the file's schema is newer than [`MIGRATIONS`].
+pub(super) fn check_schema_version(conn: &Connection) -> Result<i64, StoreError> {
+    let found: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .context("read schema version")?;
+    let known = MIGRATIONS.len() as i64;
+    if found > known {
+        return Err(StoreError::SchemaTooNew { found, known });
+    }
+    if found < 0 {
+        return Err(StoreError::Corrupt(format!(
+            "negative schema version {found}"
+        )));
+    }
+    Ok(found)
+}
+
+/// Applies the missing migrations, each in its own transaction together with its version bump.
+/// The version is re-read inside each transaction, so two processes opening a new file at once
+/// do not both apply the same migration.
+pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    loop {
+        let tx =
+            Transaction::new(conn, TransactionBehavior::Immediate).context("migrate: begin")?;
+        let version = check_schema_version(&tx)?;
+        // `check_schema_version` bounds it to 0..=MIGRATIONS.len().
+        let Some(sql) = MIGRATIONS.get(version as usize) else {
+            return Ok(());
+        };
+        tx.execute_batch(sql)
+            .with_context(|| format!("apply schema migration {}", version + 1))?;
+        tx.pragma_update(None, "user_version", version + 1)
+            .context("record schema version")?;
+        tx.commit().context("migrate: commit")?;
+    }
+}

@@ -1,0 +1,670 @@
+//! The embedded backend: one SQLite file in WAL mode (docs/workers.md §6.2).
+//!
+//! Writes never run on the async runtime's threads: one writer thread owns the only write
+//! connection and **group-commits** — every write queued while a commit is in progress runs in
+//! the next transaction, each inside its own savepoint (so one refused write never undoes
+//! another), and all of them learn the outcome of that one commit. Reads run on a small pool of
+//! read-only connections through `spawn_blocking`; WAL lets them proceed while the writer
+//! commits. An exclusive lock file keeps a second process off the same file.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params, params_from_iter};
+use tokio::sync::oneshot;
+
+use super::rows::{
+    apply_in, insert_event, insert_worker, list_sql, open_ids, read_event, read_record,
+    select_worker, to_sql_sequence,
+};
+use super::schema::{COLUMNS, check_schema_version, migrate};
+use super::{Applied, ListQuery, ORPHANED_ERROR, Patch, StoreError, WorkerStore};
+use crate::workers::lifecycle::Event;
+use crate::workers::model::{WorkerEvent, WorkerId, WorkerRecord, WorkerState};
+
+/// How long a statement waits for another connection's lock before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Enough cached statements for every fixed query plus every shape a list builds
+/// (see [`list_sql`]).
+const STATEMENT_CACHE_CAPACITY: usize = 256;
+
+/// Most writes grouped into one commit; bounds the latency of the first one in a burst.
+const MAX_GROUP: usize = 256;
+
+/// Idle read connections kept for reuse (more are opened under load and closed after).
+const MAX_IDLE_READERS: usize = 4;
+
+/// Tells one write how the commit it was grouped into ended.
+type Finish = Box<dyn FnOnce(Result<(), String>) + Send>;
+/// One queued write: runs on the writer's connection inside the group's transaction (or is told
+/// the transaction could not begin) and returns how to report the commit.
+type WriteOp = Box<dyn FnOnce(Result<&Connection, String>) -> Finish + Send>;
+
+/// [`WorkerStore`] on one SQLite file in WAL mode: a writer thread with group commit, pooled
+/// readers, and an exclusive lock file.
+pub struct SqliteStore {
+    /// Queue of the writer thread; dropping the store ends the thread once it is drained.
+    writer: mpsc::Sender<WriteOp>,
+    /// Read connections and the path to open more.
+    readers: Arc<Readers>,
+    /// The exclusive lock on `<path>.lock`, held for the store's life (released on drop, and by
+    /// the kernel when the process dies, so a crash never leaves a stale lock).
+    _lock: Flock<std::fs::File>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.readers.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Idle read-only connections to the store file.
+struct Readers {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl Readers {
+    /// Runs `f` on an idle connection (or a new one), then keeps the connection for reuse.
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let conn = match idle {
+            Some(conn) => conn,
+            None => open_reader(&self.path)?,
+        };
+        let result = f(&conn);
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < MAX_IDLE_READERS {
+            idle.push(conn);
+        }
+        result
+    }
+}
+
+fn open_reader(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .with_context(|| format!("open {} for reading", path.display()))?;
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .context("set busy timeout")?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
+    Ok(conn)
+}
+
+impl SqliteStore {
+    /// Opens (creating it and its parent directories if needed) the store at `path`, takes its
+    /// lock file, configures it (WAL, `synchronous=NORMAL`, a busy timeout, foreign keys), brings
+    /// its schema up to date and starts the writer thread. A file from a newer binary is
+    /// [`StoreError::SchemaTooNew`]; a file another process holds is [`StoreError::Locked`].
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+                path: dir.to_owned(),
+                source,
+            })?;
+        }
+        let lock = lock_exclusively(path)?;
+        let mut conn =
+            Connection::open(path).with_context(|| format!("open {}", path.display()))?;
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .context("set busy timeout")?;
+        // Refuse a newer file before changing anything in it, journal mode included.
+        check_schema_version(&conn)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .context("enable WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .context("set synchronous=NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", true)
+            .context("enable foreign keys")?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
+        migrate(&mut conn)?;
+        let (writer, queue) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("agentry-sqlite-writer".to_owned())
+            .spawn(move || write_loop(&conn, &queue))
+            .map_err(|source| StoreError::Io {
+                path: path.to_owned(),
+                source,
+            })?;
+        Ok(SqliteStore {
+            writer,
+            readers: Arc::new(Readers {
+                path: path.to_owned(),
+                idle: Mutex::new(Vec::new()),
+            }),
+            _lock: lock,
+        })
+    }
+
+    /// Queues `f` for the writer thread and waits for the commit of the group it ran in.
+    async fn write<T: Send + 'static>(
+        &self,
+        what: &'static str,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (tx, rx) = oneshot::channel();
+        let op: WriteOp = Box::new(move |conn| {
+            let result = conn
+                .map_err(|message| StoreError::Commit { what, message })
+                .and_then(|conn| in_savepoint(conn, f));
+            Box::new(move |commit| {
+                let outcome = match commit {
+                    Ok(()) => result,
+                    // The whole group is gone; what this write did was not kept either.
+                    Err(message) => result.and(Err(StoreError::Commit { what, message })),
+                };
+                let _ = tx.send(outcome);
+            })
+        });
+        self.writer.send(op).map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Runs `f` on a read connection on the blocking pool.
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let readers = self.readers.clone();
+        tokio::task::spawn_blocking(move || readers.with(f))
+            .await
+            .map_err(|_| StoreError::Closed)?
+    }
+}
+
+/// Runs `f` inside a savepoint: its writes are undone alone if it fails.
+fn in_savepoint<T>(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    conn.execute_batch("SAVEPOINT op").context("savepoint")?;
+    match f(conn) {
+        Ok(value) => {
+            conn.execute_batch("RELEASE op")
+                .context("release savepoint")?;
+            Ok(value)
+        }
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK TO op; RELEASE op");
+            Err(e)
+        }
+    }
+}
+
+/// The writer thread: takes every queued write (up to [`MAX_GROUP`]), runs them in one
+/// transaction and reports its commit to each. Ends when the store is dropped.
+fn write_loop(conn: &Connection, queue: &mpsc::Receiver<WriteOp>) {
+    while let Ok(first) = queue.recv() {
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match queue.try_recv() {
+                Ok(op) => group.push(op),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+            let message = format!("begin: {e}");
+            for op in group {
+                op(Err(message.clone()))(Err(message.clone()));
+            }
+            continue;
+        }
+        let finishers: Vec<Finish> = group.into_iter().map(|op| op(Ok(conn))).collect();
+        let commit = conn.execute_batch("COMMIT").map_err(|e| {
+            let _ = conn.execute_batch("ROLLBACK");
+            e.to_string()
+        });
+        for finish in finishers {
+            finish(commit.clone());
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl WorkerStore for SqliteStore {
+    async fn create(&self, rec: &WorkerRecord) -> Result<WorkerEvent, StoreError> {
+        let worker = WorkerRecord {
+            state: WorkerState::Pending,
+            sequence: 1,
+            start_time_ms: None,
+            close_time_ms: None,
+            result: None,
+            structured_result: None,
+            error: None,
+            exit_code: None,
+            ..rec.clone()
+        };
+        let event = WorkerEvent {
+            worker_id: worker.id.clone(),
+            sequence: 1,
+            state: WorkerState::Pending,
+            time_ms: worker.create_time_ms,
+            worker,
+        };
+        self.write("create worker", move |tx| {
+            if let Some(request_id) = &event.worker.request_id {
+                let existing = tx
+                    .prepare_cached(
+                        "SELECT id FROM workers WHERE caller_scope = ?1 AND request_id = ?2",
+                    )
+                    .and_then(|mut stmt| {
+                        stmt.query_row(params![event.worker.caller_scope, request_id], |row| {
+                            row.get::<_, WorkerId>(0)
+                        })
+                        .optional()
+                    })
+                    .context("look up request_id")?;
+                if let Some(existing) = existing {
+                    return Err(StoreError::DuplicateRequestId {
+                        request_id: request_id.clone(),
+                        existing,
+                    });
+                }
+            }
+            insert_worker(tx, &event.worker)?;
+            insert_event(tx, &event)?;
+            Ok(event)
+        })
+        .await
+    }
+
+    async fn apply(
+        &self,
+        id: &WorkerId,
+        event: Event,
+        patch: Patch,
+        now_ms: i64,
+    ) -> Result<Applied, StoreError> {
+        let id = id.clone();
+        self.write("apply worker event", move |tx| {
+            apply_in(tx, &id, event, patch, now_ms)
+        })
+        .await
+    }
+
+    async fn get(&self, id: &WorkerId) -> Result<Option<WorkerRecord>, StoreError> {
+        let id = id.clone();
+        self.read(move |conn| select_worker(conn, &id)).await
+    }
+
+    async fn list(&self, q: &ListQuery) -> Result<Vec<WorkerRecord>, StoreError> {
+        let (sql, args) = list_sql(q);
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(&sql).context("list workers")?;
+            let rows = stmt
+                .query_map(params_from_iter(args), read_record)
+                .context("list workers")?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+                .context("list workers")
+        })
+        .await
+    }
+
+    async fn events_after(
+        &self,
+        id: &WorkerId,
+        after_sequence: u64,
+    ) -> Result<Vec<WorkerEvent>, StoreError> {
+        let id = id.clone();
+        self.read(move |conn| {
+            // One read transaction, so the row and its events are from the same moment.
+            conn.execute_batch("BEGIN")
+                .context("read worker events: begin")?;
+            let result = (|| {
+                let worker =
+                    select_worker(conn, &id)?.ok_or_else(|| StoreError::NotFound(id.clone()))?;
+                let mut stmt = conn
+                    .prepare_cached(
+                        "SELECT sequence, state, time_ms, snapshot FROM worker_events
+                         WHERE worker_id = ?1 AND sequence > ?2 ORDER BY sequence",
+                    )
+                    .context("read worker events")?;
+                let rows = stmt
+                    .query_map(params![id, to_sql_sequence(after_sequence)], |row| {
+                        read_event(row, &worker)
+                    })
+                    .context("read worker events")?;
+                rows.collect::<rusqlite::Result<Vec<_>>>()
+                    .context("read worker events")
+            })();
+            let _ = conn.execute_batch("COMMIT");
+            result
+        })
+        .await
+    }
+
+    async fn close_orphans(&self, now_ms: i64) -> Result<Vec<WorkerId>, StoreError> {
+        self.write("close orphaned workers", move |tx| {
+            let open = open_ids(tx)?;
+            for id in &open {
+                let patch = Patch {
+                    error: Some(ORPHANED_ERROR.to_owned()),
+                    ..Patch::default()
+                };
+                apply_in(tx, id, Event::Fail, patch, now_ms)?;
+            }
+            Ok(open)
+        })
+        .await
+    }
+
+    async fn open_workers(&self) -> Result<Vec<WorkerId>, StoreError> {
+        self.read(open_ids).await
+    }
+
+    async fn find_by_token_hash(&self, hash: &str) -> Result<Option<WorkerRecord>, StoreError> {
+        let hash = hash.to_owned();
+        self.read(move |conn| {
+            conn.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM workers
+                 WHERE token_hash = ?1 AND state IN ('pending', 'running')"
+            ))
+            .and_then(|mut stmt| stmt.query_row([hash], read_record).optional())
+            .context("find worker by token")
+        })
+        .await
+    }
+
+    async fn find_by_request_id(
+        &self,
+        caller_scope: &str,
+        request_id: &str,
+    ) -> Result<Option<WorkerRecord>, StoreError> {
+        let (scope, rid) = (caller_scope.to_owned(), request_id.to_owned());
+        self.read(move |conn| {
+            conn.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM workers WHERE caller_scope = ?1 AND request_id = ?2"
+            ))
+            .and_then(|mut stmt| stmt.query_row([scope, rid], read_record).optional())
+            .context("find worker by request_id")
+        })
+        .await
+    }
+}
+
+/// Takes an exclusive `flock` on `<db>.lock` (a file beside the database, so SQLite's own POSIX
+/// locks are untouched) and writes who holds it; a held lock is [`StoreError::Locked`] naming
+/// the holder.
+fn lock_exclusively(db: &Path) -> Result<Flock<std::fs::File>, StoreError> {
+    use std::io::{Read, Seek, Write};
+    let mut name = db.as_os_str().to_owned();
+    name.push(".lock");
+    let path = PathBuf::from(name);
+    let io = |source| StoreError::Io {
+        path: path.clone(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io)?;
+    let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => lock,
+        Err((mut file, Errno::EWOULDBLOCK)) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = holder.trim();
+            return Err(StoreError::Locked {
+                path: db.to_owned(),
+                holder: if holder.is_empty() {
+                    "holder unknown".to_owned()
+                } else {
+                    holder.to_owned()
+                },
+            });
+        }
+        Err((_, errno)) => return Err(io(std::io::Error::from(errno))),
+    };
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown host".to_owned());
+    let since = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+    let note = format!("pid {} on {host}, since {since}", std::process::id());
+    lock.set_len(0).map_err(io)?;
+    lock.rewind().map_err(io)?;
+    lock.write_all(note.as_bytes()).map_err(io)?;
+    Ok(lock)
+}
+
+/// Attaches what the store was doing to a SQLite error, and reports decoding failures as
+/// [`StoreError::Corrupt`] rather than as SQLite failures.
+pub(super) trait Context<T> {
+    /// Adds a fixed description.
+    fn context(self, what: &str) -> Result<T, StoreError>;
+    /// Adds a description built only if there is an error, for the hot path.
+    fn with_context(self, what: impl FnOnce() -> String) -> Result<T, StoreError>;
+}
+
+impl<T> Context<T> for rusqlite::Result<T> {
+    fn context(self, what: &str) -> Result<T, StoreError> {
+        self.with_context(|| what.to_owned())
+    }
+
+    fn with_context(self, what: impl FnOnce() -> String) -> Result<T, StoreError> {
+        self.map_err(|source| match source {
+            rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..) => {
+                StoreError::Corrupt(format!("{}: {source}", what()))
+            }
+            source => StoreError::Sqlite {
+                context: what(),
+                source,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::sync::Arc;
+
+    use rusqlite::{Connection, params_from_iter, types::Value};
+
+    use super::*;
+    use crate::workers::store::{
+        ListQuery, ParentFilter,
+        schema::MIGRATIONS,
+        suite::{self, create, ids, moved},
+    };
+
+    /// A store on a real file, in a directory that does not exist yet (so `open` must create it).
+    fn open_temp() -> (tempfile::TempDir, PathBuf, SqliteStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state").join("agentry.db");
+        let store = SqliteStore::open(&path).unwrap();
+        (dir, path, store)
+    }
+
+    suite::store_suite!(async {
+        let (dir, _path, store) = open_temp();
+        (dir, Arc::new(store) as Arc<dyn WorkerStore>)
+    });
+
+    #[test]
+    fn every_query_uses_an_index() {
+        let (_dir, path, _store) = open_temp();
+        let parent = WorkerId::generate();
+        let cursor = Some((5, WorkerId::generate()));
+        let mut statements = Vec::new();
+        for parent in [
+            ParentFilter::Any,
+            ParentFilter::TopLevel,
+            ParentFilter::Worker(parent),
+        ] {
+            for states in [&[][..], &[WorkerState::Running], &WorkerState::ALL[..2]] {
+                for after in [None, cursor.clone()] {
+                    for caller_scope in [None, Some("alice".to_owned())] {
+                        let q = ListQuery {
+                            parent: parent.clone(),
+                            states: states.to_vec(),
+                            caller_scope,
+                            after: after.clone(),
+                            limit: 10,
+                        };
+                        statements.push(list_sql(&q));
+                    }
+                }
+            }
+        }
+        let id = Value::Text(WorkerId::generate().to_string());
+        let text = |s: &str| Value::Text(s.to_owned());
+        for (sql, args) in [
+            (format!("SELECT {COLUMNS} FROM workers WHERE id = ?1"), vec![id.clone()]),
+            (
+                format!("SELECT {COLUMNS} FROM workers WHERE parent_id = ?1 ORDER BY create_time_ms, id"),
+                vec![id.clone()],
+            ),
+            (
+                format!("SELECT {COLUMNS} FROM workers WHERE token_hash = ?1 AND state IN ('pending', 'running')"),
+                vec![text("ab")],
+            ),
+            (
+                format!("SELECT {COLUMNS} FROM workers WHERE caller_scope = ?1 AND request_id = ?2"),
+                vec![text("anonymous"), text("r")],
+            ),
+            (
+                "SELECT id FROM workers WHERE state IN ('pending', 'running') ORDER BY create_time_ms, id".to_owned(),
+                vec![],
+            ),
+            (
+                "SELECT sequence FROM worker_events WHERE worker_id = ?1 AND sequence > ?2 ORDER BY sequence".to_owned(),
+                vec![id.clone(), Value::Integer(0)],
+            ),
+        ] {
+            statements.push((sql, args));
+        }
+        let conn = Connection::open(&path).unwrap();
+        for (sql, args) in statements {
+            let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+            let plan: Vec<String> = stmt
+                .query_map(params_from_iter(args), |row| row.get(3))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap();
+            assert!(
+                plan.iter()
+                    .all(|step| !step.starts_with("SCAN") || step.contains("INDEX")),
+                "full scan in {sql}: {plan:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn data_survives_closing_and_reopening() {
+        let (_dir, path, store) = open_temp();
+        let parent = create(&store, None, 1_000).await;
+        let child = create(&store, Some(&parent), 1_500).await;
+        let started = moved(
+            store
+                .apply(&parent.id, Event::Start, Patch::default(), 2_000)
+                .await
+                .unwrap(),
+        );
+        let events = store.events_after(&parent.id, 0).await.unwrap();
+        drop(store);
+
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.get(&parent.id).await.unwrap(), Some(started.worker));
+        assert_eq!(store.get(&child.id).await.unwrap(), Some(child.clone()));
+        assert_eq!(store.events_after(&parent.id, 0).await.unwrap(), events);
+        let children = store
+            .list(&ListQuery {
+                parent: ParentFilter::Worker(parent.id.clone()),
+                states: Vec::new(),
+                caller_scope: None,
+                after: None,
+                limit: 10,
+            })
+            .await
+            .unwrap();
+        assert_eq!(ids(&children), [child.id]);
+        let mode: String = Connection::open(&path)
+            .unwrap()
+            .pragma_query_value(None, "journal_mode", |row| row.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused_with_both_versions() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("future.db");
+        Connection::open(&path)
+            .unwrap()
+            .pragma_update(None, "user_version", 999)
+            .unwrap();
+        let err = SqliteStore::open(&path).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StoreError::SchemaTooNew {
+                    found: 999,
+                    known: 2
+                }
+            ),
+            "{err:?}"
+        );
+        let message = err.to_string();
+        assert!(
+            message.contains("version 999") && message.contains("(version 2)"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_new_file_gets_the_latest_schema_version() {
+        let (_dir, path, store) = open_temp();
+        drop(store);
+        let version: i64 = Connection::open(&path)
+            .unwrap()
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .unwrap();
+        assert_eq!(version, MIGRATIONS.len() as i64);
+        // Opening again applies nothing and succeeds.
+        SqliteStore::open(&path).unwrap();
+    }
+
+    #[tokio::test]
+    async fn undecodable_rows_are_reported_as_corrupt() {
+        let (_dir, path, store) = open_temp();
+        let rec = create(&store, None, 1_000).await;
+        Connection::open(&path)
+            .unwrap()
+            .execute(
+                "UPDATE workers SET effective = 'not json' WHERE id = ?1",
+                [&rec.id],
+            )
+            .unwrap();
+        let err = store.get(&rec.id).await.unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
+    }
+
+    #[test]
+    fn a_second_open_of_the_same_file_is_refused_naming_the_holder() {
+        let (_dir, path, _store) = open_temp();
+        let err = SqliteStore::open(&path).unwrap_err();
+        assert!(matches!(err, StoreError::Locked { .. }), "{err:?}");
+        let message = err.to_string();
+        assert!(
+            message.contains(&format!("pid {}", std::process::id())),
+            "{message}"
+        );
+    }
+}

@@ -1,0 +1,686 @@
+//! The behaviour every [`WorkerStore`] backend must have, as one suite of async tests each
+//! backend instantiates unchanged with [`store_suite!`] (SQLite in `sqlite`'s tests, PostgreSQL
+//! in its own).
+
+use std::slice;
+
+use serde_json::json;
+
+use super::{Applied, ListQuery, ParentFilter, Patch, StoreError, WorkerStore};
+use crate::workers::lifecycle::{Event, IllegalTransition};
+use crate::workers::model::{
+    WorkerEvent, WorkerId, WorkerRecord, WorkerState, generate_token, hash_token,
+};
+
+/// Instantiates every test of the suite for one backend: `$open` is an async expression giving
+/// `(guard, store)`, where the guard keeps the backend's resources (a directory, a database)
+/// alive until the test ends.
+macro_rules! store_suite {
+    ($open:expr) => {
+        #[tokio::test]
+        async fn create_then_get_round_trips() {
+            let (_guard, store): (_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>) =
+                $open.await;
+            $crate::workers::store::suite::create_then_get_round_trips(&*store).await;
+        }
+        #[tokio::test]
+        async fn create_ignores_lifecycle_fields_of_the_input() {
+            let (_guard, store): (_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>) =
+                $open.await;
+            $crate::workers::store::suite::create_ignores_lifecycle_fields_of_the_input(&*store).await;
+        }
+        #[tokio::test]
+        async fn full_run_has_sequences_1_2_3_and_closes_only_at_the_end() {
+            let (_guard, store): (_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>) =
+                $open.await;
+            $crate::workers::store::suite::full_run_has_sequences_1_2_3_and_closes_only_at_the_end(&*store).await;
+        }
+        #[tokio::test]
+        async fn kill_is_absorbed_once_killed() {
+            let (_guard, store): (_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>) =
+                $open.await;
+            $crate::workers::store::suite::kill_is_absorbed_once_killed(&*store).await;
+        }
+        #[tokio::test]
+        async fn stopping_a_finished_worker_is_not_cancelable_and_changes_nothing() {
+            let (_guard, store): (_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>) =
+                $open.await;
+            $crate::workers::store::suite::stopping_a_finished_worker_is_not_cancelable_and_changes_nothing(&*store).await;
+        }
+        #[tokio::test]
+        async fn invalid_events_and_unknown_ids_are_errors() {
+            let (_guard, store): (_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>) =
+                $open.await;
+            $crate::workers::store::suite::invalid_events_and_unknown_ids_are_errors(&*store).await;
+        }
+        #[tokio::test]
+        async fn events_after_resumes_after_a_seen_sequence() {
+            let (_guard, store): (_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>) =
+                $open.await;
+            $crate::workers::store::suite::events_after_resumes_after_a_seen_sequence(&*store).await;
+        }
+        #[tokio::test]
+        async fn list_filters_by_parent() {
+            let (_guard, store): (_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>) =
+                $open.await;
+            $crate::workers::store::suite::list_filters_by_parent(&*store).await;
+        }
+        #[tokio::test]
+        async fn list_filters_by_states() {
+            let (_guard, store): (_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>) =
+                $open.await;
+            $crate::workers::store::suite::list_filters_by_states(&*store).await;
+        }
+        #[tokio::test]
+        async fn pagination_walks_every_worker_once_across_pages() {
+            let (_guard, store): (_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>) =
+                $open.await;
+            $crate::workers::store::suite::pagination_walks_every_worker_once_across_pages(&*store).await;
+        }
+        #[tokio::test]
+        async fn close_orphans_fails_open_rows_and_leaves_closed_ones() {
+            let (_guard, store): (_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>) =
+                $open.await;
+            $crate::workers::store::suite::close_orphans_fails_open_rows_and_leaves_closed_ones(&*store).await;
+        }
+        #[tokio::test]
+        async fn duplicate_request_id_is_refused_per_caller_scope() {
+            let (_guard, store): (_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>) =
+                $open.await;
+            $crate::workers::store::suite::duplicate_request_id_is_refused_per_caller_scope(&*store).await;
+        }
+        #[tokio::test]
+        async fn token_lookup_stops_once_the_worker_is_terminal() {
+            let (_guard, store): (_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>) =
+                $open.await;
+            $crate::workers::store::suite::token_lookup_stops_once_the_worker_is_terminal(&*store).await;
+        }
+        #[tokio::test]
+        async fn a_parent_must_exist() {
+            let (_guard, store): (_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>) =
+                $open.await;
+            $crate::workers::store::suite::a_parent_must_exist(&*store).await;
+        }
+        #[tokio::test]
+        async fn concurrent_callers_each_see_consistent_runs() {
+            let (_guard, store): (_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>) =
+                $open.await;
+            $crate::workers::store::suite::concurrent_callers_each_see_consistent_runs(&*store).await;
+        }
+    };
+}
+pub(crate) use store_suite;
+
+/// Runs futures concurrently on the current task and waits for all of them.
+async fn futures_join_all<F: std::future::Future<Output = ()>>(
+    futures: impl IntoIterator<Item = F>,
+) {
+    let mut set: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    std::future::poll_fn(|cx| {
+        set.retain_mut(|f| f.as_mut().poll(cx).is_pending());
+        if set.is_empty() {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+}
+
+/// A new worker record, as the supervisor would build it.
+pub(crate) fn record(parent: Option<&WorkerRecord>, create_time_ms: i64) -> WorkerRecord {
+    WorkerRecord {
+        id: WorkerId::generate(),
+        agent: "explore".to_owned(),
+        description: "look around".to_owned(),
+        prompt: "find where the config is loaded".to_owned(),
+        workspace: Some("/work/project".to_owned()),
+        parent_id: parent.map(|p| p.id.clone()),
+        depth: parent.map_or(1, |p| p.depth + 1),
+        state: WorkerState::Pending,
+        sequence: 1,
+        create_time_ms,
+        start_time_ms: None,
+        close_time_ms: None,
+        result: None,
+        structured_result: None,
+        error: None,
+        exit_code: None,
+        caller_scope: "anonymous".to_owned(),
+        request_id: None,
+        token_hash: Some(hash_token(&generate_token())),
+        effective: json!({"name": "explore", "tools": {"all_but": ["task"]}, "spawns": ""}),
+    }
+}
+
+/// Creates a fresh worker and returns it as stored.
+pub(crate) async fn create(
+    store: &dyn WorkerStore,
+    parent: Option<&WorkerRecord>,
+    time: i64,
+) -> WorkerRecord {
+    store.create(&record(parent, time)).await.unwrap().worker
+}
+
+pub(crate) fn moved(applied: Applied) -> WorkerEvent {
+    match applied {
+        Applied::Moved(event) => event,
+        Applied::Absorbed(worker) => panic!("expected a move, got absorbed {worker:?}"),
+    }
+}
+
+pub(crate) fn ids(records: &[WorkerRecord]) -> Vec<WorkerId> {
+    records.iter().map(|r| r.id.clone()).collect()
+}
+
+fn query(parent: ParentFilter, states: &[WorkerState]) -> ListQuery {
+    ListQuery {
+        parent,
+        states: states.to_vec(),
+        caller_scope: None,
+        after: None,
+        limit: 100,
+    }
+}
+
+pub(crate) async fn create_then_get_round_trips(store: &dyn WorkerStore) {
+    let mut rec = record(None, 1_000);
+    rec.request_id = Some("req-1".to_owned());
+    rec.structured_result = None;
+    let event = store.create(&rec).await.unwrap();
+    assert_eq!(event.sequence, 1);
+    assert_eq!(event.state, WorkerState::Pending);
+    assert_eq!(event.time_ms, 1_000);
+    assert_eq!(event.worker_id, rec.id);
+    assert_eq!(event.worker, rec);
+    assert_eq!(store.get(&rec.id).await.unwrap(), Some(rec));
+    assert_eq!(store.get(&WorkerId::generate()).await.unwrap(), None);
+}
+
+pub(crate) async fn create_ignores_lifecycle_fields_of_the_input(store: &dyn WorkerStore) {
+    let mut rec = record(None, 1_000);
+    rec.state = WorkerState::Completed;
+    rec.sequence = 7;
+    rec.start_time_ms = Some(1);
+    rec.close_time_ms = Some(2);
+    rec.result = Some("stale".to_owned());
+    rec.error = Some("stale".to_owned());
+    rec.exit_code = Some(3);
+    let stored = store.create(&rec).await.unwrap().worker;
+    assert_eq!(stored.state, WorkerState::Pending);
+    assert_eq!(stored.sequence, 1);
+    assert_eq!(
+        (stored.start_time_ms, stored.close_time_ms, stored.exit_code),
+        (None, None, None)
+    );
+    assert_eq!((stored.result, stored.error), (None, None));
+}
+
+pub(crate) async fn full_run_has_sequences_1_2_3_and_closes_only_at_the_end(
+    store: &dyn WorkerStore,
+) {
+    let created = store.create(&record(None, 1_000)).await.unwrap();
+    let id = created.worker_id.clone();
+
+    let started = moved(
+        store
+            .apply(&id, Event::Start, Patch::default(), 2_000)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        (started.sequence, started.state, started.time_ms),
+        (2, WorkerState::Running, 2_000)
+    );
+    assert_eq!(started.worker.start_time_ms, Some(2_000));
+    assert_eq!(started.worker.close_time_ms, None);
+    assert!(started.worker.token_hash.is_some());
+
+    let patch = Patch {
+        result: Some("{\"ok\":true}".to_owned()),
+        structured_result: Some("{\"ok\":true}".to_owned()),
+        exit_code: Some(0),
+        ..Patch::default()
+    };
+    let done = moved(
+        store
+            .apply(&id, Event::Complete, patch, 3_000)
+            .await
+            .unwrap(),
+    );
+    assert_eq!((done.sequence, done.state), (3, WorkerState::Completed));
+    assert_eq!(done.worker.start_time_ms, Some(2_000));
+    assert_eq!(done.worker.close_time_ms, Some(3_000));
+    assert_eq!(done.worker.token_hash, None);
+    assert_eq!(done.worker.exit_code, Some(0));
+    assert_eq!(done.worker.result.as_deref(), Some("{\"ok\":true}"));
+    assert_eq!(store.get(&id).await.unwrap(), Some(done.worker.clone()));
+
+    let events = store.events_after(&id, 0).await.unwrap();
+    assert_eq!(events, vec![created, started, done]);
+}
+
+pub(crate) async fn kill_is_absorbed_once_killed(store: &dyn WorkerStore) {
+    let pending = create(store, None, 1_000).await;
+    let killed = moved(
+        store
+            .apply(&pending.id, Event::Kill, Patch::default(), 1_500)
+            .await
+            .unwrap(),
+    );
+    assert_eq!((killed.sequence, killed.state), (2, WorkerState::Killed));
+    assert_eq!(
+        killed.worker.start_time_ms, None,
+        "killed before it started"
+    );
+    assert_eq!(killed.worker.close_time_ms, Some(1_500));
+
+    let again = Patch {
+        error: Some("ignored".to_owned()),
+        ..Patch::default()
+    };
+    let absorbed = store
+        .apply(&pending.id, Event::Kill, again, 9_000)
+        .await
+        .unwrap();
+    assert_eq!(absorbed, Applied::Absorbed(killed.worker.clone()));
+    assert_eq!(absorbed.worker(), &killed.worker);
+    assert_eq!(store.events_after(&pending.id, 0).await.unwrap().len(), 2);
+
+    let running = create(store, None, 2_000).await;
+    store
+        .apply(&running.id, Event::Start, Patch::default(), 2_100)
+        .await
+        .unwrap();
+    let stop = Patch {
+        error: Some("stopped by caller".to_owned()),
+        ..Patch::default()
+    };
+    let killed = moved(
+        store
+            .apply(&running.id, Event::Kill, stop, 2_200)
+            .await
+            .unwrap(),
+    );
+    assert_eq!((killed.sequence, killed.state), (3, WorkerState::Killed));
+    assert_eq!(killed.worker.error.as_deref(), Some("stopped by caller"));
+    assert_eq!(killed.worker.close_time_ms, Some(2_200));
+}
+
+pub(crate) async fn stopping_a_finished_worker_is_not_cancelable_and_changes_nothing(
+    store: &dyn WorkerStore,
+) {
+    let completed = create(store, None, 1_000).await;
+    store
+        .apply(&completed.id, Event::Start, Patch::default(), 1_100)
+        .await
+        .unwrap();
+    store
+        .apply(&completed.id, Event::Complete, Patch::default(), 1_200)
+        .await
+        .unwrap();
+    let failed = create(store, None, 2_000).await;
+    store
+        .apply(&failed.id, Event::Fail, Patch::default(), 2_100)
+        .await
+        .unwrap();
+
+    for (id, state) in [
+        (&completed.id, WorkerState::Completed),
+        (&failed.id, WorkerState::Failed),
+    ] {
+        let before = store.get(id).await.unwrap();
+        let err = store
+            .apply(id, Event::Kill, Patch::default(), 5_000)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StoreError::Illegal(IllegalTransition::NotCancelable { state: s }) if s == state
+            ),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            format!("worker is already {state} and cannot be stopped")
+        );
+        assert_eq!(store.get(id).await.unwrap(), before);
+    }
+}
+
+pub(crate) async fn invalid_events_and_unknown_ids_are_errors(store: &dyn WorkerStore) {
+    let rec = create(store, None, 1_000).await;
+    let err = store
+        .apply(&rec.id, Event::Complete, Patch::default(), 1_100)
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        StoreError::Illegal(IllegalTransition::Invalid {
+            from: WorkerState::Pending,
+            event: Event::Complete
+        })
+    ));
+    assert_eq!(store.get(&rec.id).await.unwrap(), Some(rec));
+
+    let unknown = WorkerId::generate();
+    let err = store
+        .apply(&unknown, Event::Start, Patch::default(), 1)
+        .await
+        .unwrap_err();
+    assert!(matches!(&err, StoreError::NotFound(id) if *id == unknown));
+    assert_eq!(err.to_string(), format!("worker {unknown} not found"));
+    assert!(matches!(
+        store.events_after(&unknown, 0).await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+pub(crate) async fn events_after_resumes_after_a_seen_sequence(store: &dyn WorkerStore) {
+    let rec = create(store, None, 1_000).await;
+    store
+        .apply(&rec.id, Event::Start, Patch::default(), 1_100)
+        .await
+        .unwrap();
+    store
+        .apply(&rec.id, Event::Fail, Patch::default(), 1_200)
+        .await
+        .unwrap();
+    let id = &rec.id;
+    let sequences = |after| async move {
+        store
+            .events_after(id, after)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| (e.sequence, e.state))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        sequences(1).await,
+        [(2, WorkerState::Running), (3, WorkerState::Failed)]
+    );
+    assert_eq!(sequences(2).await, [(3, WorkerState::Failed)]);
+    assert_eq!(sequences(3).await, []);
+    assert_eq!(sequences(u64::MAX).await, []);
+}
+
+pub(crate) async fn list_filters_by_parent(store: &dyn WorkerStore) {
+    let a = create(store, None, 1_000).await;
+    let b = create(store, None, 2_000).await;
+    let a1 = create(store, Some(&a), 3_000).await;
+    let b1 = create(store, Some(&b), 4_000).await;
+    let a2 = create(store, Some(&a), 5_000).await;
+    let a1x = create(store, Some(&a1), 6_000).await;
+
+    let top = store
+        .list(&query(ParentFilter::TopLevel, &[]))
+        .await
+        .unwrap();
+    assert_eq!(ids(&top), [a.id.clone(), b.id.clone()]);
+    let of_a = store
+        .list(&query(ParentFilter::Worker(a.id.clone()), &[]))
+        .await
+        .unwrap();
+    assert_eq!(ids(&of_a), [a1.id.clone(), a2.id.clone()]);
+    let of_a1 = store
+        .list(&query(ParentFilter::Worker(a1.id.clone()), &[]))
+        .await
+        .unwrap();
+    assert_eq!(ids(&of_a1), slice::from_ref(&a1x.id));
+    let of_a2 = store
+        .list(&query(ParentFilter::Worker(a2.id.clone()), &[]))
+        .await
+        .unwrap();
+    assert_eq!(of_a2, []);
+    let all = store.list(&query(ParentFilter::Any, &[])).await.unwrap();
+    assert_eq!(ids(&all), [a.id, b.id, a1.id, b1.id, a2.id, a1x.id]);
+}
+
+pub(crate) async fn list_filters_by_states(store: &dyn WorkerStore) {
+    let pending = create(store, None, 1_000).await;
+    let running = create(store, None, 2_000).await;
+    store
+        .apply(&running.id, Event::Start, Patch::default(), 2_100)
+        .await
+        .unwrap();
+    let failed = create(store, None, 3_000).await;
+    store
+        .apply(&failed.id, Event::Fail, Patch::default(), 3_100)
+        .await
+        .unwrap();
+    let child = create(store, Some(&running), 4_000).await;
+
+    let list = |parent, states: &'static [WorkerState]| async move {
+        ids(&store.list(&query(parent, states)).await.unwrap())
+    };
+    assert_eq!(
+        list(ParentFilter::Any, &[WorkerState::Running]).await,
+        slice::from_ref(&running.id)
+    );
+    assert_eq!(
+        list(
+            ParentFilter::Any,
+            &[
+                WorkerState::Failed,
+                WorkerState::Pending,
+                WorkerState::Failed
+            ]
+        )
+        .await,
+        [pending.id.clone(), failed.id.clone(), child.id.clone()]
+    );
+    assert_eq!(
+        list(ParentFilter::TopLevel, &[WorkerState::Pending]).await,
+        slice::from_ref(&pending.id)
+    );
+    assert_eq!(
+        list(
+            ParentFilter::Worker(running.id.clone()),
+            &[WorkerState::Pending]
+        )
+        .await,
+        slice::from_ref(&child.id)
+    );
+    assert_eq!(list(ParentFilter::Any, &[WorkerState::Killed]).await, []);
+}
+
+pub(crate) async fn pagination_walks_every_worker_once_across_pages(store: &dyn WorkerStore) {
+    let parent = create(store, None, 0).await;
+    // Equal create times force the id tie-break.
+    for time in [5, 5, 5, 6, 6, 7, 8] {
+        create(store, Some(&parent), time).await;
+    }
+    let everything = store
+        .list(&query(ParentFilter::Worker(parent.id.clone()), &[]))
+        .await
+        .unwrap();
+    assert_eq!(everything.len(), 7);
+    let keys: Vec<_> = everything
+        .iter()
+        .map(|r| (r.create_time_ms, r.id.clone()))
+        .collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted, "ordered by (create_time_ms, id)");
+
+    let mut walked = Vec::new();
+    let mut page_sizes = Vec::new();
+    let mut q = ListQuery {
+        limit: 3,
+        ..query(ParentFilter::Worker(parent.id.clone()), &[])
+    };
+    loop {
+        let page = store.list(&q).await.unwrap();
+        page_sizes.push(page.len());
+        let Some(last) = page.last() else { break };
+        q.after = Some((last.create_time_ms, last.id.clone()));
+        walked.extend(page);
+    }
+    assert_eq!(page_sizes, [3, 3, 1, 0]);
+    assert_eq!(walked, everything);
+
+    let zero = ListQuery {
+        limit: 0,
+        ..query(ParentFilter::Any, &[])
+    };
+    assert_eq!(store.list(&zero).await.unwrap(), []);
+}
+
+pub(crate) async fn close_orphans_fails_open_rows_and_leaves_closed_ones(store: &dyn WorkerStore) {
+    let pending = create(store, None, 1_000).await;
+    let running = create(store, None, 2_000).await;
+    store
+        .apply(&running.id, Event::Start, Patch::default(), 2_100)
+        .await
+        .unwrap();
+    let completed = create(store, None, 3_000).await;
+    store
+        .apply(&completed.id, Event::Start, Patch::default(), 3_100)
+        .await
+        .unwrap();
+    let completed = moved(
+        store
+            .apply(&completed.id, Event::Complete, Patch::default(), 3_200)
+            .await
+            .unwrap(),
+    )
+    .worker;
+    let killed = create(store, None, 4_000).await;
+    let killed = moved(
+        store
+            .apply(&killed.id, Event::Kill, Patch::default(), 4_100)
+            .await
+            .unwrap(),
+    )
+    .worker;
+
+    let closed = store.close_orphans(9_000).await.unwrap();
+    assert_eq!(closed, [pending.id.clone(), running.id.clone()]);
+    for (rec, sequence) in [(&pending, 2), (&running, 3)] {
+        let now = store.get(&rec.id).await.unwrap().unwrap();
+        assert_eq!(now.state, WorkerState::Failed);
+        assert_eq!(now.error.as_deref(), Some("orphaned: service restarted"));
+        assert_eq!(now.close_time_ms, Some(9_000));
+        assert_eq!(now.token_hash, None);
+        assert_eq!(now.sequence, sequence);
+        let last = store.events_after(&rec.id, sequence - 1).await.unwrap();
+        assert_eq!(last.len(), 1);
+        assert_eq!(last[0].state, WorkerState::Failed);
+        assert_eq!(last[0].worker, now);
+    }
+    assert_eq!(store.get(&completed.id).await.unwrap(), Some(completed));
+    assert_eq!(store.get(&killed.id).await.unwrap(), Some(killed));
+    assert_eq!(store.close_orphans(10_000).await.unwrap(), []);
+}
+
+pub(crate) async fn duplicate_request_id_is_refused_per_caller_scope(store: &dyn WorkerStore) {
+    let mut first = record(None, 1_000);
+    first.request_id = Some("retry-me".to_owned());
+    let first = store.create(&first).await.unwrap().worker;
+
+    let mut again = record(None, 2_000);
+    again.request_id = Some("retry-me".to_owned());
+    let err = store.create(&again).await.unwrap_err();
+    assert!(
+        matches!(&err, StoreError::DuplicateRequestId { request_id, existing }
+            if request_id == "retry-me" && *existing == first.id),
+        "{err:?}"
+    );
+    assert_eq!(
+        store.get(&again.id).await.unwrap(),
+        None,
+        "nothing was written"
+    );
+
+    again.caller_scope = "alice".to_owned();
+    store.create(&again).await.unwrap();
+    assert_eq!(
+        store
+            .find_by_request_id("anonymous", "retry-me")
+            .await
+            .unwrap(),
+        Some(first)
+    );
+    assert_eq!(
+        store
+            .find_by_request_id("alice", "retry-me")
+            .await
+            .unwrap()
+            .map(|r| r.id),
+        Some(again.id)
+    );
+    assert_eq!(
+        store.find_by_request_id("bob", "retry-me").await.unwrap(),
+        None
+    );
+
+    // Workers without a request_id never collide.
+    create(store, None, 3_000).await;
+    create(store, None, 3_000).await;
+}
+
+pub(crate) async fn token_lookup_stops_once_the_worker_is_terminal(store: &dyn WorkerStore) {
+    let token = generate_token();
+    let mut rec = record(None, 1_000);
+    rec.token_hash = Some(hash_token(&token));
+    let rec = store.create(&rec).await.unwrap().worker;
+    let hash = hash_token(&token);
+    let find = || async { store.find_by_token_hash(&hash).await.unwrap() };
+
+    assert_eq!(find().await.map(|r| r.id), Some(rec.id.clone()));
+    store
+        .apply(&rec.id, Event::Start, Patch::default(), 1_100)
+        .await
+        .unwrap();
+    assert_eq!(find().await.map(|r| r.state), Some(WorkerState::Running));
+    store
+        .apply(&rec.id, Event::Complete, Patch::default(), 1_200)
+        .await
+        .unwrap();
+    assert_eq!(find().await, None);
+    assert_eq!(
+        store
+            .find_by_token_hash(&hash_token("other"))
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+pub(crate) async fn a_parent_must_exist(store: &dyn WorkerStore) {
+    let ghost = record(None, 0);
+    let orphan = record(Some(&ghost), 1_000);
+    assert!(
+        store.create(&orphan).await.is_err(),
+        "a parent that does not exist"
+    );
+    assert_eq!(store.get(&orphan.id).await.unwrap(), None);
+}
+
+pub(crate) async fn concurrent_callers_each_see_consistent_runs(store: &dyn WorkerStore) {
+    let runs = (0..4).map(|t| async move {
+        for i in 0..25 {
+            let rec = create(store, None, t * 1_000 + i).await;
+            store
+                .apply(&rec.id, Event::Start, Patch::default(), 1)
+                .await
+                .unwrap();
+            store
+                .apply(&rec.id, Event::Complete, Patch::default(), 2)
+                .await
+                .unwrap();
+        }
+    });
+    futures_join_all(runs).await;
+    let done = store
+        .list(&ListQuery {
+            limit: 1_000,
+            ..query(ParentFilter::Any, &[WorkerState::Completed])
+        })
+        .await
+        .unwrap();
+    assert_eq!(done.len(), 100);
+    assert!(done.iter().all(|r| r.sequence == 3));
+}
