@@ -286,3 +286,23 @@ fn command_merge_names_aliases_and_precedence() {
     assert_eq!(codes, ["invalid_command_name"]);
     assert!(s.diagnostics.is_empty(), "{:?}", s.diagnostics);
 }
+
+#[test]
+fn the_sources_table_reads_the_same_in_readme_and_docs() {
+    let table = |file: &str| -> Vec<String> {
+        let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file))
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        let at = text
+            .find("<!-- sources-table")
+            .unwrap_or_else(|| panic!("{file} has no sources table"));
+        text[at..]
+            .lines()
+            .skip(1)
+            .take_while(|l| l.starts_with('|'))
+            .map(str::to_owned)
+            .collect()
+    };
+    let readme = table("README.md");
+    assert!(readme.len() > 10, "{readme:?}");
+    assert_eq!(readme, table("docs/sources.md"));
+}

@@ -477,6 +477,58 @@ mod tests {
     }
 
     #[test]
+    fn arbitrary_input_never_panics() {
+        // A cheap deterministic fuzz over fragments that are tricky for each reader.
+        let parts = [
+            "---",
+            "\n",
+            "\r",
+            "$",
+            "$1",
+            "$9",
+            "$@",
+            "$ARGUMENTS",
+            "{{args}}",
+            "{{",
+            "}}",
+            "{",
+            "é",
+            "\u{feff}",
+            "prompt = ",
+            "\"",
+            "'''",
+            "\"\"\"",
+            "[t]",
+            "[[a]]",
+            "=",
+            "#",
+            "description: d",
+            "<!--",
+            "-->",
+            ": :",
+            "\t",
+            "\\",
+            "\u{0}",
+        ];
+        let mut seed = 0x2545f4914f6cdd1du64;
+        for _ in 0..5000 {
+            let mut text = String::new();
+            for _ in 0..10 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                text.push_str(parts[(seed % parts.len() as u64) as usize]);
+            }
+            let _ = parse_markdown(text.as_bytes(), "c.md");
+            let _ = parse_toml(text.as_bytes(), "c.toml");
+            let _ = super::super::parse_toml(text.as_bytes(), "a.toml");
+            let out = expand(&text, &text, 1 << 16).unwrap();
+            assert!(out.len() <= 1 << 16);
+            let _ = expand(&text, &text, 7);
+        }
+    }
+
+    #[test]
     fn expansion_is_bounded() {
         assert_eq!(expand("$@$@$@", "abcd", 12).unwrap().len(), 12);
         assert_eq!(expand("$@$@$@", "abcd", 11), Err(TooLarge { limit: 11 }));
