@@ -190,6 +190,20 @@ impl AgentRegistryService for Echo {
         Err(Status::unimplemented("not measured"))
     }
 
+    async fn list_commands(
+        &self,
+        _req: Request<pb::ListCommandsRequest>,
+    ) -> Result<Response<pb::ListCommandsResponse>, Status> {
+        Err(Status::unimplemented("not measured"))
+    }
+
+    async fn resolve_command(
+        &self,
+        _req: Request<pb::ResolveCommandRequest>,
+    ) -> Result<Response<pb::ResolveCommandResponse>, Status> {
+        Err(Status::unimplemented("not measured"))
+    }
+
     type WatchWorkerStream = agentry::grpc::workers::WatchStream;
 
     async fn watch_worker(

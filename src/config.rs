@@ -61,6 +61,22 @@ pub struct AgentDir {
     pub recursive: bool,
 }
 
+/// One extra workflow-command directory (`command_dirs`, SPEC §3.6).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct CommandDir {
+    /// Absolute directory to read.
+    pub path: PathBuf,
+    /// Load `<path>/**/*.md` (minus README.md) — commands are read recursively, so the default
+    /// is true; false reads only the top level.
+    #[serde(default = "yes")]
+    pub recursive: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
 /// `plan_mode`: what MODE_PLAN does to an agent.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -230,9 +246,11 @@ pub struct Config {
     pub families: Vec<String>,
     /// Extra persona directories, after plugins and before bundled agents.
     pub agent_dirs: Vec<AgentDir>,
+    /// Extra workflow-command directories, after plugins and before the bundled commands.
+    pub command_dirs: Vec<CommandDir>,
     /// When non-empty, a workspace must lie under one of these (after resolving symlinks).
     pub workspace_roots: Vec<PathBuf>,
-    /// Include the six bundled agents. Default true.
+    /// Include the six bundled agents and the bundled `init` command. Default true.
     pub bundled_agents: bool,
     /// Tools appended to every explicit `tools` list. Default `[submit_result]`.
     pub implicit_tools: Vec<String>,
@@ -274,6 +292,7 @@ impl Default for Config {
                 .map(String::from)
                 .to_vec(),
             agent_dirs: Vec::new(),
+            command_dirs: Vec::new(),
             workspace_roots: Vec::new(),
             bundled_agents: true,
             implicit_tools: vec!["submit_result".to_owned()],
@@ -397,6 +416,14 @@ impl Config {
                 ));
             }
         }
+        for (i, d) in self.command_dirs.iter().enumerate() {
+            if !d.path.is_absolute() {
+                return Err(rule(
+                    &format!("command_dirs[{i}].path"),
+                    format!("must be absolute, got {}", d.path.display()),
+                ));
+            }
+        }
         for (i, r) in self.workspace_roots.iter().enumerate() {
             if !r.is_absolute() {
                 return Err(rule(
@@ -505,5 +532,20 @@ mod tests {
     fn relative_agent_dir_is_refused() {
         let e = load_str("agent_dirs: [{path: rel}]\n", &[]).unwrap_err();
         assert!(e.to_string().contains("agent_dirs[0].path"), "{e}");
+    }
+
+    #[test]
+    fn command_dirs_are_recursive_unless_told() {
+        let c = load_str(
+            "command_dirs: [{path: /a}, {path: /b, recursive: false}]\n",
+            &[],
+        )
+        .unwrap();
+        let got: Vec<_> = c.command_dirs.iter().map(|d| d.recursive).collect();
+        assert_eq!(got, [true, false]);
+        let e = load_str("command_dirs: [{path: rel}]\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("command_dirs[0].path"), "{e}");
+        let e = load_str("command_dirs: [{path: /a, deep: true}]\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("deep"), "{e}");
     }
 }

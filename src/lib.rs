@@ -5,7 +5,8 @@
 //!
 //! # Layout
 //! - [`config`]: typed, strict configuration (YAML + `AGENTRY_*`).
-//! - [`persona`]: one file's bytes → a persona or diagnostics. Pure.
+//! - [`persona`]: one file's bytes → a persona (markdown or Codex TOML) or a workflow command,
+//!   or diagnostics. Pure.
 //! - [`discovery`]: which directories, in which order; merge; snapshots; file watching.
 //! - [`resolve`]: caller lineage, spawn policy and the effective agent a worker gets.
 //! - [`review`]: the review gate — proposal → reviewer worker → decision, failing closed.

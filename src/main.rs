@@ -37,8 +37,8 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
-    /// Load agents exactly like the service and print the merged list, shadowed entries and
-    /// every diagnostic. Exit status 1 when there are errors.
+    /// Load agents and workflow commands exactly like the service and print the merged lists,
+    /// shadowed entries and every diagnostic. Exit status 1 when there are errors.
     Check {
         /// YAML configuration file.
         #[arg(long)]
@@ -46,8 +46,8 @@ enum Command {
         /// Workspace whose project directories are read.
         #[arg(long)]
         workspace: Option<PathBuf>,
-        /// Read only these directories (then the bundled agents) instead of the configured
-        /// sources.
+        /// Read only these agent directories (`*.md` at the top level, `*.toml` at any depth)
+        /// instead of the configured sources; no commands and no bundled definitions then.
         dirs: Vec<PathBuf>,
     },
 }
@@ -209,17 +209,38 @@ fn check(
             );
         }
     }
-    let errors = snap
-        .diagnostics
+    println!("commands ({}):", snap.commands.len());
+    for c in &snap.commands {
+        let aliases = if c.aliases.is_empty() {
+            String::new()
+        } else {
+            format!(" (also {})", c.aliases.join(", "))
+        };
+        println!(
+            "  {:<32} {:<8} {}{aliases}",
+            c.name,
+            c.source.as_str(),
+            c.file_path
+        );
+    }
+    if !snap.shadowed_commands.is_empty() {
+        println!("shadowed commands ({}):", snap.shadowed_commands.len());
+        for c in &snap.shadowed_commands {
+            println!(
+                "  {:<32} {} (shadowed by {})",
+                c.name,
+                c.file_path,
+                c.shadowed_by.as_deref().unwrap_or("?")
+            );
+        }
+    }
+    let diagnostics: Vec<_> = snap.all_diagnostics().collect();
+    let errors = diagnostics
         .iter()
         .filter(|d| d.severity == Severity::Error)
         .count();
-    println!(
-        "diagnostics ({}, {} errors):",
-        snap.diagnostics.len(),
-        errors
-    );
-    for d in &snap.diagnostics {
+    println!("diagnostics ({}, {} errors):", diagnostics.len(), errors);
+    for d in diagnostics {
         println!("  {d}");
     }
     println!("registry_version: {}", snap.version);

@@ -1,12 +1,13 @@
-//! The six bundled agents (SPEC §3.4), compiled into the binary and parsed with errors fatal.
+//! The six bundled agents (SPEC §3.4) and the bundled `init` command (§3.6), compiled into the
+//! binary and parsed with errors fatal.
 
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use crate::persona::{self, ParseOptions};
+use crate::persona::{self, ParseOptions, command};
 
-use super::{AgentDef, DiscoveryError, SourceKind};
+use super::{AgentDef, CommandDef, DiscoveryError, SourceKind};
 
 /// File name and text of each bundled persona, in precedence order.
 pub(super) const FILES: [(&str, &str); 6] = [
@@ -17,6 +18,46 @@ pub(super) const FILES: [(&str, &str); 6] = [
     ("task.md", include_str!("bundled/task.md")),
     ("quick_task.md", include_str!("bundled/quick_task.md")),
 ];
+
+/// File name and text of each bundled command, in precedence order.
+pub(super) const COMMANDS: [(&str, &str); 1] =
+    [("init.md", include_str!("bundled/commands/init.md"))];
+
+/// Parses every bundled command; any diagnostic at all is an error, as for the personas.
+pub(super) fn commands() -> Result<Vec<CommandDef>, DiscoveryError> {
+    COMMANDS
+        .iter()
+        .map(|(file, text)| {
+            let path = format!("bundled:{file}");
+            let invalid = |message: String| DiscoveryError::Bundled {
+                file: path.clone(),
+                message,
+            };
+            let name = command::name_from_path(std::path::Path::new(file)).map_err(invalid)?;
+            let parsed = command::parse_markdown(text.as_bytes(), &path);
+            match (parsed.command, parsed.diagnostics.is_empty()) {
+                (Some(c), true) => Ok(CommandDef {
+                    name: name.full,
+                    aliases: Vec::new(),
+                    command: c,
+                    source: SourceKind::Bundled,
+                    family: String::new(),
+                    file_path: path.clone(),
+                    content_sha256: hex::encode(Sha256::digest(text.as_bytes())),
+                    shadowed_by: None,
+                }),
+                (_, _) => Err(invalid(
+                    parsed
+                        .diagnostics
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                )),
+            }
+        })
+        .collect()
+}
 
 /// Parses every bundled persona; any diagnostic at all is an error, so a broken bundled file can
 /// never load half.

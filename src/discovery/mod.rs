@@ -1,5 +1,6 @@
 //! Discovery: which directories are read, in which order; the merge into one snapshot per
-//! workspace; the file watcher and the snapshot cache that keep snapshots fresh (SPEC §3).
+//! workspace of the agents (SPEC §3) and of the workflow commands (§3.6); the file watcher and the
+//! snapshot cache that keep snapshots fresh.
 //!
 //! Depends on [`crate::persona`] and [`crate::config`] only; never on gRPC.
 
@@ -19,7 +20,7 @@ use sha2::{Digest, Sha256};
 
 use crate::{
     config::Config,
-    persona::{Diagnostic, ParseOptions, Persona, Severity},
+    persona::{Diagnostic, ParseOptions, Persona, Severity, command::Command},
 };
 
 pub use sources::SourceDir;
@@ -33,7 +34,7 @@ pub enum SourceKind {
     User,
     /// A plugin's `agents/` dir.
     Plugin,
-    /// A configured `agent_dirs` entry.
+    /// A configured `agent_dirs` (or `command_dirs`) entry.
     Dir,
     /// Compiled into the binary.
     Bundled,
@@ -69,6 +70,28 @@ pub struct AgentDef {
     pub shadowed_by: Option<String>,
 }
 
+/// One workflow command with where it came from (SPEC §3.6).
+#[derive(Debug, Clone)]
+pub struct CommandDef {
+    /// Full name: the path relative to its commands dir, `/` written `:`.
+    pub name: String,
+    /// Base names that also resolve to this command (a nested command answers to its base name
+    /// unless a command of that name came first).
+    pub aliases: Vec<String>,
+    /// The parsed file.
+    pub command: Command,
+    /// Source rule.
+    pub source: SourceKind,
+    /// Family or plugin name.
+    pub family: String,
+    /// File path (`bundled:<name>.md` for bundled commands).
+    pub file_path: String,
+    /// Hex sha256 of the file's bytes.
+    pub content_sha256: String,
+    /// For a shadowed definition, the path of the command that holds its name.
+    pub shadowed_by: Option<String>,
+}
+
 /// Why a snapshot could not be produced for a request.
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoveryError {
@@ -90,8 +113,8 @@ pub enum DiscoveryError {
         /// Canonical form.
         resolved: String,
     },
-    /// A bundled persona failed to parse (a build defect).
-    #[error("bundled persona {file} is invalid: {message}")]
+    /// A bundled persona or command failed to parse (a build defect).
+    #[error("bundled definition {file} is invalid: {message}")]
     Bundled {
         /// Which file.
         file: String,
@@ -109,9 +132,19 @@ pub struct Snapshot {
     index: HashMap<String, usize>,
     /// Losers, each with `shadowed_by` set, in read order.
     pub shadowed: Vec<Arc<AgentDef>>,
-    /// Every problem found while building.
+    /// Every problem found while building the agents (and reading the plugin registry).
     pub diagnostics: Vec<Diagnostic>,
-    /// sha256 over the winners (name, source, content).
+    /// Winning commands in precedence order.
+    pub commands: Vec<Arc<CommandDef>>,
+    /// Name or alias → index into `commands`.
+    command_index: HashMap<String, usize>,
+    /// Commands that lost their name, each with `shadowed_by` set, in read order.
+    pub shadowed_commands: Vec<Arc<CommandDef>>,
+    /// Every problem found while building the commands (the plugin registry's too, first).
+    pub command_diagnostics: Vec<Diagnostic>,
+    /// How many leading entries both diagnostic lists share (the plugin registry's).
+    shared_diagnostics: usize,
+    /// sha256 over the winning agents and commands (name, source, content).
     pub version: String,
     /// Watcher generation this snapshot was built at.
     generation: u64,
@@ -125,31 +158,65 @@ impl Snapshot {
         self.index.get(name).map(|i| &self.agents[*i])
     }
 
-    /// Number of error diagnostics.
-    pub fn error_count(&self) -> usize {
+    /// Looks up a winning command by exact name, or by the base name it also answers to.
+    pub fn command(&self, name: &str) -> Option<&Arc<CommandDef>> {
+        self.command_index.get(name).map(|i| &self.commands[*i])
+    }
+
+    /// Every diagnostic once: the agents', then the commands' (without the shared ones again).
+    pub fn all_diagnostics(&self) -> impl Iterator<Item = &Diagnostic> {
         self.diagnostics
             .iter()
+            .chain(&self.command_diagnostics[self.shared_diagnostics..])
+    }
+
+    /// Number of error diagnostics.
+    pub fn error_count(&self) -> usize {
+        self.all_diagnostics()
             .filter(|d| d.severity == Severity::Error)
             .count()
     }
+}
+
+/// What a build merges in after everything on disk.
+struct Bundled<'a> {
+    agents: &'a [Arc<AgentDef>],
+    commands: &'a [CommandDef],
 }
 
 /// Builds one snapshot: plan, list, parse (parallel), merge. Blocking I/O.
 fn build(
     cfg: &sources::SourceConfig,
     opts: &ParseOptions,
-    bundled: &[Arc<AgentDef>],
+    bundled: Bundled<'_>,
     workspace: Option<&Path>,
     generation: u64,
     watcher: Option<&watch::Watcher>,
 ) -> Snapshot {
     let mut diagnostics = Vec::new();
-    let (dirs, plan) = sources::plan(cfg, workspace, &mut diagnostics);
+    let plan = sources::plan(cfg, workspace, &mut diagnostics);
     if let Some(w) = watcher {
-        w.register(&dirs, &plan);
+        w.register(&plan.agents, &plan.watch);
+        w.register(&plan.commands, &sources::WatchPlan::default());
     }
-    let files = load::list(&dirs, &mut diagnostics);
+    assemble(&plan, diagnostics, opts, bundled, generation)
+}
+
+/// Reads and merges planned directories; `diagnostics` holds the planning's (shared by both
+/// registries).
+fn assemble(
+    plan: &sources::Plan,
+    mut diagnostics: Vec<Diagnostic>,
+    opts: &ParseOptions,
+    bundled: Bundled<'_>,
+    generation: u64,
+) -> Snapshot {
+    let mut command_diagnostics = diagnostics.clone();
+    let shared_diagnostics = diagnostics.len();
+    let files = load::list(&plan.agents, &mut diagnostics);
     let loaded = load::parse_all(files, opts);
+    let command_files = load::list(&plan.commands, &mut command_diagnostics);
+    let loaded_commands = load::parse_commands(command_files);
 
     let mut agents: Vec<Arc<AgentDef>> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
@@ -159,45 +226,134 @@ fn build(
     for f in loaded {
         diagnostics.extend(f.diagnostics);
         let Some(persona) = f.persona else { continue };
-        let d = &dirs[f.dir];
-        let file_path = f.path.display().to_string();
+        let d = &plan.agents[f.dir];
         let key = (f.dir, persona.name.clone());
         if let Some(first) = in_dir.get(&key) {
-            diagnostics.push(Diagnostic {
-                path: file_path.clone(),
-                line: None,
-                severity: Severity::Warning,
-                code: "duplicate_name",
-                message: format!(
-                    "agent {:?} is also defined by {first} in the same directory, which wins",
-                    persona.name
-                ),
-            });
+            diagnostics.push(duplicate(&f.file_path, "agent", &persona.name, first));
         } else {
-            in_dir.insert(key, file_path.clone());
+            in_dir.insert(key, f.file_path.clone());
         }
         let def = AgentDef {
             persona,
             source: d.kind,
             family: d.family.clone(),
-            file_path,
+            file_path: f.file_path,
             content_sha256: f.sha256,
             shadowed_by: None,
         };
         merge(&mut agents, &mut index, &mut shadowed, Arc::new(def));
     }
-    for b in bundled {
+    for b in bundled.agents {
         merge(&mut agents, &mut index, &mut shadowed, b.clone());
     }
-    let version = version_of(&agents);
+    let mut commands = Commands::default();
+    commands.merge_dirs(&plan.commands, loaded_commands, &mut command_diagnostics);
+    for c in bundled.commands {
+        commands.merge_full(c.clone());
+    }
+    let version = version_of(&agents, &commands.winners);
     Snapshot {
         agents,
         index,
         shadowed,
         diagnostics,
+        commands: commands.winners.into_iter().map(Arc::new).collect(),
+        command_index: commands.index,
+        shadowed_commands: commands.shadowed.into_iter().map(Arc::new).collect(),
+        command_diagnostics,
+        shared_diagnostics,
         version,
         generation,
         built_at: Instant::now(),
+    }
+}
+
+/// The `duplicate_name` warning: a name defined twice in one directory.
+fn duplicate(path: &str, what: &str, name: &str, first: &str) -> Diagnostic {
+    Diagnostic {
+        path: path.to_owned(),
+        line: None,
+        severity: Severity::Warning,
+        code: "duplicate_name",
+        message: format!(
+            "{what} {name:?} is also defined by {first} in the same directory, which wins"
+        ),
+    }
+}
+
+/// The command merge (SPEC §3.6). Full names and base-name aliases share one namespace, first
+/// come first served: within each directory, in precedence order, its commands claim their full
+/// names first, then its nested commands that won claim their base names. So a root command of a
+/// directory that comes first (or of the same directory) keeps its name, and an alias beats a
+/// root command of a later directory, as any earlier definition does.
+#[derive(Default)]
+struct Commands {
+    winners: Vec<CommandDef>,
+    /// Full name or alias → index into `winners`.
+    index: HashMap<String, usize>,
+    shadowed: Vec<CommandDef>,
+}
+
+impl Commands {
+    fn merge_dirs(
+        &mut self,
+        dirs: &[SourceDir],
+        loaded: Vec<load::LoadedCommand>,
+        diagnostics: &mut Vec<Diagnostic>,
+    ) {
+        let mut loaded = loaded.into_iter().peekable();
+        for (i, d) in dirs.iter().enumerate() {
+            // Nested winners of this directory: (base name, index).
+            let mut bases: Vec<(String, usize)> = Vec::new();
+            let mut in_dir: HashMap<String, String> = HashMap::new();
+            while let Some(f) = loaded.next_if(|f| f.dir == i) {
+                diagnostics.extend(f.diagnostics);
+                let (Some(name), Some(command)) = (f.name, f.command) else {
+                    continue;
+                };
+                if let Some(first) = in_dir.get(&name.full) {
+                    diagnostics.push(duplicate(&f.file_path, "command", &name.full, first));
+                } else {
+                    in_dir.insert(name.full.clone(), f.file_path.clone());
+                }
+                let won = self.merge_full(CommandDef {
+                    name: name.full,
+                    aliases: Vec::new(),
+                    command,
+                    source: d.kind,
+                    family: d.family.clone(),
+                    file_path: f.file_path,
+                    content_sha256: f.sha256,
+                    shadowed_by: None,
+                });
+                if let (Some(at), Some(base)) = (won, name.base) {
+                    bases.push((base, at));
+                }
+            }
+            for (base, at) in bases {
+                if !self.index.contains_key(&base) {
+                    self.index.insert(base.clone(), at);
+                    self.winners[at].aliases.push(base);
+                }
+            }
+        }
+    }
+
+    /// Claims `def.name`; returns its index when it won, else keeps it as shadowed.
+    fn merge_full(&mut self, mut def: CommandDef) -> Option<usize> {
+        match self.index.get(&def.name) {
+            Some(&i) => {
+                def.shadowed_by = Some(self.winners[i].file_path.clone());
+                self.shadowed.push(def);
+                None
+            }
+            None => {
+                let at = self.winners.len();
+                self.index.insert(def.name.clone(), at);
+                self.winners.push(def);
+                Some(at)
+            }
+        }
     }
 }
 
@@ -221,16 +377,25 @@ fn merge(
     }
 }
 
-/// sha256 over (name, source, content hash) of the winners in order.
-fn version_of(agents: &[Arc<AgentDef>]) -> String {
+/// sha256 over (name, source, content hash) of the winning agents, then of the winning commands
+/// (one version covers both registries).
+fn version_of(agents: &[Arc<AgentDef>], commands: &[CommandDef]) -> String {
     let mut h = Sha256::new();
-    for a in agents {
-        h.update(a.persona.name.as_bytes());
+    let mut add = |name: &str, source: SourceKind, sha: &str| {
+        h.update(name.as_bytes());
         h.update([0]);
-        h.update(a.source.as_str().as_bytes());
+        h.update(source.as_str().as_bytes());
         h.update([0]);
-        h.update(a.content_sha256.as_bytes());
+        h.update(sha.as_bytes());
         h.update([b'\n']);
+    };
+    for a in agents {
+        add(&a.persona.name, a.source, &a.content_sha256);
+    }
+    // Agent names cannot hold `/`, so this line never looks like an agent's.
+    add("/commands", SourceKind::Bundled, "");
+    for c in commands {
+        add(&c.name, c.source, &c.content_sha256);
     }
     hex::encode(h.finalize())
 }
@@ -244,6 +409,7 @@ struct Inner {
     sources: sources::SourceConfig,
     opts: ParseOptions,
     bundled: Vec<Arc<AgentDef>>,
+    bundled_commands: Vec<CommandDef>,
     roots: Vec<PathBuf>,
     watcher: Option<watch::Watcher>,
     /// Canonical workspace (or none) → snapshot.
@@ -262,14 +428,18 @@ impl Registry {
             implicit_tools: cfg.implicit_tools.clone(),
             spawn_tool: cfg.spawn_tool.clone(),
         };
-        let bundled = if cfg.bundled_agents {
-            bundled::load(&opts)?
+        let (bundled, bundled_commands) = if cfg.bundled_agents {
+            (bundled::load(&opts)?, bundled::commands()?)
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
         let snapshots = moka::future::Cache::builder()
             .weigher(|_, s: &Arc<Snapshot>| {
-                u32::try_from(s.agents.len() + s.shadowed.len() + 1).unwrap_or(u32::MAX)
+                let defs = s.agents.len()
+                    + s.shadowed.len()
+                    + s.commands.len()
+                    + s.shadowed_commands.len();
+                u32::try_from(defs + 1).unwrap_or(u32::MAX)
             })
             .max_capacity(cfg.discovery.cache_max_agents)
             .time_to_live(cfg.discovery.cache_ttl)
@@ -295,9 +465,11 @@ impl Registry {
                     home: cfg.home.clone(),
                     families: cfg.families.clone(),
                     agent_dirs: cfg.agent_dirs.clone(),
+                    command_dirs: cfg.command_dirs.clone(),
                 },
                 opts,
                 bundled,
+                bundled_commands,
                 // Resolved once: a request compares canonical paths without touching the disk.
                 roots: cfg
                     .workspace_roots
@@ -370,18 +542,18 @@ impl Registry {
                         let snap = build(
                             &inner.sources,
                             &inner.opts,
-                            &inner.bundled,
+                            inner.bundled(),
                             build_key.as_deref(),
                             gen_at_start,
                             inner.watcher.as_ref(),
                         );
-                        inner
-                            .metrics
-                            .discovery(started.elapsed(), snap.diagnostics.len());
+                        let diagnostics = snap.all_diagnostics().count();
+                        inner.metrics.discovery(started.elapsed(), diagnostics);
                         tracing::debug!(
                             workspace = ?build_key,
                             agents = snap.agents.len(),
-                            diagnostics = snap.diagnostics.len(),
+                            commands = snap.commands.len(),
+                            diagnostics,
                             elapsed_ms = started.elapsed().as_millis() as u64,
                             "snapshot built"
                         );
@@ -419,32 +591,47 @@ impl Registry {
         build(
             &self.inner.sources,
             &self.inner.opts,
-            &self.inner.bundled,
+            self.inner.bundled(),
             workspace,
             0,
             None,
         )
     }
 
-    /// Builds a snapshot of explicit directories only (for `agentry check DIR…`), in order;
-    /// bundled agents are left out so the listing shows exactly what the directories hold.
+    /// Builds a snapshot of explicit agent directories only (for `agentry check DIR…`), in
+    /// order, each read like a Codex agents dir: `*.md` at its top level and `*.toml` at any
+    /// depth. Bundled definitions and command dirs are left out so the listing shows exactly
+    /// what the directories hold.
     pub fn build_dirs(&self, dirs: &[PathBuf]) -> Snapshot {
-        let sources = sources::SourceConfig {
-            home: None,
-            families: Vec::new(),
-            agent_dirs: dirs
+        let plan = sources::Plan {
+            agents: dirs
                 .iter()
-                .map(|p| crate::config::AgentDir {
+                .map(|p| SourceDir {
+                    kind: SourceKind::Dir,
+                    family: String::new(),
                     path: p.clone(),
                     recursive: false,
+                    toml: true,
                 })
                 .collect(),
+            ..sources::Plan::default()
         };
-        build(&sources, &self.inner.opts, &[], None, 0, None)
+        let none = Bundled {
+            agents: &[],
+            commands: &[],
+        };
+        assemble(&plan, Vec::new(), &self.inner.opts, none, 0)
     }
 }
 
 impl Inner {
+    fn bundled(&self) -> Bundled<'_> {
+        Bundled {
+            agents: &self.bundled,
+            commands: &self.bundled_commands,
+        }
+    }
+
     fn generation(&self) -> u64 {
         self.watcher.as_ref().map_or(0, watch::Watcher::generation)
     }

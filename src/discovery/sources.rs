@@ -1,4 +1,5 @@
-//! Which directories are read, in which order (SPEC §3.1), including the plugin registry.
+//! Which directories are read, in which order (SPEC §3.1 for agents, §3.6 for workflow
+//! commands), including the plugin registry.
 
 use std::path::{Path, PathBuf};
 
@@ -19,6 +20,50 @@ pub struct SourceDir {
     pub path: PathBuf,
     /// Read `**/*.md` instead of the top level only.
     pub recursive: bool,
+    /// Also read `**/*.toml`: Codex agents in `.codex` agent dirs (§2.5), Gemini CLI commands
+    /// in `.gemini` command dirs (§3.6).
+    pub toml: bool,
+}
+
+/// Every directory one snapshot reads, in precedence order, and what the watcher must add.
+#[derive(Debug, Default, Clone)]
+pub struct Plan {
+    /// Agent directories (§3.1).
+    pub agents: Vec<SourceDir>,
+    /// Workflow-command directories (§3.6).
+    pub commands: Vec<SourceDir>,
+    /// Paths whose appearance or change matters besides the directories read.
+    pub watch: WatchPlan,
+}
+
+/// Which registry a directory feeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Registry {
+    Agents,
+    Commands,
+}
+
+impl Registry {
+    /// The directory name inside a family dir or a plugin install.
+    fn dir(self) -> &'static str {
+        match self {
+            Self::Agents => "agents",
+            Self::Commands => "commands",
+        }
+    }
+
+    /// Commands are always read recursively (§3.6); agents only from recursive `agent_dirs`.
+    fn recursive(self) -> bool {
+        self == Self::Commands
+    }
+
+    /// The family whose dirs also hold TOML definitions: Codex agents, Gemini commands.
+    fn toml_family(self) -> &'static str {
+        match self {
+            Self::Agents => ".codex",
+            Self::Commands => ".gemini",
+        }
+    }
 }
 
 /// What the file watcher must look at for one snapshot besides the directories read.
@@ -38,37 +83,77 @@ pub struct SourceConfig {
     pub home: Option<PathBuf>,
     /// Families in precedence order.
     pub families: Vec<String>,
-    /// Extra directories.
+    /// Extra agent directories.
     pub agent_dirs: Vec<crate::config::AgentDir>,
+    /// Extra command directories.
+    pub command_dirs: Vec<crate::config::CommandDir>,
 }
 
-/// The user dir of a family: `H/.xcsh/agent/agents` for the native family, `H/<f>/agents` else.
-fn user_dir(home: &Path, family: &str) -> PathBuf {
+/// The user dir of a family: `H/.xcsh/agent/<what>` for the native family, `H/<f>/<what>` else.
+fn user_dir(home: &Path, family: &str, what: Registry) -> PathBuf {
     if family == ".xcsh" {
-        home.join(".xcsh/agent/agents")
+        home.join(".xcsh/agent").join(what.dir())
     } else {
-        home.join(family).join("agents")
+        home.join(family).join(what.dir())
     }
 }
 
-/// Plans every directory for a (canonical) workspace, in precedence order.
-pub fn plan(
+/// Plans every directory for a (canonical) workspace, in precedence order. The plugin registry
+/// is read once and feeds both lists.
+pub fn plan(cfg: &SourceConfig, workspace: Option<&Path>, diags: &mut Vec<Diagnostic>) -> Plan {
+    let mut plan = Plan::default();
+    let plugins = match &cfg.home {
+        Some(home) => {
+            let reg = home.join(".claude/plugins/installed_plugins.json");
+            plan.watch.files.push(reg.clone());
+            plugin_dirs(&reg, diags)
+        }
+        None => Vec::new(),
+    };
+    let extra_agents = cfg.agent_dirs.iter().map(|d| (&d.path, d.recursive));
+    plan.agents = plan_one(
+        cfg,
+        workspace,
+        Registry::Agents,
+        &plugins,
+        extra_agents,
+        &mut plan.watch,
+    );
+    let extra_commands = cfg.command_dirs.iter().map(|d| (&d.path, d.recursive));
+    plan.commands = plan_one(
+        cfg,
+        workspace,
+        Registry::Commands,
+        &plugins,
+        extra_commands,
+        &mut plan.watch,
+    );
+    plan
+}
+
+/// The directories of one registry: per family the nearest project dir and the user dir, then
+/// plugin installs, then the configured extra dirs.
+fn plan_one<'a>(
     cfg: &SourceConfig,
     workspace: Option<&Path>,
-    diags: &mut Vec<Diagnostic>,
-) -> (Vec<SourceDir>, WatchPlan) {
+    what: Registry,
+    plugins: &[(String, PathBuf)],
+    extra: impl Iterator<Item = (&'a PathBuf, bool)>,
+    watch: &mut WatchPlan,
+) -> Vec<SourceDir> {
     let mut dirs = Vec::new();
-    let mut watch = WatchPlan::default();
     for family in &cfg.families {
+        let toml = family == what.toml_family();
         if let Some(ws) = workspace {
             for anc in ws.ancestors() {
-                let cand = anc.join(family).join("agents");
+                let cand = anc.join(family).join(what.dir());
                 if cand.is_dir() {
                     dirs.push(SourceDir {
                         kind: SourceKind::Project,
                         family: family.clone(),
                         path: cand,
-                        recursive: false,
+                        recursive: what.recursive(),
+                        toml,
                     });
                     break;
                 }
@@ -76,47 +161,46 @@ pub fn plan(
             }
         }
         if let Some(home) = &cfg.home {
-            let u = user_dir(home, family);
+            let u = user_dir(home, family, what);
             if u.is_dir() {
                 dirs.push(SourceDir {
                     kind: SourceKind::User,
                     family: family.clone(),
                     path: u,
-                    recursive: false,
+                    recursive: what.recursive(),
+                    toml,
                 });
             } else {
                 watch.targets.push(u);
             }
         }
     }
-    if let Some(home) = &cfg.home {
-        let reg = home.join(".claude/plugins/installed_plugins.json");
-        watch.files.push(reg.clone());
-        for (plugin, install) in plugin_dirs(&reg, diags) {
-            let agents = install.join("agents");
-            if !agents.is_dir() {
-                watch.targets.push(agents.clone());
-            }
-            dirs.push(SourceDir {
-                kind: SourceKind::Plugin,
-                family: plugin,
-                path: agents,
-                recursive: false,
-            });
+    for (plugin, install) in plugins {
+        let path = install.join(what.dir());
+        if !path.is_dir() {
+            watch.targets.push(path.clone());
         }
+        dirs.push(SourceDir {
+            kind: SourceKind::Plugin,
+            family: plugin.clone(),
+            path,
+            recursive: what.recursive(),
+            toml: false,
+        });
     }
-    for d in &cfg.agent_dirs {
-        if !d.path.is_dir() {
-            watch.targets.push(d.path.clone());
+    for (path, recursive) in extra {
+        if !path.is_dir() {
+            watch.targets.push(path.clone());
         }
         dirs.push(SourceDir {
             kind: SourceKind::Dir,
             family: String::new(),
-            path: d.path.clone(),
-            recursive: d.recursive,
+            path: path.clone(),
+            recursive,
+            toml: false,
         });
     }
-    (dirs, watch)
+    dirs
 }
 
 /// Reads `installed_plugins.json`: returns `(plugin name, installPath)` with project-scope

@@ -1,5 +1,6 @@
 use super::*;
 use crate::persona::{Spawns, ThinkingLevel};
+use std::path::PathBuf;
 
 fn cfg(home: &Path) -> Config {
     Config {
@@ -130,27 +131,178 @@ async fn a_cached_snapshot_is_reused_until_a_file_changes() {
 }
 
 #[test]
-fn a_fifo_named_md_does_not_block_discovery() {
+fn entries_named_md_that_are_not_files_are_warnings() {
     let dir = tempfile::tempdir().unwrap();
     let agents = dir.path().join(".claude/agents");
-    std::fs::create_dir_all(&agents).unwrap();
-    // A symlink is followed when listing, so `pipe.md -> pipe` reaches the open.
-    assert!(
-        std::process::Command::new("mkfifo")
-            .arg(agents.join("pipe"))
-            .status()
-            .unwrap()
-            .success()
-    );
-    std::os::unix::fs::symlink(agents.join("pipe"), agents.join("pipe.md")).unwrap();
+    std::fs::create_dir_all(agents.join("dir.md")).unwrap();
+    nix::unistd::mkfifo(&agents.join("fifo.md"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    nix::unistd::mkfifo(&agents.join("pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    // A symlink is followed: `link.md -> pipe` is a FIFO too, and is never opened.
+    std::os::unix::fs::symlink(agents.join("pipe"), agents.join("link.md")).unwrap();
+    std::fs::write(agents.join("ok.md"), "---\nname: ok\ndescription: d\n---\n").unwrap();
     let s = Registry::new(&cfg(dir.path()), false)
         .unwrap()
         .build_once(None);
-    let d = s
+    let got: Vec<_> = s
         .diagnostics
         .iter()
-        .find(|d| d.path.ends_with("pipe.md"))
-        .expect("a diagnostic for the fifo");
-    assert_eq!(d.code, "unreadable");
-    assert_eq!(d.message, "not a regular file");
+        .map(|d| (d.path.rsplit('/').next().unwrap(), d.code, d.severity))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("dir.md", "not_a_file", Severity::Warning),
+            ("fifo.md", "not_a_file", Severity::Warning),
+            ("link.md", "not_a_file", Severity::Warning),
+        ]
+    );
+    assert!(s.diagnostics[0].message.contains("a directory"));
+    assert!(s.diagnostics[1].message.contains("a FIFO"));
+    assert!(s.get("ok").is_some());
+}
+
+#[test]
+fn codex_dirs_read_toml_recursively_beside_flat_markdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let codex = dir.path().join(".codex/agents");
+    std::fs::create_dir_all(codex.join("team/deep")).unwrap();
+    std::fs::create_dir_all(codex.join("nested")).unwrap();
+    std::fs::create_dir_all(codex.join(".hidden")).unwrap();
+    let toml = |name: &str| {
+        format!("name = \"{name}\"\ndescription = \"d\"\ndeveloper_instructions = \"x\"\n")
+    };
+    std::fs::write(codex.join("b.toml"), toml("b")).unwrap();
+    std::fs::write(codex.join("team/deep/c.toml"), toml("c")).unwrap();
+    std::fs::write(codex.join(".hidden/h.toml"), toml("h")).unwrap();
+    std::fs::write(codex.join("a.md"), "---\nname: a\ndescription: d\n---\n").unwrap();
+    // Markdown stays flat in a Codex dir.
+    std::fs::write(
+        codex.join("nested/n.md"),
+        "---\nname: n\ndescription: d\n---\n",
+    )
+    .unwrap();
+    // The same name from `.md` and `.toml` in one dir is a duplicate; byte order decides.
+    std::fs::write(
+        codex.join("dup.md"),
+        "---\nname: dup\ndescription: md\n---\n",
+    )
+    .unwrap();
+    std::fs::write(codex.join("dup.toml"), toml("dup")).unwrap();
+    // TOML files elsewhere are not agents.
+    let claude = dir.path().join(".claude/agents");
+    std::fs::create_dir_all(&claude).unwrap();
+    std::fs::write(claude.join("x.toml"), toml("x")).unwrap();
+    let mut c = cfg(dir.path());
+    c.bundled_agents = false;
+    let s = Registry::new(&c, false).unwrap().build_once(None);
+    let names: Vec<_> = s.agents.iter().map(|a| a.persona.name.as_str()).collect();
+    assert_eq!(names, ["a", "b", "dup", "c"]);
+    assert_eq!(
+        s.get("dup").unwrap().persona.format,
+        crate::persona::Format::Markdown
+    );
+    assert_eq!(
+        s.get("c").unwrap().persona.format,
+        crate::persona::Format::Toml
+    );
+    let codes: Vec<_> = s.diagnostics.iter().map(|d| d.code).collect();
+    assert_eq!(codes, ["duplicate_name"]);
+    assert!(s.diagnostics[0].path.ends_with("dup.toml"));
+}
+
+#[test]
+fn command_merge_names_aliases_and_precedence() {
+    let dir = tempfile::tempdir().unwrap();
+    // The workspace is not under home, so the walk up from it never finds the user dirs.
+    let home = dir.path().join("home");
+    let ws = dir.path().join("ws");
+    let project = ws.join(".claude/commands");
+    let user = home.join(".claude/commands");
+    let gemini = home.join(".gemini/commands");
+    let w = |p: PathBuf, text: &str| {
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    w(project.join("opsx/apply.md"), "Apply $ARGUMENTS");
+    w(project.join("a/zap.md"), "nested zap");
+    w(project.join("zap.md"), "root zap");
+    w(project.join("b/zap.md"), "second nested zap");
+    w(user.join("apply.md"), "user apply");
+    w(user.join("review.md"), "user review");
+    w(user.join("x/review.md"), "nested review");
+    w(user.join("README.md"), "not a command");
+    w(user.join("bad name.md"), "x");
+    w(
+        gemini.join("git/commit.toml"),
+        "prompt = \"Commit {{args}}\"",
+    );
+    w(gemini.join("init.md"), "project init");
+    let s = Registry::new(&cfg(&home), false)
+        .unwrap()
+        .build_once(Some(&ws.canonicalize().unwrap()));
+    let names: Vec<_> = s.commands.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "a:zap",
+            "b:zap",
+            "opsx:apply",
+            "zap",
+            "review",
+            "x:review",
+            "git:commit",
+            "init"
+        ]
+    );
+    let template = |n: &str| s.command(n).unwrap().command.template.as_str();
+    // A root command of the same dir keeps its name; the first nested one gets no alias.
+    assert_eq!(template("zap"), "root zap");
+    assert!(s.command("a:zap").unwrap().aliases.is_empty());
+    // An alias from a dir that comes first beats a later root command.
+    assert_eq!(template("apply"), "Apply $ARGUMENTS");
+    assert_eq!(s.command("opsx:apply").unwrap().aliases, ["apply"]);
+    // A root command of the same (later) dir beats the alias.
+    assert_eq!(template("review"), "user review");
+    assert_eq!(template("git:commit"), "Commit {{args}}");
+    assert_eq!(template("init"), "project init");
+    let shadowed: Vec<_> = s
+        .shadowed_commands
+        .iter()
+        .map(|c| {
+            (
+                c.name.as_str(),
+                c.shadowed_by
+                    .as_deref()
+                    .unwrap()
+                    .rsplit('/')
+                    .next()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(shadowed, [("apply", "apply.md"), ("init", "init.md")]);
+    assert_eq!(s.shadowed_commands[1].source, SourceKind::Bundled);
+    let codes: Vec<_> = s.command_diagnostics.iter().map(|d| d.code).collect();
+    assert_eq!(codes, ["invalid_command_name"]);
+    assert!(s.diagnostics.is_empty(), "{:?}", s.diagnostics);
+}
+
+#[test]
+fn the_sources_table_reads_the_same_in_readme_and_docs() {
+    let table = |file: &str| -> Vec<String> {
+        let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file))
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        let at = text
+            .find("<!-- sources-table")
+            .unwrap_or_else(|| panic!("{file} has no sources table"));
+        text[at..]
+            .lines()
+            .skip(1)
+            .take_while(|l| l.starts_with('|'))
+            .map(str::to_owned)
+            .collect()
+    };
+    let readme = table("README.md");
+    assert!(readme.len() > 10, "{readme:?}");
+    assert_eq!(readme, table("docs/sources.md"));
 }

@@ -20,7 +20,7 @@ use super::sources::{SourceDir, WatchPlan};
 
 #[derive(Default)]
 struct Interest {
-    /// Directories read non-recursively: an event for one of their entries matters.
+    /// Directories read at their top level only: an event for one of their entries matters.
     flat: HashSet<PathBuf>,
     /// Directories read recursively: any event below them matters.
     deep: HashSet<PathBuf>,
@@ -110,7 +110,8 @@ impl Watcher {
         {
             let mut interest = self.interest.lock().expect("watch interest poisoned");
             for d in dirs {
-                if d.recursive {
+                // `.codex` agent dirs read their TOML files at any depth.
+                if d.recursive || d.toml {
                     interest.deep.insert(d.path.clone());
                     want.push((d.path.clone(), RecursiveMode::Recursive));
                 } else {

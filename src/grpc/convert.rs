@@ -3,7 +3,7 @@
 use super::pb;
 use crate::{
     discovery::{AgentDef, SourceKind},
-    persona::{Diagnostic, Severity, ThinkingLevel},
+    persona::{Diagnostic, Format, Severity, ThinkingLevel},
     resolve::{Effective, Mode, SchemaSource, Tools},
 };
 
@@ -26,7 +26,16 @@ pub fn thinking(t: Option<ThinkingLevel>) -> i32 {
     }) as i32
 }
 
-fn source(s: SourceKind) -> i32 {
+/// Proto enum value of a file format.
+pub fn format(f: Format) -> i32 {
+    (match f {
+        Format::Markdown => pb::FileFormat::Markdown,
+        Format::Toml => pb::FileFormat::Toml,
+    }) as i32
+}
+
+/// Proto enum value of a source rule.
+pub fn source(s: SourceKind) -> i32 {
     (match s {
         SourceKind::Project => pb::Source::Project,
         SourceKind::User => pb::Source::User,
@@ -59,6 +68,10 @@ pub fn agent(a: &AgentDef) -> pb::Agent {
         file_path: a.file_path.clone(),
         shadowed_by: a.shadowed_by.clone().unwrap_or_default(),
         content_sha256: a.content_sha256.clone(),
+        format: format(p.format),
+        temperature: p.temperature,
+        timeout_mins: p.timeout_mins,
+        remote: p.remote,
     }
 }
 

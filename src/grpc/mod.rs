@@ -1,6 +1,7 @@
 //! gRPC: generated types, the service implementations (translation only) and the server wiring
 //! (health, reflection v1 + v1alpha, graceful shutdown on a pre-bound listener).
 
+pub mod commands;
 pub mod convert;
 pub mod layers;
 pub mod listen;
@@ -125,7 +126,8 @@ pub async fn run(
                 Ok(s) => {
                     tracing::info!(
                         agents = s.agents.len(),
-                        diagnostics = s.diagnostics.len(),
+                        commands = s.commands.len(),
+                        diagnostics = s.all_diagnostics().count(),
                         version = %s.version,
                         elapsed_ms = started.elapsed().as_millis() as u64,
                         "first discovery done"

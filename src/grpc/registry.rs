@@ -269,12 +269,13 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
         tracing::info!(
             version = %snap.version,
             agents = snap.agents.len(),
-            diagnostics = snap.diagnostics.len(),
+            commands = snap.commands.len(),
+            diagnostics = snap.all_diagnostics().count(),
             "agents reloaded"
         );
         Ok(Response::new(pb::ReloadAgentsResponse {
             registry_version: snap.version.clone(),
-            diagnostics: snap.diagnostics.iter().map(convert::diagnostic).collect(),
+            diagnostics: snap.all_diagnostics().map(convert::diagnostic).collect(),
         }))
     }
 
@@ -322,6 +323,24 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
         req: Request<pb::ReviewRequest>,
     ) -> Result<Response<pb::ReviewResponse>, Status> {
         super::review::review(&self.supervisor, req)
+            .await
+            .map(Response::new)
+    }
+
+    async fn list_commands(
+        &self,
+        req: Request<pb::ListCommandsRequest>,
+    ) -> Result<Response<pb::ListCommandsResponse>, Status> {
+        super::commands::list(&self.registry, req)
+            .await
+            .map(Response::new)
+    }
+
+    async fn resolve_command(
+        &self,
+        req: Request<pb::ResolveCommandRequest>,
+    ) -> Result<Response<pb::ResolveCommandResponse>, Status> {
+        super::commands::resolve(&self.registry, self.max_prompt_bytes, req)
             .await
             .map(Response::new)
     }

@@ -93,6 +93,12 @@ impl From<SpawnDenied> for Status {
             SpawnDenied::UnknownAgent { name, .. } => {
                 with_info(Code::NotFound, "AGENT_NOT_FOUND", msg, &[("agent", name)])
             }
+            SpawnDenied::Remote { name } => with_info(
+                Code::FailedPrecondition,
+                "REMOTE_AGENT",
+                msg,
+                &[("agent", name)],
+            ),
             SpawnDenied::Reserved { name, reserved } => with_info(
                 Code::PermissionDenied,
                 "AGENT_RESERVED",

@@ -1,10 +1,13 @@
-//! Reads the frontmatter block into fields (SPEC §2.2–§2.3): YAML first, the line-by-line
-//! fallback when YAML fails, key normalisation, coercions and `extra`.
+//! Reads the frontmatter block into fields (SPEC §2.2–§2.3, §2.6): YAML first, the line-by-line
+//! fallback when YAML fails, key normalisation, coercions and `extra`. The entry reading and the
+//! typed [`Reader`] are shared with workflow commands (`command.rs`).
 
 use serde_json::Value as Json;
 use serde_yaml::Value as Yaml;
 
-use super::{MAX_NAME_BYTES, Persona, Severity, Spawns, ThinkingLevel, split::Block, split_csv};
+use super::{
+    Format, MAX_NAME_BYTES, Persona, Severity, Spawns, ThinkingLevel, split::Block, split_csv,
+};
 
 /// Settings that change how fields are read (from the service configuration).
 #[derive(Debug, Clone)]
@@ -26,14 +29,15 @@ impl Default for ParseOptions {
 
 /// One frontmatter entry after normalisation.
 #[derive(Debug, PartialEq)]
-struct Entry {
+pub(super) struct Entry {
     /// The key as written.
-    raw_key: String,
+    pub(super) raw_key: String,
     /// snake_case form used to recognise known keys.
-    key: String,
-    value: Yaml,
+    pub(super) key: String,
+    /// The value as YAML read it (a string for the line fallback).
+    pub(super) value: Yaml,
     /// 0-based line index in the block, when found.
-    line: Option<usize>,
+    pub(super) line: Option<usize>,
 }
 
 /// `thinkingLevel` / `thinking-level` / `Thinking_Level` → `thinking_level`.
@@ -95,7 +99,7 @@ fn fallback_entries(block: &Block) -> Vec<(String, String, usize)> {
     out
 }
 
-type DiagFn<'a> = dyn FnMut(Option<u32>, Severity, &'static str, String) + 'a;
+pub(super) type DiagFn<'a> = dyn FnMut(Option<u32>, Severity, &'static str, String) + 'a;
 
 /// Reads the block and body into a persona, reporting through `diag`.
 pub(super) fn read(
@@ -104,10 +108,17 @@ pub(super) fn read(
     opts: &ParseOptions,
     diag: &mut DiagFn<'_>,
 ) -> Option<Persona> {
+    let entries = entries(block, diag);
+    finish(block, body, opts, diag, entries)
+}
+
+/// The block's entries: the fast reader, else YAML, else (with a `yaml_fallback` warning) the
+/// line-by-line fallback.
+pub(super) fn entries(block: &Block, diag: &mut DiagFn<'_>) -> Vec<Entry> {
     if let Some(entries) = simple_entries(block) {
-        return finish(block, body, opts, diag, entries);
+        return entries;
     }
-    let entries: Vec<Entry> = match yaml_entries(block) {
+    match yaml_entries(block) {
         Ok(entries) => entries,
         Err((line, why)) => {
             diag(
@@ -126,9 +137,7 @@ pub(super) fn read(
                 })
                 .collect()
         }
-    };
-
-    finish(block, body, opts, diag, entries)
+    }
 }
 
 /// Reads normalised entries into a persona and checks the required fields.
@@ -139,11 +148,7 @@ fn finish(
     diag: &mut DiagFn<'_>,
     entries: Vec<Entry>,
 ) -> Option<Persona> {
-    let mut r = Reader {
-        block,
-        diag,
-        failed: false,
-    };
+    let mut r = Reader::new(block, diag);
     let mut p = Persona {
         name: String::new(),
         description: String::new(),
@@ -158,6 +163,10 @@ fn finish(
         permission_mode: None,
         max_turns: None,
         critical_reminder: None,
+        temperature: None,
+        timeout_mins: None,
+        remote: false,
+        format: Format::Markdown,
         extra: serde_json::Map::new(),
     };
     let mut name = None;
@@ -197,8 +206,11 @@ fn finish(
                 }
             }
             "permission_mode" => p.permission_mode = r.string(&e),
-            "max_turns" => p.max_turns = r.max_turns(&e),
+            "max_turns" => p.max_turns = r.positive(&e, "invalid_max_turns"),
             "critical_reminder" => p.critical_reminder = r.string(&e),
+            "temperature" => p.temperature = r.temperature(&e),
+            "timeout_mins" => p.timeout_mins = r.positive(&e, "invalid_timeout_mins"),
+            "kind" => p.remote = r.remote(&e),
             _ => {
                 p.extra.insert(e.raw_key, yaml_to_json(e.value));
             }
@@ -246,6 +258,23 @@ fn finish(
     }
     if r.failed {
         return None;
+    }
+    if p.remote
+        && !p.extra.keys().any(|k| {
+            matches!(
+                normalise_key(k).as_str(),
+                "agent_card_url" | "agent_card_json"
+            )
+        })
+    {
+        (r.diag)(
+            open,
+            Severity::Warning,
+            "missing_agent_card",
+            "a `kind: remote` agent should say where its A2A agent card is \
+             (`agent_card_url` or `agent_card_json`)"
+                .to_owned(),
+        );
     }
 
     // Implicit tools, then the compatibility rule for `spawns`.
@@ -468,7 +497,7 @@ fn plain_scalar(s: &str) -> Option<&str> {
 }
 
 /// Why a name is unusable, if it is.
-fn invalid_name(n: &str) -> Option<String> {
+pub(super) fn invalid_name(n: &str) -> Option<String> {
     if n.len() > MAX_NAME_BYTES {
         return Some(format!(
             "is {} bytes long; the limit is {MAX_NAME_BYTES}",
@@ -484,13 +513,28 @@ fn invalid_name(n: &str) -> Option<String> {
     None
 }
 
-struct Reader<'a, 'd> {
+/// Typed access to entries, reporting bad values through the diagnostic sink.
+pub(super) struct Reader<'a, 'd> {
     block: &'a Block,
     diag: &'a mut DiagFn<'d>,
     failed: bool,
 }
 
-impl Reader<'_, '_> {
+impl<'a, 'd> Reader<'a, 'd> {
+    /// A reader over `block`'s entries.
+    pub(super) fn new(block: &'a Block, diag: &'a mut DiagFn<'d>) -> Self {
+        Self {
+            block,
+            diag,
+            failed: false,
+        }
+    }
+
+    /// Whether an error was reported (the file is then skipped).
+    pub(super) fn failed(&self) -> bool {
+        self.failed
+    }
+
     fn line(&self, e: &Entry) -> Option<u32> {
         Some(
             e.line
@@ -511,7 +555,7 @@ impl Reader<'_, '_> {
     }
 
     /// A string field; numbers and booleans are taken as their text, null as absent.
-    fn string(&mut self, e: &Entry) -> Option<String> {
+    pub(super) fn string(&mut self, e: &Entry) -> Option<String> {
         match &e.value {
             Yaml::String(s) => Some(s.clone()),
             Yaml::Number(n) => Some(n.to_string()),
@@ -529,7 +573,7 @@ impl Reader<'_, '_> {
     }
 
     /// A CSV string or a list of strings.
-    fn list(&mut self, e: &Entry) -> Option<Vec<String>> {
+    pub(super) fn list(&mut self, e: &Entry) -> Option<Vec<String>> {
         match &e.value {
             Yaml::String(s) => Some(split_csv(s)),
             Yaml::Null => None,
@@ -608,7 +652,9 @@ impl Reader<'_, '_> {
         t
     }
 
-    fn max_turns(&mut self, e: &Entry) -> Option<u32> {
+    /// A positive integer (`max_turns`, `timeout_mins`); anything else is a warning `code` and
+    /// the key is ignored.
+    fn positive(&mut self, e: &Entry, code: &'static str) -> Option<u32> {
         let n = match &e.value {
             Yaml::Number(n) => n.as_u64(),
             Yaml::String(s) => s.trim().parse::<u64>().ok(),
@@ -621,7 +667,7 @@ impl Reader<'_, '_> {
                 let shown = serde_yaml::to_string(&e.value).unwrap_or_default();
                 self.warn(
                     e,
-                    "invalid_max_turns",
+                    code,
                     format!(
                         "`{}: {}` is not a positive integer; ignored",
                         e.raw_key,
@@ -629,6 +675,56 @@ impl Reader<'_, '_> {
                     ),
                 );
                 None
+            }
+        }
+    }
+
+    /// Gemini's `temperature`: a number from 0 to 2 (a numeric string too, as the line fallback
+    /// reads every value as a string); anything else is a warning and the key is ignored.
+    fn temperature(&mut self, e: &Entry) -> Option<f64> {
+        let t = match &e.value {
+            Yaml::Number(n) => n.as_f64(),
+            Yaml::String(s) => s.trim().parse::<f64>().ok(),
+            Yaml::Null => return None,
+            _ => None,
+        };
+        match t.filter(|t| (0.0..=2.0).contains(t)) {
+            Some(t) => Some(t),
+            None => {
+                let shown = serde_yaml::to_string(&e.value).unwrap_or_default();
+                self.warn(
+                    e,
+                    "invalid_temperature",
+                    format!(
+                        "`{}: {}` is not a number from 0 to 2; ignored",
+                        e.raw_key,
+                        shown.trim()
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// Gemini's `kind`: `local` (the default) or `remote`; anything else is a warning and the
+    /// agent is read as local.
+    fn remote(&mut self, e: &Entry) -> bool {
+        match &e.value {
+            Yaml::String(s) if s.trim() == "remote" => true,
+            Yaml::String(s) if s.trim() == "local" => false,
+            Yaml::Null => false,
+            other => {
+                let shown = serde_yaml::to_string(other).unwrap_or_default();
+                self.warn(
+                    e,
+                    "invalid_kind",
+                    format!(
+                        "`{}: {}` is neither `local` nor `remote`; read as local",
+                        e.raw_key,
+                        shown.trim()
+                    ),
+                );
+                false
             }
         }
     }

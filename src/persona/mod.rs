@@ -1,11 +1,15 @@
-//! Parses one persona file (markdown with YAML frontmatter) into a [`Persona`] or diagnostics
-//! (SPEC §2).
+//! Parses one persona file — markdown with YAML frontmatter (SPEC §2.1–§2.3, §2.6) or a Codex
+//! TOML agent (§2.5) — into a [`Persona`] or diagnostics, and one workflow-command file into a
+//! [`command::Command`] (§3.6).
 //!
 //! Pure: bytes in, a value out. No file system access, no knowledge of where the file came from
 //! beyond the path used in diagnostics. Must not depend on discovery, workers or gRPC.
 
+mod codex;
+pub mod command;
 mod fields;
 mod split;
+mod tomlread;
 
 use std::fmt;
 
@@ -106,6 +110,26 @@ impl ThinkingLevel {
     }
 }
 
+/// The syntax a definition was written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// Markdown with an optional YAML frontmatter block.
+    Markdown,
+    /// A TOML document (Codex agents, Gemini CLI commands).
+    Toml,
+}
+
+impl Format {
+    /// `markdown` or `toml`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Markdown => "markdown",
+            Self::Toml => "toml",
+        }
+    }
+}
+
 /// A spawn policy: which agents may be spawned.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum Spawns {
@@ -181,6 +205,16 @@ pub struct Persona {
     pub max_turns: Option<u32>,
     /// Wrapped into `<critical-reminder>` in the composed prompt.
     pub critical_reminder: Option<String>,
+    /// Gemini CLI sampling temperature (0–2), passed through.
+    pub temperature: Option<f64>,
+    /// Gemini CLI `timeout_mins`: the agent's own run timeout, in minutes (a worker gets the
+    /// smallest of the request's, this one and `executor.timeout`).
+    pub timeout_mins: Option<u32>,
+    /// Gemini CLI `kind: remote`: an A2A agent. Listed and resolvable, but not spawnable until
+    /// an A2A executor exists.
+    pub remote: bool,
+    /// Markdown or TOML, so a reader knows which rules produced the fields.
+    pub format: Format,
     /// Every key agentry does not know, verbatim, so nothing a file says is lost.
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
@@ -194,11 +228,32 @@ pub struct Parsed {
     pub diagnostics: Vec<Diagnostic>,
 }
 
-/// Parses a file's bytes. `path` only labels diagnostics. Never panics on any input.
+/// Parses a markdown persona's bytes. `path` only labels diagnostics. Never panics on any input.
 pub fn parse(bytes: &[u8], path: &str, opts: &ParseOptions) -> Parsed {
     let mut diags = Vec::new();
-    let text = match std::str::from_utf8(bytes) {
-        Ok(t) => t,
+    let persona =
+        decode(bytes, path, &mut diags).and_then(|t| parse_text(t, path, opts, &mut diags));
+    Parsed {
+        persona,
+        diagnostics: diags,
+    }
+}
+
+/// Parses a Codex TOML agent's bytes (SPEC §2.5). `path` only labels diagnostics. Never panics
+/// on any input.
+pub fn parse_toml(bytes: &[u8], path: &str) -> Parsed {
+    let mut diags = Vec::new();
+    let persona = decode(bytes, path, &mut diags).and_then(|t| codex::read(t, path, &mut diags));
+    Parsed {
+        persona,
+        diagnostics: diags,
+    }
+}
+
+/// The text of a file: UTF-8 (else a `not_utf8` error naming the line of the first bad byte).
+fn decode<'a>(bytes: &'a [u8], path: &str, diags: &mut Vec<Diagnostic>) -> Option<&'a str> {
+    match std::str::from_utf8(bytes) {
+        Ok(t) => Some(t),
         Err(e) => {
             diags.push(Diagnostic {
                 path: path.to_owned(),
@@ -210,16 +265,8 @@ pub fn parse(bytes: &[u8], path: &str, opts: &ParseOptions) -> Parsed {
                     e.valid_up_to()
                 ),
             });
-            return Parsed {
-                persona: None,
-                diagnostics: diags,
-            };
+            None
         }
-    };
-    let persona = parse_text(text, path, opts, &mut diags);
-    Parsed {
-        persona,
-        diagnostics: diags,
     }
 }
 

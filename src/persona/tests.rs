@@ -229,3 +229,76 @@ fn arbitrary_bytes_never_panic() {
         let _ = p(&s);
     }
 }
+
+#[test]
+fn gemini_fields_are_typed() {
+    let a = ok(
+        "---\nname: a\ndescription: d\ntemperature: 0.2\ntimeout_mins: 5\nmax_turns: 10\n\
+         tools: ['*', mcp_*, mcp_github_*, read_file]\n---\nbody\n",
+    );
+    assert_eq!(a.temperature, Some(0.2));
+    assert_eq!(a.timeout_mins, Some(5));
+    assert!(!a.remote);
+    assert_eq!(a.format, Format::Markdown);
+    // Patterns are kept verbatim: matching them is the executor's business.
+    assert_eq!(
+        a.tools.unwrap(),
+        ["*", "mcp_*", "mcp_github_*", "read_file", "submit_result"]
+    );
+    // Whole numbers, camelCase and the line fallback's strings are read too.
+    let a = ok("---\nname: a\ndescription: d\ntemperature: 2\ntimeoutMins: 1\n---\n");
+    assert_eq!((a.temperature, a.timeout_mins), (Some(2.0), Some(1)));
+    let r = p("---\nname: a\ndescription: Use when: x\ntemperature: 0.5\ntimeout_mins: 3\n---\n");
+    let a = r.persona.unwrap();
+    assert_eq!((a.temperature, a.timeout_mins), (Some(0.5), Some(3)));
+}
+
+#[test]
+fn bad_gemini_values_are_warnings() {
+    let r = p(
+        "---\nname: a\ndescription: d\ntemperature: 2.5\ntimeout_mins: 0\nkind: satellite\n---\n",
+    );
+    assert_eq!(
+        codes(&r),
+        [
+            "invalid_temperature",
+            "invalid_timeout_mins",
+            "invalid_kind"
+        ]
+    );
+    assert_eq!(
+        r.diagnostics.iter().map(|d| d.line).collect::<Vec<_>>(),
+        [Some(4), Some(5), Some(6)]
+    );
+    assert!(
+        r.diagnostics
+            .iter()
+            .all(|d| d.severity == Severity::Warning)
+    );
+    let a = r.persona.unwrap();
+    assert_eq!(
+        (a.temperature, a.timeout_mins, a.remote),
+        (None, None, false)
+    );
+    for bad in ["-0.1", "warm", "[1]"] {
+        let r = p(&format!(
+            "---\nname: a\ndescription: d\ntemperature: {bad}\n---\n"
+        ));
+        assert_eq!(codes(&r), ["invalid_temperature"], "{bad}");
+    }
+}
+
+#[test]
+fn remote_agents_load_and_want_a_card() {
+    let a = ok(
+        "---\nkind: remote\nname: r\ndescription: d\nagent_card_url: https://a.example/card.json\n---\n",
+    );
+    assert!(a.remote);
+    assert_eq!(a.extra["agent_card_url"], "https://a.example/card.json");
+    assert!(!a.extra.contains_key("kind"));
+    let a = ok("---\nkind: local\nname: l\ndescription: d\n---\n");
+    assert!(!a.remote);
+    let r = p("---\nkind: remote\nname: r\ndescription: d\n---\n");
+    assert_eq!(codes(&r), ["missing_agent_card"]);
+    assert!(r.persona.unwrap().remote);
+}

@@ -1,9 +1,12 @@
 //! Lineage, spawn policy and the effective agent (SPEC §5): who is calling, what they may spawn,
 //! and exactly what a worker spawned by them gets.
 //!
-//! Pure functions over a [`Snapshot`]; no I/O, no gRPC.
+//! Pure functions over a [`Snapshot`]; no I/O, no gRPC. Workflow commands are looked up and
+//! expanded in [`command`].
 
-use std::sync::Arc;
+pub mod command;
+
+use std::{sync::Arc, time::Duration};
 
 use serde::Serialize;
 
@@ -294,6 +297,20 @@ pub fn effective(
     }
 }
 
+/// A worker's run timeout: the smallest of the request's, the agent's own (`timeout_mins`,
+/// SPEC §2.6) and `executor.timeout`, which is also the default.
+pub fn effective_timeout(
+    request: Option<Duration>,
+    agent_mins: Option<u32>,
+    executor: Duration,
+) -> Duration {
+    let agent = agent_mins.map(|m| Duration::from_secs(u64::from(m) * 60));
+    [request, agent]
+        .into_iter()
+        .flatten()
+        .fold(executor, Duration::min)
+}
+
 /// Agents the caller may spawn, in precedence order: not reserved, not blocked, allowed by its
 /// policy, and none at all when the caller is at the depth limit.
 pub fn catalog<'a>(
@@ -344,6 +361,15 @@ pub enum SpawnDenied {
         /// Comma-separated names, or `none`.
         available: String,
     },
+    /// A Gemini CLI `kind: remote` agent: it is run over A2A, which no executor speaks yet.
+    #[error(
+        "Cannot spawn '{name}': it is a remote (A2A) agent, and agentry has no executor for \
+         remote agents yet. It can be listed and resolved, not run."
+    )]
+    Remote {
+        /// Requested name.
+        name: String,
+    },
     /// A reserved agent.
     #[error(
         "Cannot spawn '{name}': it is a reserved agent (reserved: {reserved}). The reviewer runs \
@@ -391,6 +417,7 @@ impl SpawnDenied {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::UnknownAgent { .. } => "AGENT_NOT_FOUND",
+            Self::Remote { .. } => "REMOTE_AGENT",
             Self::Reserved { .. } => "AGENT_RESERVED",
             Self::Recursion { .. } => "RECURSION_BLOCKED",
             Self::NotAllowed { .. } => "SPAWN_NOT_ALLOWED",
@@ -406,24 +433,30 @@ pub fn unknown_agent(snapshot: &Snapshot, name: &str) -> SpawnDenied {
         .iter()
         .map(|a| a.persona.name.as_str())
         .collect();
-    let available = if names.is_empty() {
+    SpawnDenied::UnknownAgent {
+        name: name.to_owned(),
+        available: available(&names, "ListAgents"),
+    }
+}
+
+/// The `Available:` part of an unknown-name message: the names, `none`, or the first
+/// [`MAX_LISTED_NAMES`] and a count pointing at the listing RPC.
+fn available(names: &[&str], listing: &str) -> String {
+    if names.is_empty() {
         "none".to_owned()
     } else if names.len() <= MAX_LISTED_NAMES {
         names.join(", ")
     } else {
         format!(
-            "{}, … ({} more; use ListAgents)",
+            "{}, … ({} more; use {listing})",
             names[..MAX_LISTED_NAMES].join(", "),
             names.len() - MAX_LISTED_NAMES
         )
-    };
-    SpawnDenied::UnknownAgent {
-        name: name.to_owned(),
-        available,
     }
 }
 
-/// Checks a spawn in the order of SPEC §4: unknown → reserved → recursion → policy → depth.
+/// Checks a spawn in the order of SPEC §4: unknown → remote (§2.6) → reserved → recursion →
+/// policy → depth.
 pub fn check_spawn<'a>(
     snapshot: &'a Snapshot,
     caller: &Caller,
@@ -433,7 +466,7 @@ pub fn check_spawn<'a>(
     check(snapshot, caller, name, rules)
 }
 
-/// The checks for the review gate's reviewer: unknown and recursion only. The reviewer is
+/// The checks for the review gate's reviewer: unknown, remote and recursion only. The reviewer is
 /// reserved precisely so that only the gate runs it, and the gate — not the caller — decides
 /// to run it, so the caller's spawn policy and depth do not apply: a worker that may spawn
 /// nothing, or sits at the depth limit, must still be able to have a write reviewed (else every
@@ -446,6 +479,11 @@ pub fn check_review<'a>(
     let def = snapshot
         .get(name)
         .ok_or_else(|| unknown_agent(snapshot, name))?;
+    if def.persona.remote {
+        return Err(SpawnDenied::Remote {
+            name: name.to_owned(),
+        });
+    }
     if caller.blocked.iter().any(|b| b == name) {
         return Err(SpawnDenied::Recursion {
             name: name.to_owned(),
@@ -463,6 +501,11 @@ fn check<'a>(
     let def = snapshot
         .get(name)
         .ok_or_else(|| unknown_agent(snapshot, name))?;
+    if def.persona.remote {
+        return Err(SpawnDenied::Remote {
+            name: name.to_owned(),
+        });
+    }
     if rules.reserved.iter().any(|r| r == name) {
         return Err(SpawnDenied::Reserved {
             name: name.to_owned(),
@@ -498,6 +541,20 @@ fn check<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_smallest_timeout_wins() {
+        let m = Duration::from_secs(60);
+        let exec = 10 * m;
+        assert_eq!(effective_timeout(None, None, exec), exec);
+        assert_eq!(effective_timeout(Some(3 * m), None, exec), 3 * m);
+        assert_eq!(effective_timeout(Some(30 * m), None, exec), exec);
+        assert_eq!(effective_timeout(None, Some(2), exec), 2 * m);
+        assert_eq!(effective_timeout(None, Some(20), exec), exec);
+        assert_eq!(effective_timeout(Some(5 * m), Some(2), exec), 2 * m);
+        assert_eq!(effective_timeout(Some(m / 2), Some(2), exec), m / 2);
+        assert_eq!(effective_timeout(None, Some(u32::MAX), exec), exec);
+    }
 
     #[test]
     fn narrowing_only_narrows() {

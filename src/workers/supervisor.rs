@@ -780,9 +780,11 @@ impl Supervisor {
             // backstop behind it, so the row records the review's stop reason.
             timeout: match &review {
                 Some(r) => r.timeout + self.settings.kill_grace + Duration::from_secs(1),
-                None => req
-                    .timeout
-                    .map_or(self.settings.timeout, |t| t.min(self.settings.timeout)),
+                None => resolve::effective_timeout(
+                    req.timeout,
+                    def.persona.timeout_mins,
+                    self.settings.timeout,
+                ),
             },
             kill_grace: self.settings.kill_grace,
             max_output_bytes: self.settings.max_output_bytes,

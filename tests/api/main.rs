@@ -1,5 +1,7 @@
 //! One integration-test binary: every test starts the real server on 127.0.0.1:0.
 
+mod commands;
+mod dialects;
 mod hardening;
 mod helpers;
 mod ops;

@@ -1,0 +1,393 @@
+//! Agents in every dialect a user already has, through gRPC: Codex TOML agents (SPEC §2.5),
+//! Gemini CLI fields and remote agents (§2.6), and the entries of an agents dir that are not
+//! files or whose names are not UTF-8 (§3.2). Fixtures: `tests/fixtures/dialects/`.
+
+use std::{
+    os::unix::ffi::OsStrExt,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use agentry::grpc::pb;
+use tonic::Code;
+
+use crate::helpers::*;
+
+/// `tests/fixtures/dialects/<name>`.
+pub(crate) fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/dialects")
+        .join(name)
+}
+
+/// Copies a directory tree (files and directories only).
+pub(crate) fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+fn diag<'a>(r: &'a pb::ListAgentsResponse, file: &str) -> Vec<&'a pb::Diagnostic> {
+    r.diagnostics
+        .iter()
+        .filter(|d| d.path.ends_with(file))
+        .collect()
+}
+
+#[tokio::test]
+async fn codex_toml_agents_are_read_beside_markdown() {
+    let s = start().await;
+    let ws = s.ws("proj");
+    let codex = ws.join(".codex/agents");
+    copy_tree(&fixture("codex"), &codex);
+    // One name from a `.md` and a `.toml` file in the same dir: a duplicate like any other.
+    simple(&codex, "explorer.md", "explorer", "markdown explorer");
+    let r = list_all(&s, &ws, true).await;
+
+    let rev = r.agents.iter().find(|a| a.name == "rust-reviewer").unwrap();
+    assert_eq!(rev.format, pb::FileFormat::Toml as i32);
+    assert_eq!(rev.source, pb::Source::Project as i32);
+    assert_eq!(rev.family, ".codex");
+    assert!(rev.file_path.ends_with(".codex/agents/reviewer.toml"));
+    assert!(
+        rev.system_prompt
+            .starts_with("You review a Rust change. Read the diff")
+    );
+    assert!(rev.system_prompt.ends_with("never rewrite the whole file."));
+    assert_eq!(rev.model, ["gpt-5-codex"]);
+    assert_eq!(rev.thinking_level, pb::ThinkingLevel::High as i32);
+    assert_eq!(rev.tools, None, "a Codex agent inherits every tool");
+    let extra: serde_json::Value = serde_json::from_str(&rev.extra_json).unwrap();
+    assert_eq!(extra["sandbox_mode"], "read-only");
+    assert_eq!(
+        extra["nickname_candidates"],
+        serde_json::json!(["Ferris", "Borrowck"])
+    );
+    assert_eq!(extra["mcp_servers"]["docs"]["args"][0], "--offline");
+
+    // Nested TOML files are read; `none` effort is off. Byte order of the relative path puts
+    // `explorer.md` before `team/explorer.toml`, so the markdown one wins in its own dir.
+    let explorer = r.agents.iter().find(|a| a.name == "explorer").unwrap();
+    assert_eq!(explorer.description, "markdown explorer");
+    assert_eq!(explorer.format, pb::FileFormat::Markdown as i32);
+    let nested = r
+        .shadowed
+        .iter()
+        .find(|a| a.name == "explorer" && a.format == pb::FileFormat::Toml as i32)
+        .expect("the nested TOML explorer is shadowed");
+    assert!(nested.file_path.ends_with("team/explorer.toml"));
+    assert_eq!(nested.thinking_level, pb::ThinkingLevel::Off as i32);
+    let dup = diag(&r, "team/explorer.toml");
+    assert_eq!(dup.len(), 1);
+    assert_eq!(dup[0].code, "duplicate_name");
+
+    // The markdown persona beside them is still markdown.
+    let docs = r.agents.iter().find(|a| a.name == "docs-writer").unwrap();
+    assert_eq!(docs.format, pb::FileFormat::Markdown as i32);
+    // Bundled agents are markdown too.
+    let explore = r.agents.iter().find(|a| a.name == "explore").unwrap();
+    assert_eq!(explore.format, pb::FileFormat::Markdown as i32);
+
+    // Bad files are error diagnostics, never a failed listing.
+    let broken = diag(&r, "broken.toml");
+    assert_eq!(broken.len(), 1);
+    assert_eq!(broken[0].code, "toml_syntax");
+    assert_eq!(broken[0].line, Some(3));
+    assert_eq!(broken[0].severity, pb::Severity::Error as i32);
+    let silent = diag(&r, "no-instructions.toml");
+    assert_eq!(silent[0].code, "missing_instructions");
+    let listy = diag(&r, "list-instructions.toml");
+    assert_eq!(listy[0].code, "invalid_field");
+    assert_eq!(listy[0].line, Some(3));
+    assert!(listy[0].message.contains("developer_instructions"));
+    for gone in ["broken", "silent", "listy"] {
+        assert!(!r.agents.iter().any(|a| a.name == gone), "{gone} loaded");
+    }
+
+    // ResolveAgent: the instructions are the persona body of the composed prompt.
+    let eff = s
+        .client
+        .clone()
+        .resolve_agent(pb::ResolveAgentRequest {
+            name: "rust-reviewer".into(),
+            workspace: ws.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .effective
+        .unwrap();
+    assert!(eff.system_prompt.starts_with("You review a Rust change."));
+}
+
+#[tokio::test]
+async fn toml_files_outside_codex_dirs_are_not_agents() {
+    let s = start().await;
+    let claude = s.home().join(".claude/agents");
+    std::fs::create_dir_all(&claude).unwrap();
+    std::fs::copy(fixture("codex/reviewer.toml"), claude.join("reviewer.toml")).unwrap();
+    let r = list_all(&s, Path::new(""), false).await;
+    assert!(!r.agents.iter().any(|a| a.name == "rust-reviewer"));
+    assert!(r.diagnostics.is_empty(), "{:?}", r.diagnostics);
+    // In the user's Codex dir they are.
+    copy_tree(&fixture("codex/team"), &s.home().join(".codex/agents/team"));
+    let reload = s
+        .client
+        .clone()
+        .reload_agents(pb::ReloadAgentsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let r = list_all(&s, Path::new(""), false).await;
+    assert_eq!(r.registry_version, reload.registry_version);
+    let e = r.agents.iter().find(|a| a.name == "explorer").unwrap();
+    assert_eq!(e.source, pb::Source::User as i32);
+    assert_eq!(e.format, pb::FileFormat::Toml as i32);
+}
+
+#[tokio::test]
+async fn gemini_fields_remote_agents_and_tool_patterns() {
+    let s = start().await;
+    let ws = s.ws("proj");
+    copy_tree(&fixture("gemini"), &ws.join(".gemini/agents"));
+    let r = list_all(&s, &ws, false).await;
+    let res = r.agents.iter().find(|a| a.name == "researcher").unwrap();
+    assert_eq!(res.temperature, Some(0.2));
+    assert_eq!(res.timeout_mins, Some(5));
+    assert_eq!(res.max_turns, Some(20));
+    assert!(!res.remote);
+    assert_eq!(
+        res.tools.as_ref().unwrap().values,
+        [
+            "read_file",
+            "grep_search",
+            "mcp_docs_*",
+            "mcp_*",
+            "submit_result"
+        ]
+    );
+    assert_eq!(res.family, ".gemini");
+    // Unset fields stay unset.
+    let explore = r.agents.iter().find(|a| a.name == "explore").unwrap();
+    assert_eq!((explore.temperature, explore.timeout_mins), (None, None));
+
+    // A temperature out of range is a warning; the agent loads without it.
+    let hot = r.agents.iter().find(|a| a.name == "hot").unwrap();
+    assert_eq!(hot.temperature, None);
+    let d = diag(&r, "hot.md");
+    assert_eq!(d.len(), 1);
+    assert_eq!(
+        (d[0].code.as_str(), d[0].severity, d[0].line),
+        ("invalid_temperature", pb::Severity::Warning as i32, Some(4))
+    );
+
+    // The patterns reach the effective agent verbatim.
+    let resolve = |name: &str| pb::ResolveAgentRequest {
+        name: name.into(),
+        workspace: ws.display().to_string(),
+        ..Default::default()
+    };
+    let eff = s
+        .client
+        .clone()
+        .resolve_agent(resolve("researcher"))
+        .await
+        .unwrap()
+        .into_inner()
+        .effective
+        .unwrap();
+    let Some(pb::effective_tools::Kind::Only(tools)) = eff.tools.unwrap().kind else {
+        panic!("an explicit tool list")
+    };
+    assert_eq!(
+        tools.values,
+        [
+            "read_file",
+            "grep_search",
+            "mcp_docs_*",
+            "mcp_*",
+            "submit_result"
+        ]
+    );
+
+    // A remote agent is listed and resolvable …
+    let remote = r.agents.iter().find(|a| a.name == "remote-helper").unwrap();
+    assert!(remote.remote);
+    let extra: serde_json::Value = serde_json::from_str(&remote.extra_json).unwrap();
+    assert_eq!(
+        extra["agent_card_url"],
+        "https://agents.example.com/helper/.well-known/agent.json"
+    );
+    let got = s
+        .client
+        .clone()
+        .resolve_agent(resolve("remote-helper"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(got.agent.unwrap().remote);
+    // … but not spawnable, and no worker row is written.
+    let e = s
+        .client
+        .clone()
+        .spawn_worker(pb::SpawnWorkerRequest {
+            agent: "remote-helper".into(),
+            prompt: "help".into(),
+            workspace: ws.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_status(
+        &e,
+        Code::FailedPrecondition,
+        "REMOTE_AGENT",
+        "Cannot spawn 'remote-helper': it is a remote (A2A) agent, and agentry has no executor \
+         for remote agents yet. It can be listed and resolved, not run.",
+    );
+    let workers = s
+        .client
+        .clone()
+        .list_workers(pb::ListWorkersRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .workers;
+    assert!(workers.is_empty(), "{workers:?}");
+    // The unknown-agent check still comes first.
+    let e = s
+        .client
+        .clone()
+        .spawn_worker(pb::SpawnWorkerRequest {
+            agent: "remote-helpr".into(),
+            prompt: "help".into(),
+            workspace: ws.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound);
+}
+
+/// The agent's `timeout_mins` bounds its worker when it is the smallest of the three. Paused
+/// time: the server runs on this test's runtime, so minutes pass at once.
+#[tokio::test(start_paused = true)]
+async fn the_smallest_of_request_agent_and_executor_timeouts_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config_in(dir.path());
+    let runtime = script(
+        &dir.path().join("bin"),
+        "run-agent",
+        "cat >/dev/null; sleep 30",
+    );
+    cfg.executor.command = vec![runtime.display().to_string()];
+    cfg.executor.kill_grace = Duration::from_millis(100);
+    let agents = dir.path().join("agents");
+    persona(
+        &agents,
+        "slow.md",
+        "name: slow\ndescription: d\ntimeout_mins: 1",
+        "be slow",
+    );
+    cfg.agent_dirs = vec![agentry::config::AgentDir {
+        path: agents,
+        recursive: false,
+    }];
+    let s = start_in(dir, cfg).await;
+    let run = |agent: &str, timeout: Option<u64>| pb::SpawnWorkerRequest {
+        agent: agent.into(),
+        prompt: "go".into(),
+        wait: true,
+        timeout: timeout.map(|secs| prost_types::Duration {
+            seconds: secs as i64,
+            nanos: 0,
+        }),
+        ..Default::default()
+    };
+    let error = |r: pb::SpawnWorkerResponse| {
+        let w = r.worker.unwrap();
+        assert_eq!(w.state, pb::WorkerState::Failed as i32, "{w:?}");
+        w.error.unwrap()
+    };
+    let mut c = s.client.clone();
+    // The agent's minute beats the request's 30 minutes and the executor's 10.
+    let r = c.spawn_worker(run("slow", Some(1800))).await.unwrap();
+    assert!(error(r.into_inner()).starts_with("timed out after 1m"));
+    // A shorter request timeout beats the agent's.
+    let r = c.spawn_worker(run("slow", Some(20))).await.unwrap();
+    assert!(error(r.into_inner()).starts_with("timed out after 20s"));
+    // Without an agent timeout the request's applies.
+    let r = c.spawn_worker(run("quick_task", Some(120))).await.unwrap();
+    assert!(error(r.into_inner()).starts_with("timed out after 2m"));
+}
+
+#[tokio::test]
+async fn entries_that_are_not_files_and_names_that_are_not_utf8() {
+    let s = start().await;
+    let agents = s.home().join(".claude/agents");
+    std::fs::create_dir_all(agents.join("x.md")).unwrap();
+    nix::unistd::mkfifo(&agents.join("pipe.md"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    simple(&agents, "ok.md", "ok", "fine");
+    // A file whose name is not UTF-8, and that is not a valid persona either.
+    let odd = agents.join(std::ffi::OsStr::from_bytes(b"caf\xe9.md"));
+    std::fs::write(&odd, "---\nname: odd\n---\n").unwrap();
+    // And a valid one, whose path the API must show without replacement characters.
+    let fine = agents.join(std::ffi::OsStr::from_bytes(b"na\xefve.md"));
+    std::fs::write(&fine, "---\nname: naive\ndescription: d\n---\n").unwrap();
+
+    let r = list_all(&s, Path::new(""), false).await;
+    let mut got: Vec<_> = r
+        .diagnostics
+        .iter()
+        .map(|d| {
+            (
+                d.path.rsplit('/').next().unwrap().to_owned(),
+                d.code.clone(),
+                d.severity,
+            )
+        })
+        .collect();
+    got.sort();
+    let warn = pb::Severity::Warning as i32;
+    assert_eq!(
+        got,
+        [
+            (
+                "caf\\xe9.md".to_owned(),
+                "missing_description".to_owned(),
+                pb::Severity::Error as i32
+            ),
+            ("pipe.md".to_owned(), "not_a_file".to_owned(), warn),
+            ("x.md".to_owned(), "not_a_file".to_owned(), warn),
+        ]
+    );
+    let fifo = r
+        .diagnostics
+        .iter()
+        .find(|d| d.path.ends_with("pipe.md"))
+        .unwrap();
+    assert!(fifo.message.contains("FIFO"), "{}", fifo.message);
+    let dir = r
+        .diagnostics
+        .iter()
+        .find(|d| d.path.ends_with("x.md"))
+        .unwrap();
+    assert!(dir.message.contains("directory"), "{}", dir.message);
+    let naive = r.agents.iter().find(|a| a.name == "naive").unwrap();
+    assert!(
+        naive.file_path.ends_with("/na\\xefve.md"),
+        "{}",
+        naive.file_path
+    );
+    assert!(r.agents.iter().any(|a| a.name == "ok"));
+    let everything = format!("{r:?}");
+    assert!(!everything.contains('\u{fffd}'), "a replacement character");
+}
