@@ -426,9 +426,10 @@ impl Registry {
         )
     }
 
-    /// Builds a snapshot of explicit directories only (for `agentry check DIR…`), in order;
-    /// bundled agents are left out so the listing shows exactly what the directories hold.
-    pub fn build_dirs(&self, dirs: &[PathBuf]) -> Snapshot {
+    /// Builds a snapshot of explicit directories only (for `agentry check DIR…`), in order, each
+    /// read flat or, with `recursive`, as `**/*.md` under the rules of a recursive `agent_dirs`
+    /// entry. Bundled agents are left out so the listing shows exactly what the directories hold.
+    pub fn build_dirs(&self, dirs: &[PathBuf], recursive: bool) -> Snapshot {
         let sources = sources::SourceConfig {
             home: None,
             families: Vec::new(),
@@ -436,12 +437,27 @@ impl Registry {
                 .iter()
                 .map(|p| crate::config::AgentDir {
                     path: p.clone(),
-                    recursive: false,
+                    recursive,
                 })
                 .collect(),
         };
         build(&sources, &self.inner.opts, &[], None, 0, None)
     }
+}
+
+/// The persona files discovery would read from one directory, flat or recursive, in read order
+/// (for `agentry check`'s hints). Problems listing it are left to the build that reports them.
+pub fn persona_files(dir: &Path, recursive: bool) -> Vec<PathBuf> {
+    let source = SourceDir {
+        kind: SourceKind::Dir,
+        family: String::new(),
+        path: dir.to_owned(),
+        recursive,
+    };
+    load::list(&[source], &mut Vec::new())
+        .into_iter()
+        .map(|f| f.path)
+        .collect()
 }
 
 impl Inner {
