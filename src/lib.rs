@@ -15,10 +15,12 @@
 //! - [`grpc`]: translation only — proto ⇄ domain, errors → `Status`, server wiring.
 //! - [`auth`]: bearer tokens file → [`auth::Principal`], reloaded on change.
 //! - [`telemetry`]: logs, OTLP spans and metrics, W3C trace context in and out.
+//! - [`check`]: `agentry check`, the persona linter — text, JSON or GitHub annotations.
 //!
 //! Dependencies point one way: `grpc → {discovery, resolve} → persona`.
 
 pub mod auth;
+pub mod check;
 pub mod config;
 pub mod discovery;
 pub mod grpc;

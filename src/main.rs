@@ -5,7 +5,7 @@ use std::{
     process::ExitCode,
 };
 
-use agentry::{config::Config, discovery::Registry, grpc::Listener, persona::Severity, telemetry};
+use agentry::{check, config::Config, grpc::Listener, telemetry};
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
@@ -37,19 +37,60 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
-    /// Load agents and workflow commands exactly like the service and print the merged lists,
-    /// shadowed entries and every diagnostic. Exit status 1 when there are errors.
+    /// Lint persona files: load agents exactly like the service and print the merged list,
+    /// shadowed entries, every diagnostic with its file and line, and hints.
+    ///
+    /// Without DIRs it reads what the service would: the families' user dirs under the home,
+    /// plugin agent dirs, the configured agent_dirs and the bundled agents (with --workspace,
+    /// first the project dirs found walking up from it). With DIRs it reads those directories
+    /// only, in order: no other source and no bundled agents, so the listing is exactly what
+    /// they hold.
+    #[command(after_help = CHECK_EXIT_STATUS)]
     Check {
-        /// YAML configuration file.
+        /// YAML configuration file (home, families, agent_dirs, bundled_agents, ...).
         #[arg(long)]
         config: Option<PathBuf>,
-        /// Workspace whose project directories are read.
-        #[arg(long)]
+        /// Also read the project dirs found walking up from this directory.
+        #[arg(long, conflicts_with = "dirs")]
         workspace: Option<PathBuf>,
-        /// Read only these agent directories (`*.md` at the top level, `*.toml` at any depth)
-        /// instead of the configured sources; no commands and no bundled definitions then.
+        /// Read each DIR as DIR/**/*.md (README.md and hidden entries skipped), like a
+        /// recursive agent_dirs entry.
+        #[arg(short, long, requires = "dirs")]
+        recursive: bool,
+        /// Output: text for people, one JSON document, or GitHub workflow commands
+        /// (::error file=...,line=...::...) that annotate the files in a pull request.
+        #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
+        format: CheckFormat,
+        /// Read only these directories instead of the configured sources; each must exist.
         dirs: Vec<PathBuf>,
     },
+}
+
+const CHECK_EXIT_STATUS: &str = "\
+Exit status:
+  0  no errors (warnings allowed)
+  1  at least one error diagnostic: a persona file that does not load
+  2  usage error, nothing linted: a bad option, a DIR or --workspace that does not exist or is
+     not a directory, an invalid --config";
+
+#[derive(Clone, Copy, ValueEnum)]
+enum CheckFormat {
+    /// Sections for people (the default).
+    Text,
+    /// One JSON document: agents, shadowed, diagnostics, hints, summary.
+    Json,
+    /// GitHub Actions workflow commands, one per diagnostic, then a summary line.
+    Github,
+}
+
+impl From<CheckFormat> for check::Format {
+    fn from(f: CheckFormat) -> Self {
+        match f {
+            CheckFormat::Text => Self::Text,
+            CheckFormat::Json => Self::Json,
+            CheckFormat::Github => Self::Github,
+        }
+    }
 }
 
 impl From<LogFormat> for telemetry::LogFormat {
@@ -82,8 +123,18 @@ fn main() -> ExitCode {
                 Command::Check {
                     config,
                     workspace,
+                    recursive,
+                    format,
                     dirs,
-                } => check(config, workspace, dirs),
+                } => check(
+                    config,
+                    &check::Options {
+                        workspace,
+                        dirs,
+                        recursive,
+                    },
+                    format.into(),
+                ),
             };
             // Flush spans and metrics while the runtime that sends them still runs.
             telemetry.shutdown();
@@ -93,7 +144,8 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("agentry: {e:#}");
-            ExitCode::from(2)
+            // For `check` this is its usage error; for `serve`, any failure to start.
+            ExitCode::from(check::EXIT_USAGE)
         }
     }
 }
@@ -162,91 +214,19 @@ fn watch_signals(stop: CancellationToken) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Lints, prints the report on stdout and returns its exit status; a usage error (a missing
+/// directory, a bad config) is an `Err`, which `main` turns into exit status 2.
 fn check(
     config: Option<PathBuf>,
-    workspace: Option<PathBuf>,
-    dirs: Vec<PathBuf>,
+    opts: &check::Options,
+    format: check::Format,
 ) -> anyhow::Result<ExitCode> {
     let cfg = load_config(config)?;
-    let registry = Registry::new(&cfg, false)?;
-    let snap = if dirs.is_empty() {
-        let ws = match workspace {
-            Some(w) => Some(
-                w.canonicalize()
-                    .with_context(|| format!("workspace {}", w.display()))?,
-            ),
-            None => None,
-        };
-        registry.build_once(ws.as_deref())
-    } else {
-        let dirs = dirs
-            .iter()
-            .map(|d| {
-                d.canonicalize()
-                    .or_else(|_| std::path::absolute(d))
-                    .with_context(|| format!("directory {}", d.display()))
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        registry.build_dirs(&dirs)
-    };
-    println!("agents ({}):", snap.agents.len());
-    for a in &snap.agents {
-        println!(
-            "  {:<32} {:<8} {}",
-            a.persona.name,
-            a.source.as_str(),
-            a.file_path
-        );
-    }
-    if !snap.shadowed.is_empty() {
-        println!("shadowed ({}):", snap.shadowed.len());
-        for a in &snap.shadowed {
-            println!(
-                "  {:<32} {} (shadowed by {})",
-                a.persona.name,
-                a.file_path,
-                a.shadowed_by.as_deref().unwrap_or("?")
-            );
-        }
-    }
-    println!("commands ({}):", snap.commands.len());
-    for c in &snap.commands {
-        let aliases = if c.aliases.is_empty() {
-            String::new()
-        } else {
-            format!(" (also {})", c.aliases.join(", "))
-        };
-        println!(
-            "  {:<32} {:<8} {}{aliases}",
-            c.name,
-            c.source.as_str(),
-            c.file_path
-        );
-    }
-    if !snap.shadowed_commands.is_empty() {
-        println!("shadowed commands ({}):", snap.shadowed_commands.len());
-        for c in &snap.shadowed_commands {
-            println!(
-                "  {:<32} {} (shadowed by {})",
-                c.name,
-                c.file_path,
-                c.shadowed_by.as_deref().unwrap_or("?")
-            );
-        }
-    }
-    let diagnostics: Vec<_> = snap.all_diagnostics().collect();
-    let errors = diagnostics
-        .iter()
-        .filter(|d| d.severity == Severity::Error)
-        .count();
-    println!("diagnostics ({}, {} errors):", diagnostics.len(), errors);
-    for d in diagnostics {
-        println!("  {d}");
-    }
-    println!("registry_version: {}", snap.version);
-    Ok(if errors > 0 {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    let report = check::run(&cfg, opts)?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    report
+        .write(format, &mut out)
+        .and_then(|()| std::io::Write::flush(&mut out))
+        .context("cannot write the report")?;
+    Ok(ExitCode::from(report.exit_code()))
 }

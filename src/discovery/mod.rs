@@ -599,10 +599,11 @@ impl Registry {
     }
 
     /// Builds a snapshot of explicit agent directories only (for `agentry check DIR…`), in
-    /// order, each read like a Codex agents dir: `*.md` at its top level and `*.toml` at any
-    /// depth. Bundled definitions and command dirs are left out so the listing shows exactly
-    /// what the directories hold.
-    pub fn build_dirs(&self, dirs: &[PathBuf]) -> Snapshot {
+    /// order, each read like a Codex agents dir: `*.md` at its top level (or, with `recursive`,
+    /// `**/*.md` under the rules of a recursive `agent_dirs` entry) and `*.toml` at any depth.
+    /// Bundled definitions and command dirs are left out so the listing shows exactly what the
+    /// directories hold.
+    pub fn build_dirs(&self, dirs: &[PathBuf], recursive: bool) -> Snapshot {
         let plan = sources::Plan {
             agents: dirs
                 .iter()
@@ -610,7 +611,7 @@ impl Registry {
                     kind: SourceKind::Dir,
                     family: String::new(),
                     path: p.clone(),
-                    recursive: false,
+                    recursive,
                     toml: true,
                 })
                 .collect(),
@@ -622,6 +623,22 @@ impl Registry {
         };
         assemble(&plan, Vec::new(), &self.inner.opts, none, 0)
     }
+}
+
+/// The persona files discovery would read from one directory, flat or recursive, in read order
+/// (for `agentry check`'s hints). Problems listing it are left to the build that reports them.
+pub fn persona_files(dir: &Path, recursive: bool) -> Vec<PathBuf> {
+    let source = SourceDir {
+        kind: SourceKind::Dir,
+        family: String::new(),
+        path: dir.to_owned(),
+        recursive,
+        toml: true,
+    };
+    load::list(&[source], &mut Vec::new())
+        .into_iter()
+        .map(|f| f.path)
+        .collect()
 }
 
 impl Inner {

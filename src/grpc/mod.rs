@@ -78,6 +78,18 @@ pub async fn run(
         cfg.executor.command.clone(),
         cfg.executor.env.clone(),
     ));
+    // Not fatal: the registry serves without an executor, and every spawn looks again. But a
+    // new user must hear about it now, not from the first worker's error.
+    let program = executor.command().first().map_or("", String::as_str);
+    match executor.preflight() {
+        Ok(path) => tracing::info!(program = %path.display(), "executor.command ready"),
+        Err(e) => tracing::warn!(
+            program,
+            error = %e,
+            "executor.command cannot run, so every worker will fail to start until it can; \
+             set executor.command to your agent runtime"
+        ),
+    }
     let supervisor = Supervisor::new(
         store,
         executor,

@@ -1,5 +1,6 @@
 //! One integration-test binary: every test starts the real server on 127.0.0.1:0.
 
+mod check;
 mod commands;
 mod dialects;
 mod hardening;

@@ -345,3 +345,128 @@ async fn a_second_signal_exits_at_once() {
     let (status, _) = b.exit_within(Duration::from_secs(3)).await;
     assert!(!status.success(), "{status:?}");
 }
+
+/// The real binary's log lines up to its `agentry listening` line, as a user sees them (text
+/// format, no colour), with `executor` as the whole `executor:` config value (none: defaults).
+fn start_up_log(dir: &std::path::Path, name: &str, executor: Option<&str>) -> Vec<String> {
+    use std::io::BufRead;
+    let config = dir.join(format!("{name}.yaml"));
+    let mut yaml = format!(
+        "listen: 127.0.0.1:0\nhome: {home}\nstore: {{path: {db}}}\n",
+        home = dir.display(),
+        db = dir.join(format!("{name}.db")).display(),
+    );
+    if let Some(e) = executor {
+        yaml.push_str(&format!("executor: {e}\n"));
+    }
+    std::fs::write(&config, yaml).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_agentry"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut log = Vec::new();
+    while !log
+        .last()
+        .is_some_and(|l: &String| l.contains("agentry listening"))
+    {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) => log.push(line),
+            Err(e) => panic!("{e}: no `agentry listening` line; log so far: {log:#?}"),
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    log
+}
+
+fn lines_with<'a>(log: &'a [String], needle: &str) -> Vec<&'a String> {
+    log.iter().filter(|l| l.contains(needle)).collect()
+}
+
+#[test]
+fn start_up_says_in_one_line_when_the_executor_cannot_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let missing = root.join("no-such-runtime");
+    let not_executable = root.join("plain.sh");
+    std::fs::write(&not_executable, "#!/bin/sh\n").unwrap();
+    for (name, program, error) in [
+        (
+            "missing",
+            &missing,
+            "No such file or directory (os error 2)",
+        ),
+        ("plain", &not_executable, "Permission denied (os error 13)"),
+        ("dir", &root.to_path_buf(), "not a regular file"),
+    ] {
+        let log = start_up_log(
+            root,
+            name,
+            Some(&format!("{{command: [{}]}}", program.display())),
+        );
+        let warning = lines_with(&log, "executor.command cannot run");
+        assert_eq!(warning.len(), 1, "{name}: {log:#?}");
+        let line = warning[0];
+        assert!(line.contains(" WARN "), "{line}");
+        assert!(
+            line.contains(&format!("program=\"{}\"", program.display())),
+            "{line}"
+        );
+        assert!(line.contains(&format!("error={error}")), "{line}");
+        assert!(line.contains("set executor.command"), "{line}");
+        assert!(lines_with(&log, "executor.command ready").is_empty());
+    }
+    // The embedded default, the README's first run (unless this machine has that runtime).
+    let default = std::path::Path::new("/usr/local/bin/run-agent");
+    if !default.exists() {
+        let log = start_up_log(root, "default", None);
+        let warning = lines_with(&log, "executor.command cannot run");
+        assert_eq!(warning.len(), 1, "{log:#?}");
+        assert!(warning[0].contains("program=\"/usr/local/bin/run-agent\""));
+    }
+}
+
+#[test]
+fn start_up_is_quiet_about_an_executor_that_can_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let runtime = script(&root.join("bin"), "run-agent", "cat");
+    let log = start_up_log(
+        root,
+        "path",
+        Some(&format!("{{command: [{}]}}", runtime.display())),
+    );
+    assert!(lines_with(&log, "cannot run").is_empty(), "{log:#?}");
+    let ready = lines_with(&log, "executor.command ready");
+    assert_eq!(ready.len(), 1, "{log:#?}");
+    assert!(ready[0].contains(&format!("program={}", runtime.display())));
+    // A bare name is looked up on the PATH workers get.
+    let log = start_up_log(
+        root,
+        "name",
+        Some(&format!(
+            "{{command: [run-agent], env: {{PATH: {}}}}}",
+            root.join("bin").display()
+        )),
+    );
+    assert!(lines_with(&log, "cannot run").is_empty(), "{log:#?}");
+    assert_eq!(lines_with(&log, "executor.command ready").len(), 1);
+}

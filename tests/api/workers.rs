@@ -955,3 +955,50 @@ async fn a_runtime_that_is_not_executable_fails_the_worker_with_the_reason() {
     );
     assert!(w.close_time.is_some() && w.start_time.is_none());
 }
+
+/// The README walkthrough's configuration as shipped: `examples/walkthrough.yaml` names the demo
+/// runtime by a path relative to the service's directory (the repository root here, as in the
+/// README), and a worker running in a workspace elsewhere still finds it.
+#[tokio::test]
+async fn the_walkthrough_config_runs_the_demo_agent_from_any_workspace() {
+    let dir = tempfile::tempdir().unwrap();
+    let shipped = agentry::config::Config::load(
+        Some(std::path::Path::new("examples/walkthrough.yaml")),
+        std::iter::empty(),
+    )
+    .unwrap();
+    assert_eq!(shipped.executor.command, ["examples/agents/echo-agent"]);
+    let mut cfg = config_in(dir.path());
+    cfg.executor = shipped.executor;
+    cfg.executor.kill_grace = Duration::from_millis(500);
+    let s = start_in(dir, cfg).await;
+    let ws = s.ws("elsewhere");
+
+    let mut r = spawn_req("quick_task", "say hi", true);
+    r.workspace = ws.display().to_string();
+    let w = spawn(&s, r).await.unwrap().worker.unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    assert_eq!(
+        w.result.as_deref(),
+        Some(format!("quick_task (worker {}) says: say hi\n", w.id).as_str())
+    );
+
+    // "sleep N" is the demo's long job: it runs until stopped.
+    let mut r = spawn_req("task", "sleep 60", false);
+    r.workspace = ws.display().to_string();
+    let w = spawn(&s, r).await.unwrap().worker.unwrap();
+    wait_state(&s, &w.id, pb::WorkerState::Running).await;
+    let stopped = s
+        .client
+        .clone()
+        .stop_worker(pb::StopWorkerRequest {
+            worker_id: w.id.clone(),
+            reason: "demo over".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    assert_eq!(stopped.state, pb::WorkerState::Killed as i32, "{stopped:?}");
+}

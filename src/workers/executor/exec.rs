@@ -8,8 +8,10 @@
 //! the supervisor, configuration types or `tonic`; it sees only a [`Job`].
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::io;
 use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,13 +43,32 @@ const READ_CHUNK: usize = 16 * 1024;
 /// Stands in for "no timeout" when `now + timeout` does not fit in an `Instant`.
 const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
 
+/// Why the program of an [`ExecExecutor`] cannot be started, found by
+/// [`ExecExecutor::preflight`] before any worker runs.
+#[derive(Debug, thiserror::Error)]
+pub enum CannotRun {
+    /// The argv has no program at all.
+    #[error("the command is empty")]
+    Empty,
+    /// A bare name (no `/`) that no `PATH` directory holds as an executable file.
+    #[error("not found as an executable file in any PATH directory")]
+    NotOnPath,
+    /// The path exists but is a directory, a FIFO, a device…
+    #[error("not a regular file")]
+    NotAFile,
+    /// The OS refused: missing file (ENOENT), no execute permission (EACCES), …
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
 /// Runs `executor.command` as a child process per worker.
 ///
 /// Cheap to clone: the argv and environment are shared.
 #[derive(Debug, Clone)]
 pub struct ExecExecutor {
-    /// `argv[0]` is the program (a path, or a name looked up on `PATH`), the rest its fixed
-    /// arguments. Per-worker data never goes here: it travels on stdin and in the environment.
+    /// `argv[0]` is the program (an absolute path, or a name looked up on `PATH`), the rest its
+    /// fixed arguments. Per-worker data never goes here: it travels on stdin and in the
+    /// environment.
     command: Arc<[String]>,
     /// Configured variables set on top of the inherited environment; a job's own variables win.
     env: Arc<BTreeMap<String, String>>,
@@ -56,9 +77,21 @@ pub struct ExecExecutor {
 impl ExecExecutor {
     /// An executor for `command` (argv, never parsed by a shell) with extra environment `env`.
     ///
+    /// A relative program path with a `/` in it (`examples/agents/echo-agent`) is made absolute
+    /// against the service's working directory here, once: a worker runs in its workspace, and
+    /// the same path read from there would name another file or none. A bare name (`run-agent`)
+    /// is left to the `PATH` lookup of every spawn.
+    ///
     /// An empty `command` is accepted here and reported per run as
     /// [`Outcome::CouldNotStart`], so a misconfiguration shows up on the worker, not as a panic.
-    pub fn new(command: Vec<String>, env: BTreeMap<String, String>) -> Self {
+    pub fn new(mut command: Vec<String>, env: BTreeMap<String, String>) -> Self {
+        if let Some(program) = command.first_mut()
+            && program.contains('/')
+            && Path::new(program).is_relative()
+            && let Ok(abs) = std::path::absolute(&*program)
+        {
+            *program = abs.display().to_string();
+        }
         Self {
             command: command.into(),
             env: Arc::new(env),
@@ -68,6 +101,43 @@ impl ExecExecutor {
     /// The configured argv, for start-up logging and diagnostics.
     pub fn command(&self) -> &[String] {
         &self.command
+    }
+
+    /// Checks, without running anything, that a spawn would find the program: resolved as
+    /// `execvp` does (a path with a `/` as it is, a bare name on the `PATH` that workers get —
+    /// the configured `env`'s, else the service's), it must exist, be a regular file and be
+    /// executable by this process. Returns the resolved path.
+    ///
+    /// Only an early warning: every spawn resolves the program again, so a runtime installed
+    /// after start-up is picked up without a restart.
+    pub fn preflight(&self) -> Result<PathBuf, CannotRun> {
+        let program = self.command.first().ok_or(CannotRun::Empty)?;
+        if program.is_empty() {
+            return Err(CannotRun::Empty);
+        }
+        if program.contains('/') {
+            let path = PathBuf::from(program);
+            check_executable(&path)?;
+            return Ok(path);
+        }
+        let search: Option<OsString> = match self.env.get("PATH") {
+            Some(p) => Some(p.into()),
+            None => std::env::var_os("PATH"),
+        };
+        search
+            .iter()
+            .flat_map(std::env::split_paths)
+            // An empty PATH entry means the current directory, as for execvp.
+            .map(|dir| {
+                if dir.as_os_str().is_empty() {
+                    PathBuf::from(".")
+                } else {
+                    dir
+                }
+            })
+            .map(|dir| dir.join(program))
+            .find(|candidate| check_executable(candidate).is_ok())
+            .ok_or(CannotRun::NotOnPath)
     }
 
     async fn run_job(
@@ -129,6 +199,15 @@ impl Executor for ExecExecutor {
     fn reap_leftovers(&self, worker_ids: &[&str]) -> usize {
         sweep::kill_marked(worker_ids)
     }
+}
+
+/// Whether `path` (symlinks followed) is a regular file this process may execute.
+fn check_executable(path: &Path) -> Result<(), CannotRun> {
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(CannotRun::NotAFile);
+    }
+    nix::unistd::access(path, nix::unistd::AccessFlags::X_OK).map_err(io::Error::from)?;
+    Ok(())
 }
 
 /// Why a run was stopped by us rather than ending by itself.
@@ -942,6 +1021,71 @@ mod tests {
             matches!(&outcome, Outcome::CouldNotStart { reason } if reason.contains("empty")),
             "{outcome:?}"
         );
+    }
+
+    #[test]
+    fn preflight_resolves_like_execvp_and_names_the_os_error() {
+        let dir = TempDir::new().unwrap();
+        let good = script(&dir, "agent", "cat");
+        assert_eq!(executor(&good).preflight().unwrap(), good);
+
+        let missing = executor(&dir.path().join("nope")).preflight().unwrap_err();
+        assert_eq!(
+            missing.to_string(),
+            "No such file or directory (os error 2)"
+        );
+
+        let plain = dir.path().join("plain.sh");
+        fs::write(&plain, "#!/bin/sh\necho hi\n").unwrap();
+        let e = executor(&plain).preflight().unwrap_err();
+        assert_eq!(e.to_string(), "Permission denied (os error 13)");
+
+        let e = executor(dir.path()).preflight().unwrap_err();
+        assert!(matches!(e, CannotRun::NotAFile), "{e:?}");
+
+        let e = ExecExecutor::new(Vec::new(), BTreeMap::new())
+            .preflight()
+            .unwrap_err();
+        assert!(matches!(e, CannotRun::Empty), "{e:?}");
+    }
+
+    #[test]
+    fn preflight_searches_the_path_workers_get() {
+        let dir = TempDir::new().unwrap();
+        let bin = dir.path().join("bin");
+        fs::create_dir(&bin).unwrap();
+        let found = bin.join("my-agent");
+        fs::write(&found, "#!/bin/sh\n").unwrap();
+        fs::set_permissions(&found, fs::Permissions::from_mode(0o755)).unwrap();
+        // A non-executable file of the same name earlier on the PATH is skipped, as execvp does.
+        let shadow = dir.path().join("my-agent");
+        fs::write(&shadow, "#!/bin/sh\n").unwrap();
+        let path = format!("{}:{}", dir.path().display(), bin.display());
+        let env = BTreeMap::from([("PATH".to_owned(), path)]);
+        let ex = ExecExecutor::new(vec!["my-agent".into()], env.clone());
+        assert_eq!(ex.preflight().unwrap(), found);
+
+        let ex = ExecExecutor::new(vec!["no-such-agent".into()], env);
+        assert!(matches!(ex.preflight(), Err(CannotRun::NotOnPath)));
+    }
+
+    #[test]
+    fn a_relative_program_path_is_made_absolute_once() {
+        let ex = ExecExecutor::new(
+            vec!["examples/agents/echo-agent".into(), "--flag".into()],
+            BTreeMap::new(),
+        );
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(
+            ex.command(),
+            [
+                cwd.join("examples/agents/echo-agent").display().to_string(),
+                "--flag".to_owned()
+            ]
+        );
+        // A bare name stays a name for the PATH lookup.
+        let ex = ExecExecutor::new(vec!["run-agent".into()], BTreeMap::new());
+        assert_eq!(ex.command(), ["run-agent"]);
     }
 
     #[test]
