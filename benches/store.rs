@@ -34,6 +34,7 @@ fn record(i: usize) -> WorkerRecord {
         state: WorkerState::Pending,
         sequence: 1,
         create_time_ms: 1_700_000_000_000 + i as i64,
+        last_activity_ms: 1_700_000_000_000 + i as i64,
         start_time_ms: None,
         close_time_ms: None,
         result: None,

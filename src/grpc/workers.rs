@@ -399,6 +399,7 @@ pub async fn watch(
             state: w.state,
             time_ms: time,
             worker: w,
+            progress: None,
         }]
     } else {
         sup.events_after(&id, r.after_sequence).await?

@@ -218,6 +218,35 @@ pub struct WorkerRecord {
     /// The effective agent the worker got (SPEC §5.3); opaque JSON to the store, so the store does
     /// not change when that view grows a field.
     pub effective: serde_json::Value,
+    /// When its latest event (a transition or a progress report) happened, in unix
+    /// milliseconds: lets a coordinator tell a slow worker from a stuck one (docs/workers.md
+    /// §6.9).
+    pub last_activity_ms: i64,
+}
+
+/// What a progress report is about (docs/workers.md §6.9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProgressKind {
+    /// Free text: what the agent is doing.
+    Text,
+    /// The agent called a tool.
+    ToolCall,
+    /// A tool answered.
+    ToolResult,
+    /// A status line (a phase, a percentage).
+    Status,
+}
+
+/// A running worker's report of what it is doing, one event in its log between transitions.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    /// What it is about.
+    pub kind: ProgressKind,
+    /// Human-readable text, at most 64 KiB.
+    pub text: String,
+    /// Structured detail as JSON text (validated), at most 64 KiB.
+    pub data_json: Option<String>,
 }
 
 /// One persisted transition: what a watcher receives, and what it can resume after.
@@ -233,6 +262,8 @@ pub struct WorkerEvent {
     pub time_ms: i64,
     /// The whole record right after the transition, so a watcher needs no second read.
     pub worker: WorkerRecord,
+    /// Set for a progress report: the state did not change, this is what the worker said.
+    pub progress: Option<Progress>,
 }
 
 /// Hex SHA-256 of a worker token: what the store keeps and looks workers up by, so a leaked

@@ -673,6 +673,7 @@ impl Supervisor {
         if !blocked.contains(&req.agent) {
             blocked.insert(0, req.agent.clone());
         }
+        let created_at = now_ms();
         let record = WorkerRecord {
             id: new_id.clone(),
             agent: req.agent.clone(),
@@ -683,7 +684,8 @@ impl Supervisor {
             depth: eff.depth,
             state: WorkerState::Pending,
             sequence: 1,
-            create_time_ms: now_ms(),
+            create_time_ms: created_at,
+            last_activity_ms: created_at,
             start_time_ms: None,
             close_time_ms: None,
             result: None,

@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 
 use super::lifecycle::{Event, IllegalTransition};
-use super::model::{WorkerEvent, WorkerId, WorkerRecord, WorkerState};
+use super::model::{Progress, WorkerEvent, WorkerId, WorkerRecord, WorkerState};
 
 mod rows;
 mod schema;
@@ -82,6 +82,17 @@ pub trait WorkerStore: Send + Sync + 'static {
     /// The worker holding the token with this hash; only non-terminal workers have one, so this
     /// is also the token validity check.
     async fn find_by_token_hash(&self, hash: &str) -> Result<Option<WorkerRecord>, StoreError>;
+
+    /// Appends a progress report of a `running` worker as its next event (and its latest
+    /// activity). A worker in another state is [`StoreError::NotRunning`]; one that already has
+    /// `max_events` events is [`StoreError::TooManyEvents`] (transitions are never refused).
+    async fn append_progress(
+        &self,
+        id: &WorkerId,
+        progress: Progress,
+        now_ms: i64,
+        max_events: u64,
+    ) -> Result<WorkerEvent, StoreError>;
 
     /// The worker a caller created with this idempotency key, if any.
     async fn find_by_request_id(
@@ -216,6 +227,22 @@ pub enum StoreError {
         /// What the holder wrote into the lock file (pid, host, start time), or why it is
         /// unknown.
         holder: String,
+    },
+    /// Progress is only accepted from a running worker.
+    #[error("worker {id} is {state}, not running")]
+    NotRunning {
+        /// The worker.
+        id: WorkerId,
+        /// Its state.
+        state: WorkerState,
+    },
+    /// The worker's event log is full (`limits.max_events_per_worker`).
+    #[error("worker {id} already has {max} events (limits.max_events_per_worker)")]
+    TooManyEvents {
+        /// The worker.
+        id: WorkerId,
+        /// The bound.
+        max: u64,
     },
     /// The store's writer is gone (the service is shutting down, or the writer thread died).
     #[error("worker store is closed")]

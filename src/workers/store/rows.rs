@@ -9,7 +9,7 @@ use super::schema::COLUMNS;
 use super::sqlite::Context;
 use super::{Applied, ListQuery, ParentFilter, Patch, StoreError};
 use crate::workers::lifecycle::{self, Event, Outcome};
-use crate::workers::model::{WorkerEvent, WorkerId, WorkerRecord, WorkerState};
+use crate::workers::model::{Progress, WorkerEvent, WorkerId, WorkerRecord, WorkerState};
 
 /// Ids of the `pending` and `running` rows, oldest first.
 pub(super) fn open_ids(conn: &Connection) -> Result<Vec<WorkerId>, StoreError> {
@@ -94,11 +94,12 @@ pub(super) fn apply_in(
         next.close_time_ms = Some(now_ms);
         next.token_hash = None;
     }
+    next.last_activity_ms = now_ms;
     let changed = tx
         .prepare_cached(
             "UPDATE workers SET state = ?2, sequence = ?3, start_time_ms = ?4,
                  close_time_ms = ?5, result = ?6, structured_result = ?7, error = ?8,
-                 exit_code = ?9, token_hash = ?10
+                 exit_code = ?9, token_hash = ?10, last_activity_ms = ?12
              WHERE id = ?1 AND sequence = ?11",
         )
         .and_then(|mut stmt| {
@@ -114,6 +115,7 @@ pub(super) fn apply_in(
                 next.exit_code,
                 next.token_hash,
                 to_sql_sequence(previous_sequence),
+                next.last_activity_ms,
             ])
         })
         .context("update worker")?;
@@ -129,9 +131,67 @@ pub(super) fn apply_in(
         state,
         time_ms: now_ms,
         worker: next,
+        progress: None,
     };
     insert_event(tx, &event)?;
     Ok(Applied::Moved(event))
+}
+
+/// The body of [`WorkerStore::append_progress`](super::WorkerStore::append_progress): a
+/// progress event of a running worker, the next sequence, its latest activity.
+pub(super) fn progress_in(
+    tx: &Connection,
+    id: &WorkerId,
+    progress: Progress,
+    now_ms: i64,
+    max_events: u64,
+) -> Result<WorkerEvent, StoreError> {
+    let current = select_worker(tx, id)?.ok_or_else(|| StoreError::NotFound(id.clone()))?;
+    if current.state != WorkerState::Running {
+        return Err(StoreError::NotRunning {
+            id: id.clone(),
+            state: current.state,
+        });
+    }
+    if current.sequence >= max_events {
+        return Err(StoreError::TooManyEvents {
+            id: id.clone(),
+            max: max_events,
+        });
+    }
+    let previous_sequence = current.sequence;
+    let mut next = current;
+    next.sequence = previous_sequence + 1;
+    next.last_activity_ms = now_ms;
+    let changed = tx
+        .prepare_cached(
+            "UPDATE workers SET sequence = ?2, last_activity_ms = ?3
+             WHERE id = ?1 AND sequence = ?4",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                next.id,
+                to_sql_sequence(next.sequence),
+                now_ms,
+                to_sql_sequence(previous_sequence),
+            ])
+        })
+        .context("record progress")?;
+    if changed != 1 {
+        return Err(StoreError::Corrupt(format!(
+            "worker {id} changed under a write transaction (expected sequence {previous_sequence})"
+        )));
+    }
+    let event = WorkerEvent {
+        worker_id: next.id.clone(),
+        sequence: next.sequence,
+        state: next.state,
+        time_ms: now_ms,
+        worker: next,
+        progress: Some(progress),
+    };
+    insert_event(tx, &event)?;
+    Ok(event)
 }
 
 /// One row of `workers` by id.
@@ -151,7 +211,7 @@ pub(super) fn insert_worker(conn: &Connection, rec: &WorkerRecord) -> Result<(),
     conn.prepare_cached(&format!(
         "INSERT INTO workers ({COLUMNS}) VALUES
              (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-              ?19, ?20)"
+              ?19, ?20, ?21)"
     ))
     .and_then(|mut stmt| {
         stmt.execute(params![
@@ -175,6 +235,7 @@ pub(super) fn insert_worker(conn: &Connection, rec: &WorkerRecord) -> Result<(),
             rec.request_id,
             rec.token_hash,
             effective,
+            rec.last_activity_ms,
         ])
     })
     .context("insert worker")?;
@@ -189,6 +250,8 @@ pub(super) fn insert_worker(conn: &Connection, rec: &WorkerRecord) -> Result<(),
 /// it was right after the transition.
 #[derive(Serialize, Deserialize)]
 pub(super) struct Snapshot {
+    #[serde(default)]
+    last_activity_ms: Option<i64>,
     start_time_ms: Option<i64>,
     close_time_ms: Option<i64>,
     result: Option<String>,
@@ -202,6 +265,7 @@ pub(super) struct Snapshot {
 pub(super) fn insert_event(conn: &Connection, event: &WorkerEvent) -> Result<(), StoreError> {
     let w = &event.worker;
     let snapshot = serde_json::to_string(&Snapshot {
+        last_activity_ms: Some(w.last_activity_ms),
         start_time_ms: w.start_time_ms,
         close_time_ms: w.close_time_ms,
         result: w.result.clone(),
@@ -211,9 +275,15 @@ pub(super) fn insert_event(conn: &Connection, event: &WorkerEvent) -> Result<(),
         token_hash: w.token_hash.clone(),
     })
     .map_err(|e| StoreError::Corrupt(format!("cannot encode event snapshot: {e}")))?;
+    let progress = event
+        .progress
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| StoreError::Corrupt(format!("cannot encode progress: {e}")))?;
     conn.prepare_cached(
-        "INSERT INTO worker_events (worker_id, sequence, state, time_ms, snapshot)
-         VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO worker_events (worker_id, sequence, state, time_ms, snapshot, progress)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )
     .and_then(|mut stmt| {
         stmt.execute(params![
@@ -222,6 +292,7 @@ pub(super) fn insert_event(conn: &Connection, event: &WorkerEvent) -> Result<(),
             event.state,
             event.time_ms,
             snapshot,
+            progress,
         ])
     })
     .context("insert worker event")?;
@@ -253,6 +324,7 @@ pub(super) fn read_record(row: &Row<'_>) -> rusqlite::Result<WorkerRecord> {
         token_hash: row.get(18)?,
         effective: serde_json::from_str(&effective)
             .map_err(|e| rusqlite::Error::FromSqlConversionFailure(19, Type::Text, e.into()))?,
+        last_activity_ms: row.get(20)?,
     })
 }
 
@@ -265,6 +337,11 @@ pub(super) fn read_event(row: &Row<'_>, current: &WorkerRecord) -> rusqlite::Res
     let snapshot: String = row.get(3)?;
     let snapshot: Snapshot = serde_json::from_str(&snapshot)
         .map_err(|e| rusqlite::Error::FromSqlConversionFailure(3, Type::Text, e.into()))?;
+    let progress: Option<String> = row.get(4)?;
+    let progress = progress
+        .map(|p| serde_json::from_str::<Progress>(&p))
+        .transpose()
+        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(4, Type::Text, e.into()))?;
     let worker = WorkerRecord {
         state,
         sequence,
@@ -275,6 +352,7 @@ pub(super) fn read_event(row: &Row<'_>, current: &WorkerRecord) -> rusqlite::Res
         error: snapshot.error,
         exit_code: snapshot.exit_code,
         token_hash: snapshot.token_hash,
+        last_activity_ms: snapshot.last_activity_ms.unwrap_or(time_ms),
         ..current.clone()
     };
     Ok(WorkerEvent {
@@ -283,6 +361,7 @@ pub(super) fn read_event(row: &Row<'_>, current: &WorkerRecord) -> rusqlite::Res
         state,
         time_ms,
         worker,
+        progress,
     })
 }
 

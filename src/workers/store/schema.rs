@@ -52,12 +52,16 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ) STRICT, WITHOUT ROWID;",
     // 2: a principal's own workers, listed in order (tenancy).
     "CREATE INDEX workers_by_scope ON workers (caller_scope, create_time_ms, id);",
+    // 3: progress events and the latest activity of each worker.
+    "ALTER TABLE worker_events ADD COLUMN progress TEXT;
+     ALTER TABLE workers ADD COLUMN last_activity_ms INTEGER;
+     UPDATE workers SET last_activity_ms = COALESCE(close_time_ms, start_time_ms, create_time_ms);",
 ];
 
 /// The columns of `workers`, in the order [`read_record`] decodes them.
 pub(super) const COLUMNS: &str = "id, agent, description, prompt, workspace, parent_id, depth, state, \
      sequence, create_time_ms, start_time_ms, close_time_ms, result, structured_result, error, \
-     exit_code, caller_scope, request_id, token_hash, effective";
+     exit_code, caller_scope, request_id, token_hash, effective, last_activity_ms";
 
 /// Fails with [`StoreError::SchemaTooNew`] if the file's schema is newer than [`MIGRATIONS`].
 pub(super) fn check_schema_version(conn: &Connection) -> Result<i64, StoreError> {

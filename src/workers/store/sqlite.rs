@@ -17,13 +17,13 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params, params_from_ite
 use tokio::sync::oneshot;
 
 use super::rows::{
-    apply_in, insert_event, insert_worker, list_sql, open_ids, read_event, read_record,
-    select_worker, to_sql_sequence,
+    apply_in, insert_event, insert_worker, list_sql, open_ids, progress_in, read_event,
+    read_record, select_worker, to_sql_sequence,
 };
 use super::schema::{COLUMNS, check_schema_version, migrate};
 use super::{Applied, ListQuery, ORPHANED_ERROR, Patch, StoreError, WorkerStore};
 use crate::workers::lifecycle::Event;
-use crate::workers::model::{WorkerEvent, WorkerId, WorkerRecord, WorkerState};
+use crate::workers::model::{Progress, WorkerEvent, WorkerId, WorkerRecord, WorkerState};
 
 /// How long a statement waits for another connection's lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -243,6 +243,7 @@ impl WorkerStore for SqliteStore {
             structured_result: None,
             error: None,
             exit_code: None,
+            last_activity_ms: rec.create_time_ms,
             ..rec.clone()
         };
         let event = WorkerEvent {
@@ -251,6 +252,7 @@ impl WorkerStore for SqliteStore {
             state: WorkerState::Pending,
             time_ms: worker.create_time_ms,
             worker,
+            progress: None,
         };
         self.write("create worker", move |tx| {
             if let Some(request_id) = &event.worker.request_id {
@@ -326,7 +328,7 @@ impl WorkerStore for SqliteStore {
                     select_worker(conn, &id)?.ok_or_else(|| StoreError::NotFound(id.clone()))?;
                 let mut stmt = conn
                     .prepare_cached(
-                        "SELECT sequence, state, time_ms, snapshot FROM worker_events
+                        "SELECT sequence, state, time_ms, snapshot, progress FROM worker_events
                          WHERE worker_id = ?1 AND sequence > ?2 ORDER BY sequence",
                     )
                     .context("read worker events")?;
@@ -372,6 +374,20 @@ impl WorkerStore for SqliteStore {
             ))
             .and_then(|mut stmt| stmt.query_row([hash], read_record).optional())
             .context("find worker by token")
+        })
+        .await
+    }
+
+    async fn append_progress(
+        &self,
+        id: &WorkerId,
+        progress: Progress,
+        now_ms: i64,
+        max_events: u64,
+    ) -> Result<WorkerEvent, StoreError> {
+        let id = id.clone();
+        self.write("record progress", move |tx| {
+            progress_in(tx, &id, progress, now_ms, max_events)
         })
         .await
     }
@@ -616,14 +632,14 @@ mod tests {
                 err,
                 StoreError::SchemaTooNew {
                     found: 999,
-                    known: 2
+                    known: 3
                 }
             ),
             "{err:?}"
         );
         let message = err.to_string();
         assert!(
-            message.contains("version 999") && message.contains("(version 2)"),
+            message.contains("version 999") && message.contains("(version 3)"),
             "{message}"
         );
     }

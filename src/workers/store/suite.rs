@@ -9,7 +9,8 @@ use serde_json::json;
 use super::{Applied, ListQuery, ParentFilter, Patch, StoreError, WorkerStore};
 use crate::workers::lifecycle::{Event, IllegalTransition};
 use crate::workers::model::{
-    WorkerEvent, WorkerId, WorkerRecord, WorkerState, generate_token, hash_token,
+    Progress, ProgressKind, WorkerEvent, WorkerId, WorkerRecord, WorkerState, generate_token,
+    hash_token,
 };
 
 /// Instantiates every test of the suite for one backend: `$open` is an async expression giving
@@ -17,6 +18,18 @@ use crate::workers::model::{
 /// alive until the test ends.
 macro_rules! store_suite {
     ($open:expr) => {
+        #[tokio::test]
+        async fn progress_is_an_event_between_transitions() {
+            let (_guard, store): (_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>) =
+                $open.await;
+            $crate::workers::store::suite::progress_is_an_event_between_transitions(&*store).await;
+        }
+        #[tokio::test]
+        async fn list_filters_by_caller_scope() {
+            let (_guard, store): (_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>) =
+                $open.await;
+            $crate::workers::store::suite::list_filters_by_caller_scope(&*store).await;
+        }
         #[tokio::test]
         async fn create_then_get_round_trips() {
             let (_guard, store): (_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>) =
@@ -150,6 +163,7 @@ pub(crate) fn record(parent: Option<&WorkerRecord>, create_time_ms: i64) -> Work
         request_id: None,
         token_hash: Some(hash_token(&generate_token())),
         effective: json!({"name": "explore", "tools": {"all_but": ["task"]}, "spawns": ""}),
+        last_activity_ms: create_time_ms,
     }
 }
 
@@ -683,4 +697,119 @@ pub(crate) async fn concurrent_callers_each_see_consistent_runs(store: &dyn Work
         .unwrap();
     assert_eq!(done.len(), 100);
     assert!(done.iter().all(|r| r.sequence == 3));
+}
+
+pub(crate) async fn progress_is_an_event_between_transitions(store: &dyn WorkerStore) {
+    let rec = create(store, None, 1_000).await;
+    let report = |text: &str| Progress {
+        kind: ProgressKind::ToolCall,
+        text: text.to_owned(),
+        data_json: Some(r#"{"tool":"grep"}"#.to_owned()),
+    };
+    // Not running yet: refused, nothing written.
+    let err = store
+        .append_progress(&rec.id, report("early"), 1_050, 100)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::NotRunning {
+                state: WorkerState::Pending,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    store
+        .apply(&rec.id, Event::Start, Patch::default(), 1_100)
+        .await
+        .unwrap();
+    let p = store
+        .append_progress(&rec.id, report("grep config"), 1_200, 4)
+        .await
+        .unwrap();
+    assert_eq!((p.sequence, p.state), (3, WorkerState::Running));
+    assert_eq!(p.progress, Some(report("grep config")));
+    assert_eq!(p.worker.last_activity_ms, 1_200);
+    assert_eq!(
+        store.get(&rec.id).await.unwrap().unwrap().last_activity_ms,
+        1_200
+    );
+    store
+        .append_progress(&rec.id, report("second"), 1_300, 4)
+        .await
+        .unwrap();
+    // Four events is the bound given: the next report is refused, the transition is not.
+    let err = store
+        .append_progress(&rec.id, report("third"), 1_400, 4)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::TooManyEvents { max: 4, .. }),
+        "{err:?}"
+    );
+    let done = moved(
+        store
+            .apply(&rec.id, Event::Complete, Patch::default(), 1_500)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(done.sequence, 5);
+    let events = store.events_after(&rec.id, 2).await.unwrap();
+    let seen: Vec<_> = events
+        .iter()
+        .map(|e| {
+            (
+                e.sequence,
+                e.state,
+                e.progress.as_ref().map(|p| p.text.as_str()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (3, WorkerState::Running, Some("grep config")),
+            (4, WorkerState::Running, Some("second")),
+            (5, WorkerState::Completed, None),
+        ]
+    );
+    assert_eq!(events[0].worker.last_activity_ms, 1_200);
+    let err = store
+        .append_progress(&rec.id, report("late"), 1_600, 100)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::NotRunning { .. }), "{err:?}");
+    let err = store
+        .append_progress(&WorkerId::generate(), report("nobody"), 1_600, 100)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::NotFound(_)), "{err:?}");
+}
+
+pub(crate) async fn list_filters_by_caller_scope(store: &dyn WorkerStore) {
+    let mut alice = record(None, 1_000);
+    alice.caller_scope = "alice".to_owned();
+    let alice = store.create(&alice).await.unwrap().worker;
+    let mut bob = record(None, 2_000);
+    bob.caller_scope = "bob".to_owned();
+    let bob = store.create(&bob).await.unwrap().worker;
+    let scoped = |scope: &'static str| ListQuery {
+        caller_scope: Some(scope.to_owned()),
+        ..query(ParentFilter::Any, &[])
+    };
+    assert_eq!(
+        ids(&store.list(&scoped("alice")).await.unwrap()),
+        [alice.id.clone()]
+    );
+    assert_eq!(
+        ids(&store.list(&scoped("bob")).await.unwrap()),
+        [bob.id.clone()]
+    );
+    assert_eq!(store.list(&scoped("carol")).await.unwrap(), []);
+    assert_eq!(
+        ids(&store.list(&query(ParentFilter::Any, &[])).await.unwrap()),
+        [alice.id, bob.id]
+    );
 }
