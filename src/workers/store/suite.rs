@@ -801,11 +801,11 @@ pub(crate) async fn list_filters_by_caller_scope(store: &dyn WorkerStore) {
     };
     assert_eq!(
         ids(&store.list(&scoped("alice")).await.unwrap()),
-        [alice.id.clone()]
+        slice::from_ref(&alice.id)
     );
     assert_eq!(
         ids(&store.list(&scoped("bob")).await.unwrap()),
-        [bob.id.clone()]
+        slice::from_ref(&bob.id)
     );
     assert_eq!(store.list(&scoped("carol")).await.unwrap(), []);
     assert_eq!(
