@@ -72,7 +72,7 @@ pub async fn run(
         }
         Listener::Unix(_, path) => format!("unix:{}", path.display()),
     };
-    let store_path = cfg.store_path(std::env::var_os("XDG_STATE_HOME").map(Into::into));
+    let store_path = cfg.store_path();
     let store = Arc::new(SqliteStore::open(&store_path)?);
     let executor = Arc::new(ExecExecutor::new(
         cfg.executor.command.clone(),
@@ -158,17 +158,38 @@ pub async fn run(
     let health_for_shutdown = health.clone();
     let supervisor_for_auth = supervisor.clone();
     let grace = cfg.shutdown_grace;
-    let shutdown = async move {
-        shutdown.await;
-        tracing::info!("shutting down");
-        health_for_shutdown
-            .set_service_status("", ServingStatus::NotServing)
-            .await;
-        health_for_shutdown
-            .set_service_status(SERVICE_NAME, ServingStatus::NotServing)
-            .await;
-        // Kill running workers (recorded killed) and end watch streams, so the drain finishes.
-        supervisor.shutdown(grace).await;
+    // One shutdown sequence under one deadline (docs/operations.md §8): on the signal, health
+    // goes NOT_SERVING and the server stops accepting at once; meanwhile every worker is stopped
+    // (recorded `killed`) and watch streams end, which lets the calls in flight finish; the drain
+    // of connections is bounded by `shutdown_grace` from the signal. Flushing telemetry is the
+    // caller's last step.
+    let stopping = tokio_util::sync::CancellationToken::new();
+    {
+        let stopping = stopping.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            stopping.cancel();
+        });
+    }
+    let stop_accepting = {
+        let stopping = stopping.clone();
+        async move {
+            stopping.cancelled().await;
+            tracing::info!("shutting down: no new connections, stopping workers");
+            health_for_shutdown
+                .set_service_status("", ServingStatus::NotServing)
+                .await;
+            health_for_shutdown
+                .set_service_status(SERVICE_NAME, ServingStatus::NotServing)
+                .await;
+        }
+    };
+    let stop_workers = {
+        let stopping = stopping.clone();
+        async move {
+            stopping.cancelled().await;
+            supervisor.shutdown(grace).await;
+        }
     };
     // Big enough that the prompt bound (an INVALID_ARGUMENT naming limits.max_prompt_bytes) is
     // what a caller meets, not the transport's.
@@ -192,20 +213,32 @@ pub async fn run(
             pb::agent_registry_service_server::AgentRegistryServiceServer::new(svc)
                 .max_decoding_message_size(max_message),
         );
-    match listener {
-        Listener::Tcp(l) => {
-            router
-                // TCP_NODELAY: without it small responses wait out delayed ACKs (~40 ms).
-                .serve_with_incoming_shutdown(
-                    tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true)),
-                    shutdown,
-                )
-                .await?
+    let serving = async move {
+        match listener {
+            Listener::Tcp(l) => {
+                router
+                    // TCP_NODELAY: without it small responses wait out delayed ACKs (~40 ms).
+                    .serve_with_incoming_shutdown(
+                        tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true)),
+                        stop_accepting,
+                    )
+                    .await
+            }
+            Listener::Unix(l, _) => {
+                router
+                    .serve_with_incoming_shutdown(UnixListenerStream::new(l), stop_accepting)
+                    .await
+            }
         }
-        Listener::Unix(l, _) => {
-            router
-                .serve_with_incoming_shutdown(UnixListenerStream::new(l), shutdown)
-                .await?
+    };
+    let both = async { tokio::join!(serving, stop_workers).0 };
+    tokio::select! {
+        served = both => served?,
+        () = async { stopping.cancelled().await; tokio::time::sleep(grace).await } => {
+            tracing::warn!(
+                grace = ?grace,
+                "calls or workers still open after shutdown_grace; closing them"
+            );
         }
     }
     Ok(())
