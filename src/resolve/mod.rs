@@ -5,6 +5,7 @@
 //! expanded in [`command`].
 
 pub mod command;
+pub mod lineage;
 
 use std::{sync::Arc, time::Duration};
 

@@ -29,7 +29,6 @@ use super::{
 use crate::{
     config::Config,
     discovery::{DiscoveryError, Registry},
-    persona::Spawns,
     resolve::{self, Caller, Declared, Mode, Rules, SpawnDenied},
 };
 
@@ -345,6 +344,9 @@ struct Live {
     token_hash: String,
     /// The callers waiting for it (`wait = true`), which bind its life.
     waiters: Arc<Mutex<Waiters>>,
+    /// What the service knows about it as a caller, from its typed effective agent at spawn:
+    /// a call with its token starts from this (before metadata narrows it).
+    lineage: Caller,
 }
 
 /// The supervisor. Cheap to share (`Arc`).
@@ -464,13 +466,12 @@ impl Supervisor {
                 scope: id.principal.clone(),
             });
         };
-        let parent = self.live_by_token(token).ok_or(WorkerError::UnknownToken)?;
-        let eff = &parent.effective;
-        let known = Caller {
-            depth: parent.depth,
-            policy: Spawns::parse_policy(eff["spawns"].as_str().unwrap_or("")),
-            blocked: vec![parent.agent.clone()],
-            parent_output_schema: eff.get("output_schema").filter(|s| !s.is_null()).cloned(),
+        let (parent, known) = {
+            let live = self.live();
+            let l = live
+                .by_token(&hash_token(token))
+                .ok_or(WorkerError::UnknownToken)?;
+            (l.record.clone(), l.lineage.clone())
         };
         Ok(Lineage {
             caller: known.narrow(&id.declared),
@@ -734,6 +735,7 @@ impl Supervisor {
                 done: done_rx.clone(),
                 token_hash: hash_token(&token),
                 waiters: waiters.clone(),
+                lineage: resolve::lineage::of_worker(&req.agent, &eff),
             },
         );
         drop(creation);
