@@ -3,7 +3,9 @@
 //! * spawn-to-`Completed` of `/bin/true` through [`ExecExecutor`] (three pipes, own process
 //!   group, async reap, group sweep) beside `std::process::Command::status()` on the same binary,
 //!   the fork/exec floor;
-//! * [`DedupeCache::claim`] hits on a warm key: memory only, no disk.
+//! * [`DedupeCache::claim`] hits on a warm key: memory only, no disk;
+//! * the leftover sweep every run ends with (`/proc` scanned for the worker's environment
+//!   cookie), alone, so its share of the spawn-to-completed time is visible.
 //!
 //! Run with `cargo bench --bench exec`. Plain `std::time::Instant`, sequential runs.
 
@@ -13,7 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use agentry::workers::dedupe::{Claim, DedupeCache, DedupeKey, Dispatch};
-use agentry::workers::executor::{ExecExecutor, Executor, Job, Outcome};
+use agentry::workers::executor::{ExecExecutor, Executor, Job, Outcome, sweep};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
@@ -114,6 +116,18 @@ fn micros(d: Duration) -> String {
     format!("{:8.1} µs", d.as_secs_f64() * 1e6)
 }
 
+/// Times `RUNS` sweeps for a cookie nobody carries: the cost every run pays at its end.
+fn bench_sweep() -> Summary {
+    let mut samples = Vec::with_capacity(RUNS);
+    for _ in 0..RUNS {
+        let begun = Instant::now();
+        let killed = sweep::kill_marked(&["wkr_00000000000000000000000000000000"]);
+        samples.push(begun.elapsed());
+        assert_eq!(killed, 0);
+    }
+    summarise(samples)
+}
+
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -147,6 +161,22 @@ fn main() {
         ratio(exec.p50, floor.p50),
         ratio(exec.p99, floor.p99),
         ratio(exec.mean, floor.mean)
+    );
+
+    let sweeps = bench_sweep();
+    let processes = std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_str().is_some_and(|n| n.parse::<u32>().is_ok()))
+                .count()
+        })
+        .unwrap_or(0);
+    println!(
+        "{:<34}{:>12}{:>12}{:>12}   ({processes} processes in /proc; included in ExecExecutor::run)",
+        "leftover sweep (/proc scan) alone",
+        micros(sweeps.p50),
+        micros(sweeps.p99),
+        micros(sweeps.mean)
     );
 
     let (claims, gets) = bench_dedupe_hits();
