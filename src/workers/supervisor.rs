@@ -36,6 +36,16 @@ use crate::{
 /// Memory bound of the cache of recently finished workers (dedupe reuse without the disk).
 const RECENT_CACHE_BYTES: u64 = 256 << 20;
 
+/// How long a worker token found in the shared store (a worker of another replica) is trusted
+/// without reading the store again.
+const REMOTE_TOKEN_TTL: Duration = Duration::from_secs(1);
+
+/// How often a caller waiting for another replica's worker re-reads it, between notices.
+const REMOTE_POLL: Duration = Duration::from_millis(250);
+
+/// How long a dispatch that lost the store's dedupe claim waits for the winner's row to appear.
+const REMOTE_CLAIM_WAIT: Duration = Duration::from_secs(10);
+
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
     SystemTime::now()
@@ -66,6 +76,8 @@ pub struct Settings {
     pub review_agent: String,
     /// Bound on one review, independent of `timeout` (`review.timeout`).
     pub review_timeout: Duration,
+    /// The replica lease (`replica.lease`), with a shared store.
+    pub replica_lease: Duration,
 }
 
 impl Settings {
@@ -82,6 +94,7 @@ impl Settings {
             dedupe_max_entries: cfg.dedupe.max_entries,
             review_agent: cfg.review.agent.clone(),
             review_timeout: cfg.review.timeout,
+            replica_lease: cfg.replica.lease,
         }
     }
 }
@@ -370,6 +383,10 @@ pub struct Supervisor {
     stop_reasons: Mutex<HashMap<WorkerId, String>>,
     /// Spawn outcomes, dedupe hits, workers per state.
     metrics: crate::telemetry::Metrics,
+    /// Workers of other replicas found by their token (shared store): a short-lived cache, so
+    /// a remote worker's calls do not each read the database. Entries live one second, which
+    /// bounds how long a token stays usable here after its worker ended elsewhere.
+    remote_tokens: moka::sync::Cache<String, WorkerRecord>,
 }
 
 /// A reserved pending slot, handed back on drop unless the worker was created.
@@ -418,7 +435,11 @@ impl Supervisor {
                 "closed workers orphaned by a restart"
             );
         }
-        Ok(Arc::new(Self {
+        let sup = Arc::new(Self {
+            remote_tokens: moka::sync::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(REMOTE_TOKEN_TTL)
+                .build(),
             dedupe: DedupeCache::new(settings.dedupe_ttl, settings.dedupe_max_entries),
             // Bounded by bytes, not entries: records carry prompts and results.
             recent: moka::sync::Cache::builder()
@@ -445,7 +466,32 @@ impl Supervisor {
             registry,
             rules,
             settings,
-        }))
+        });
+        // With a shared store: lease renewal, the orphan sweeper, stops asked by others.
+        super::replica::start(&sup, sup.settings.replica_lease);
+        Ok(sup)
+    }
+
+    /// The store (for the replica duties).
+    pub(crate) fn store(&self) -> &Arc<dyn WorkerStore> {
+        &self.store
+    }
+
+    /// The tracker of the service's own tasks (shutdown waits for them).
+    pub(crate) fn task_tracker(&self) -> tokio_util::task::TaskTracker {
+        self.tasks.clone()
+    }
+
+    /// Kills this host's processes of workers whose runs are lost.
+    pub(crate) fn reap_leftovers(&self, ids: &[WorkerId]) {
+        let ids: Vec<&str> = ids.iter().map(WorkerId::as_str).collect();
+        let killed = self.executor.reap_leftovers(&ids);
+        if killed > 0 {
+            tracing::warn!(
+                processes = killed,
+                "killed processes left behind by workers of a lost replica"
+            );
+        }
     }
 
     fn live(&self) -> std::sync::MutexGuard<'_, LiveSet> {
@@ -456,7 +502,7 @@ impl Supervisor {
     /// what the caller declared. Every RPC goes through here, so a worker sees the same lineage
     /// in its catalog, its resolutions, its spawns and its reviews; a token that is not a live
     /// worker's is refused.
-    pub fn lineage(&self, id: &Identity) -> Result<Lineage, WorkerError> {
+    pub async fn lineage(&self, id: &Identity) -> Result<Lineage, WorkerError> {
         let Some(token) = &id.worker_token else {
             return Ok(Lineage {
                 caller: Caller::top_level().narrow(&id.declared),
@@ -464,7 +510,15 @@ impl Supervisor {
                 scope: id.principal.clone(),
             });
         };
-        let parent = self.live_by_token(token).ok_or(WorkerError::UnknownToken)?;
+        let parent = match self.live_by_token(token) {
+            Some(p) => p,
+            // A worker of another replica sharing the store (SPEC §9: any replica
+            // authenticates a worker token).
+            None => self
+                .remote_by_token(token)
+                .await?
+                .ok_or(WorkerError::UnknownToken)?,
+        };
         let eff = &parent.effective;
         let known = Caller {
             depth: parent.depth,
@@ -491,9 +545,28 @@ impl Supervisor {
     }
 
     /// The running worker holding `token`: tokens are valid only while their worker is live.
+    /// Also a worker of another replica whose token was looked up in the store within the last
+    /// second.
     fn live_by_token(&self, token: &str) -> Option<WorkerRecord> {
         let hash = hash_token(token);
-        self.live().by_token(&hash).map(|l| l.record.clone())
+        if let Some(rec) = self.live().by_token(&hash).map(|l| l.record.clone()) {
+            return Some(rec);
+        }
+        self.remote_tokens.get(&hash)
+    }
+
+    /// The open worker holding `token` in the shared store (a worker run by another replica).
+    /// SQLite has no other process, so its live set is the whole truth.
+    pub async fn remote_by_token(&self, token: &str) -> Result<Option<WorkerRecord>, WorkerError> {
+        if !self.store.is_shared() {
+            return Ok(None);
+        }
+        let hash = hash_token(token);
+        let found = self.store.find_by_token_hash(&hash).await?;
+        if let Some(rec) = &found {
+            self.remote_tokens.insert(hash, rec.clone());
+        }
+        Ok(found)
     }
 
     /// Admits and starts (or reuses) a worker. With `wait`, returns when it is terminal and the
@@ -556,7 +629,7 @@ impl Supervisor {
             caller,
             parent,
             scope,
-        } = self.lineage(id)?;
+        } = self.lineage(id).await?;
 
         let snap = self.registry.snapshot(&req.workspace).await?;
         let checked = if review.is_some() {
@@ -668,6 +741,38 @@ impl Supervisor {
             }
         }
 
+        // The moka claim above is this process's; with a shared store the database decides
+        // between replicas (SPEC §9). A local hit never gets here.
+        if let Some(key) = key
+            && let Some(holder) = self
+                .store
+                .claim_dedupe(&key.to_string(), &new_id, self.settings.dedupe_ttl)
+                .await
+                .inspect_err(|_| self.dedupe.forget(key, new_id.as_str()))?
+        {
+            self.dedupe.forget(key, new_id.as_str());
+            if let Some(rec) = self.wait_for_row(&holder).await? {
+                self.metrics.dedupe_hit();
+                let age = Duration::from_millis(
+                    u64::try_from(now_ms().saturating_sub(rec.create_time_ms)).unwrap_or(0),
+                );
+                let worker = self.finish_wait(rec, req.wait).await?;
+                return Ok((
+                    Spawned {
+                        hint: format!(
+                            "an identical dispatch of {} with the same prompt was made {}s ago as worker {}; its result is returned instead of starting a duplicate",
+                            req.agent,
+                            age.as_secs(),
+                            worker.id
+                        ),
+                        worker,
+                        deduplicated: true,
+                    },
+                    false,
+                ));
+            }
+        }
+
         let token = generate_token();
         let mut blocked = caller.blocked.clone();
         if !blocked.contains(&req.agent) {
@@ -710,6 +815,7 @@ impl Supervisor {
             Err(e) => {
                 if let Some(key) = key {
                     self.dedupe.forget(key, new_id.as_str());
+                    let _ = self.store.release_dedupe(&key.to_string(), &new_id).await;
                 }
                 return Err(e.into());
             }
@@ -890,6 +996,11 @@ impl Supervisor {
             .get(&rec.id)
             .map(|l| (l.done.clone(), l.waiters.clone(), l.cancel.clone()));
         let Some((done, waiters, cancel)) = handles else {
+            // Run by another replica (shared store): it belongs to that replica's service, so
+            // waiting never binds it; follow its row until it is terminal.
+            if wait && self.store.is_shared() {
+                return self.wait_terminal(&rec.id).await;
+            }
             return self.get(&rec.id, &Visibility::All).await;
         };
         if !wait {
@@ -1169,12 +1280,18 @@ impl Supervisor {
             }
             WorkerState::Pending | WorkerState::Running => {}
         }
-        let children: Vec<WorkerId> = self
+        let mut children: Vec<WorkerId> = self
             .live()
             .values()
             .filter(|l| l.record.parent_id.as_ref() == Some(id))
             .map(|l| l.record.id.clone())
             .collect();
+        if self.store.is_shared() {
+            // Children run by other replicas are stopped through their owners.
+            children.extend(self.open_children(id).await?);
+            children.sort();
+            children.dedup();
+        }
         for c in children {
             let reason = format!("killed: parent {id} was stopped");
             let _ = Box::pin(self.stop(&c, &reason, &Visibility::All)).await;
@@ -1184,6 +1301,18 @@ impl Supervisor {
             .get(id)
             .map(|l| (l.cancel.clone(), l.done.clone()));
         let Some((cancel, done)) = handles else {
+            // Run by another replica: record the request for its owner and wait until the row
+            // is terminal (the owner kills it, or the sweeper closes it if the owner is lost).
+            if self.store.is_shared() && self.store.request_stop(id, reason.trim()).await? {
+                let rec = self.wait_terminal(id).await?;
+                return match rec.state {
+                    WorkerState::Killed => Ok(rec),
+                    state => Err(WorkerError::NotCancelable {
+                        id: id.to_string(),
+                        state,
+                    }),
+                };
+            }
             // Finished in the meantime.
             return self.stop_finished(id).await;
         };
@@ -1208,6 +1337,94 @@ impl Supervisor {
                 id: id.to_string(),
                 state,
             }),
+        }
+    }
+
+    /// The open direct children of `id` in the store.
+    async fn open_children(&self, id: &WorkerId) -> Result<Vec<WorkerId>, WorkerError> {
+        let q = ListQuery {
+            parent: super::store::ParentFilter::Worker(id.clone()),
+            states: vec![WorkerState::Pending, WorkerState::Running],
+            caller_scope: None,
+            after: None,
+            limit: 10_000,
+        };
+        Ok(self
+            .store
+            .list(&q)
+            .await?
+            .into_iter()
+            .map(|r| r.id)
+            .collect())
+    }
+
+    /// Waits (reading the store, woken by its notices) until the worker's row is terminal.
+    async fn wait_terminal(&self, id: &WorkerId) -> Result<WorkerRecord, WorkerError> {
+        let mut notices = self.store.notices();
+        loop {
+            let rec = self
+                .store
+                .get(id)
+                .await?
+                .ok_or_else(|| WorkerError::NotFound(id.to_string()))?;
+            if rec.state.is_terminal() {
+                return Ok(rec);
+            }
+            if self.shutdown.is_cancelled() {
+                return Err(WorkerError::ShuttingDown);
+            }
+            self.store_changed(id, &mut notices, REMOTE_POLL).await;
+        }
+    }
+
+    /// Waits until the store may hold something new about `id`: a notice about it, a resync of
+    /// the listener, or `poll` passed (notices are only hints).
+    pub async fn store_changed(
+        &self,
+        id: &WorkerId,
+        notices: &mut Option<broadcast::Receiver<super::store::Notice>>,
+        poll: Duration,
+    ) {
+        use super::store::Notice;
+        let deadline = tokio::time::sleep(poll);
+        tokio::pin!(deadline);
+        loop {
+            let Some(rx) = notices.as_mut() else {
+                deadline.await;
+                return;
+            };
+            tokio::select! {
+                () = &mut deadline => return,
+                n = rx.recv() => match n {
+                    Ok(Notice::Event { worker_id, .. }) if worker_id == *id => return,
+                    Ok(Notice::Resync) | Err(broadcast::error::RecvError::Lagged(_)) => return,
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Closed) => *notices = None,
+                },
+            }
+        }
+    }
+
+    /// The notices of the shared store, if any (for watchers following another replica's
+    /// worker).
+    pub fn notices(&self) -> Option<broadcast::Receiver<super::store::Notice>> {
+        self.store.notices()
+    }
+
+    /// The row of a worker another replica claimed a dedupe key for, once it exists (the
+    /// winner writes it right after its claim); `None` if it never appears.
+    async fn wait_for_row(&self, id: &WorkerId) -> Result<Option<WorkerRecord>, WorkerError> {
+        let deadline = tokio::time::Instant::now() + REMOTE_CLAIM_WAIT;
+        let mut notices = self.store.notices();
+        loop {
+            if let Some(rec) = self.store.get(id).await? {
+                return Ok(Some(rec));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            self.store_changed(id, &mut notices, Duration::from_millis(50))
+                .await;
         }
     }
 
