@@ -74,6 +74,7 @@ async fn run(sup: Arc<Supervisor>, lease: Duration) {
                         "this replica's lease had expired before it was renewed; other replicas \
                          may have closed its workers as orphans"
                     );
+                    stop_swept(&sup).await;
                 }
                 // Health reports the database; the lease is retried on the next tick.
                 Err(e) => tracing::warn!(error = %e, "cannot renew the replica lease"),
@@ -106,6 +107,24 @@ async fn sweep(sup: &Supervisor) {
         }
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "orphan sweep failed"),
+    }
+}
+
+/// After a lapsed lease: the local runs whose rows another replica's sweeper already closed
+/// have no row to report to any more, so their processes are stopped rather than left running
+/// behind a terminal row (SPEC §8.2: no process outlives its worker).
+async fn stop_swept(sup: &Arc<Supervisor>) {
+    for id in sup.live_ids() {
+        match sup.store().get(&id).await {
+            Ok(Some(rec)) if rec.state.is_terminal() => {
+                tracing::warn!(worker = %id, state = %rec.state, "stopping a run whose row was closed while this replica's lease had lapsed");
+                let _ = sup.stop(&id, "replica lease lost", &Visibility::All).await;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(worker = %id, error = %e, "cannot check a run after a lapsed lease")
+            }
+        }
     }
 }
 

@@ -482,6 +482,11 @@ impl Supervisor {
         self.tasks.clone()
     }
 
+    /// The ids of the workers live in this process.
+    pub(crate) fn live_ids(&self) -> Vec<WorkerId> {
+        self.live().values().map(|l| l.record.id.clone()).collect()
+    }
+
     /// Kills this host's processes of workers whose runs are lost.
     pub(crate) fn reap_leftovers(&self, ids: &[WorkerId]) {
         let ids: Vec<&str> = ids.iter().map(WorkerId::as_str).collect();

@@ -679,3 +679,58 @@ impl Drop for Relay {
         self.task.abort();
     }
 }
+
+#[tokio::test]
+async fn replicas_a_frozen_replica_that_comes_back_never_overwrites_the_orphan_close() {
+    let Some(mut p) = pair("").await else { return };
+    let w = spawn(&mut p.a.client, "long job", false)
+        .await
+        .worker
+        .unwrap();
+    pid_of(p.dir.path(), &w.id).await;
+    let a_pid = p.a.server.0.id().to_string();
+    let signal = |sig: &str| {
+        assert!(
+            Command::new("kill")
+                .args([sig, &a_pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    // Frozen past its lease: B closes its worker as orphaned.
+    signal("-STOP");
+    let mut b = p.b.client.clone();
+    let closed = eventually(Duration::from_secs(10), || {
+        let (mut b, id) = (b.clone(), w.id.clone());
+        async move { get(&mut b, &id).await.state == FAILED }
+    })
+    .await;
+    signal("-CONT");
+    assert!(closed, "B closed the frozen replica's worker");
+    // A wakes up, finds its lease lapsed, and stops its run; the row keeps B's close.
+    let log = p.dir.path().join("a.log");
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains("lease had expired")
+        })
+        .await,
+        "A noticed its lapsed lease"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let now = get(&mut b, &w.id).await;
+    assert_eq!(now.state, FAILED);
+    assert_eq!(now.error.as_deref(), Some("orphaned: replica a lost"));
+    assert_eq!(
+        watch_all(p.a.client.clone(), w.id.clone(), 1).await,
+        [(2, RUNNING), (3, FAILED)]
+    );
+    // And A serves on: a new worker on A runs to completion.
+    let done = spawn(&mut p.a.client, "quick after the freeze", true)
+        .await
+        .worker
+        .unwrap();
+    assert_eq!(done.state, COMPLETED);
+}
