@@ -167,7 +167,11 @@ fn main() {
     let processes = std::fs::read_dir("/proc")
         .map(|d| {
             d.flatten()
-                .filter(|e| e.file_name().to_str().is_some_and(|n| n.parse::<u32>().is_ok()))
+                .filter(|e| {
+                    e.file_name()
+                        .to_str()
+                        .is_some_and(|n| n.parse::<u32>().is_ok())
+                })
                 .count()
         })
         .unwrap_or(0);

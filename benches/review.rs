@@ -73,6 +73,7 @@ async fn main() -> anyhow::Result<()> {
         home: Some(home),
         store: StoreConfig {
             path: Some(root.join("state/agentry.db")),
+            url: None,
         },
         agent_dirs: vec![AgentDir {
             path: agents,

@@ -454,6 +454,7 @@ async fn main() {
         },
         store: agentry::config::StoreConfig {
             path: Some(root.join("state/agentry.db")),
+            url: None,
         },
         ..Config::default()
     };

@@ -310,6 +310,7 @@ fn config(root: &Path, command: Vec<String>, limits: Limits) -> Config {
         home: Some(home),
         store: StoreConfig {
             path: Some(root.join("state/agentry.db")),
+            url: None,
         },
         limits,
         ..Config::default()

@@ -106,6 +106,39 @@ impl Default for PlanMode {
 pub struct StoreConfig {
     /// SQLite file; default `$XDG_STATE_HOME/agentry/agentry.db` (or `~/.local/state/...`).
     pub path: Option<PathBuf>,
+    /// PostgreSQL URL (`postgres://user@host:5432/db`), shared by several replicas (SPEC §9);
+    /// instead of `path`. Also `AGENTRY_STORE_URL`.
+    pub url: Option<String>,
+}
+
+/// `replica`: this process among several sharing a PostgreSQL store (SPEC §9).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReplicaConfig {
+    /// Shown in logs and in `orphaned: replica <name> lost`. Default the host name.
+    pub name: Option<String>,
+    /// How long the replica's row stays valid without renewal (renewed every `lease / 3`);
+    /// after that other replicas close its runs as orphans. Default 15 s.
+    #[serde(with = "humantime_serde")]
+    pub lease: Duration,
+}
+
+impl Default for ReplicaConfig {
+    fn default() -> Self {
+        Self {
+            name: None,
+            lease: Duration::from_secs(15),
+        }
+    }
+}
+
+/// Where workers are stored, once the configuration is checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreKind {
+    /// The embedded SQLite file.
+    Sqlite(PathBuf),
+    /// A shared PostgreSQL database.
+    Postgres(String),
 }
 
 /// `executor`: how workers are run.
@@ -266,6 +299,8 @@ pub struct Config {
     pub plan_mode: PlanMode,
     /// Worker store.
     pub store: StoreConfig,
+    /// This replica, with a shared store.
+    pub replica: ReplicaConfig,
     /// Worker executor.
     pub executor: ExecutorConfig,
     /// Dispatch dedupe.
@@ -306,6 +341,7 @@ impl Default for Config {
             base_prompt: String::new(),
             plan_mode: PlanMode::default(),
             store: StoreConfig::default(),
+            replica: ReplicaConfig::default(),
             executor: ExecutorConfig::default(),
             dedupe: DedupeConfig::default(),
             limits: Limits::default(),
@@ -372,6 +408,24 @@ impl Config {
             let Some(key) = var.strip_prefix("AGENTRY_") else {
                 continue;
             };
+            // The one nested key with an override: the database URL is a secret that
+            // deployments inject as a variable (a Kubernetes Secret), not a file.
+            if key == "STORE_URL" {
+                let store = map
+                    .entry(serde_yaml::Value::String("store".to_owned()))
+                    .or_insert_with(|| serde_yaml::Value::Mapping(Default::default()));
+                let Some(store) = store.as_mapping_mut() else {
+                    return Err(ConfigError::Invalid {
+                        where_: where_.clone(),
+                        message: "store: must be a mapping".to_owned(),
+                    });
+                };
+                store.insert(
+                    serde_yaml::Value::String("url".to_owned()),
+                    serde_yaml::Value::String(raw),
+                );
+                continue;
+            }
             let key = key.to_ascii_lowercase();
             if !ENV_KEYS.contains(&key.as_str()) {
                 continue;
@@ -472,6 +526,37 @@ impl Config {
         if self.limits.max_running == 0 {
             return Err(rule("limits.max_running", "must be positive".into()));
         }
+        if self.store.path.is_some() && self.store.url.is_some() {
+            return Err(rule(
+                "store",
+                "give either store.path (SQLite) or store.url (PostgreSQL), not both".into(),
+            ));
+        }
+        if let Some(url) = &self.store.url
+            && !(url.starts_with("postgres://") || url.starts_with("postgresql://"))
+        {
+            return Err(rule(
+                "store.url",
+                format!(
+                    "must be a postgres:// or postgresql:// URL, got scheme {:?}",
+                    url.split_once("://").map_or("none", |(scheme, _)| scheme)
+                ),
+            ));
+        }
+        if self.replica.lease < Duration::from_millis(300) {
+            return Err(rule(
+                "replica.lease",
+                "must be at least 300ms (it is renewed every lease / 3)".into(),
+            ));
+        }
+        if self.replica.name.as_ref().is_some_and(|n| {
+            n.trim().is_empty() || n.len() > 253 || n.chars().any(char::is_control)
+        }) {
+            return Err(rule(
+                "replica.name",
+                "must be 1 to 253 printable characters".into(),
+            ));
+        }
         if self.discovery.cache_max_agents == 0 {
             return Err(rule(
                 "discovery.cache_max_agents",
@@ -479,6 +564,25 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// Where workers are stored: PostgreSQL with `store.url`, else the SQLite file of
+    /// [`Self::store_path`].
+    pub fn store_kind(&self) -> StoreKind {
+        match &self.store.url {
+            Some(url) => StoreKind::Postgres(url.clone()),
+            None => StoreKind::Sqlite(self.store_path()),
+        }
+    }
+
+    /// This replica's name: `replica.name`, else the host name.
+    pub fn replica_name(&self) -> String {
+        self.replica.name.clone().unwrap_or_else(|| {
+            nix::unistd::gethostname()
+                .ok()
+                .and_then(|h| h.into_string().ok())
+                .unwrap_or_else(|| "agentry".to_owned())
+        })
     }
 
     /// The store file: `store.path`, else `$XDG_STATE_HOME/agentry/agentry.db`, else
@@ -509,6 +613,53 @@ mod tests {
             Some(&path),
             env.iter().map(|(k, v)| (k.to_string(), v.to_string())),
         )
+    }
+
+    #[test]
+    fn store_url_selects_postgres_and_both_stores_are_refused() {
+        let cfg = load_str(
+            "store: {url: postgres://a@db/x}\nreplica: {name: a, lease: 2s}\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.store_kind(),
+            StoreKind::Postgres("postgres://a@db/x".to_owned())
+        );
+        assert_eq!(cfg.replica_name(), "a");
+        assert_eq!(cfg.replica.lease, Duration::from_secs(2));
+        let env = load_str("", &[("AGENTRY_STORE_URL", "postgresql://b@db/y")]).unwrap();
+        assert_eq!(
+            env.store_kind(),
+            StoreKind::Postgres("postgresql://b@db/y".to_owned())
+        );
+        let default = load_str("", &[]).unwrap();
+        assert!(matches!(default.store_kind(), StoreKind::Sqlite(_)));
+        assert_eq!(default.replica.lease, Duration::from_secs(15));
+        assert!(!default.replica_name().is_empty());
+
+        let err = load_str("store: {path: /tmp/a.db, url: postgres://db/x}\n", &[]).unwrap_err();
+        assert!(
+            err.to_string().contains("store.path") && err.to_string().contains("store.url"),
+            "{err}"
+        );
+        let err = load_str(
+            "store: {path: /tmp/a.db}\n",
+            &[("AGENTRY_STORE_URL", "postgres://db/x")],
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("not both"), "{err}");
+        let err = load_str("store: {url: 'mysql://u:secret@db/x'}\n", &[]).unwrap_err();
+        assert!(
+            err.to_string().contains("\"mysql\"") && !err.to_string().contains("secret"),
+            "{err}"
+        );
+        let err = load_str("replica: {lease: 10ms}\n", &[]).unwrap_err();
+        assert!(err.to_string().contains("replica.lease"), "{err}");
+        let err = load_str("replica: {name: ''}\n", &[]).unwrap_err();
+        assert!(err.to_string().contains("replica.name"), "{err}");
+        let err = load_str("replica: {nmae: x}\n", &[]).unwrap_err();
+        assert!(err.to_string().contains("nmae"), "{err}");
     }
 
     #[test]

@@ -39,8 +39,13 @@ pub struct AuthLayer {
 }
 
 /// Maps a live worker's `x-agentry-worker-token` to the principal that spawned it, so a worker
-/// process can call back without holding its spawner's bearer token.
-pub type WorkerTokens = Arc<dyn Fn(&str) -> Option<crate::auth::Principal> + Send + Sync>;
+/// process can call back without holding its spawner's bearer token. Asynchronous because,
+/// with a shared store, the worker may run on another replica and is looked up in the database.
+pub type WorkerTokens = Arc<
+    dyn Fn(String) -> BoxFuture<Option<crate::auth::Principal>, std::convert::Infallible>
+        + Send
+        + Sync,
+>;
 
 impl std::fmt::Debug for AuthLayer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -101,9 +106,10 @@ fn unauthenticated(message: &str) -> http::Response<Body> {
 
 impl<S, B> Service<http::Request<B>> for Auth<S>
 where
-    S: Service<http::Request<B>, Response = http::Response<Body>>,
+    S: Service<http::Request<B>, Response = http::Response<Body>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
+    B: Send + 'static,
 {
     type Response = http::Response<Body>;
     type Error = S::Error;
@@ -117,20 +123,37 @@ where
         if let Some(tokens) = &self.tokens {
             let path = req.uri().path();
             if !PUBLIC_PREFIXES.iter().any(|p| path.starts_with(p)) {
-                let worker = || {
-                    let token = req.headers().get("x-agentry-worker-token")?.to_str().ok()?;
-                    (self.workers.as_ref()?)(token)
-                };
                 let principal = match bearer(req.headers()) {
                     Some(token) => tokens.principal(token),
-                    None => match worker() {
-                        Some(p) => Some(p),
-                        None => {
+                    None => {
+                        let token = req
+                            .headers()
+                            .get("x-agentry-worker-token")
+                            .and_then(|v| v.to_str().ok())
+                            .map(str::to_owned);
+                        let (Some(token), Some(workers)) = (token, self.workers.as_ref()) else {
                             return Box::pin(std::future::ready(Ok(unauthenticated(
                                 "missing bearer token",
                             ))));
-                        }
-                    },
+                        };
+                        let lookup = workers(token);
+                        // The service that was polled ready goes with the request; a fresh
+                        // clone stays for the next one (tower's rule for services used after
+                        // an await).
+                        let clone = self.inner.clone();
+                        let mut inner = std::mem::replace(&mut self.inner, clone);
+                        return Box::pin(async move {
+                            match lookup.await {
+                                Ok(Some(principal)) => {
+                                    tracing::Span::current()
+                                        .record("principal", principal.0.as_str());
+                                    req.extensions_mut().insert(principal);
+                                    inner.call(req).await
+                                }
+                                _ => Ok(unauthenticated("missing bearer token")),
+                            }
+                        });
+                    }
                 };
                 let Some(principal) = principal else {
                     return Box::pin(std::future::ready(Ok(unauthenticated(

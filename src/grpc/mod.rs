@@ -19,15 +19,18 @@ use tokio_stream::wrappers::UnixListenerStream;
 use tonic_health::ServingStatus;
 
 use crate::{
-    config::Config,
+    config::{Config, StoreKind},
     discovery::Registry,
     resolve::Rules,
     workers::{
         executor::ExecExecutor,
-        store::SqliteStore,
+        store::{PostgresStore, ReplicaSettings, SqliteStore, WorkerStore, redact_url},
         supervisor::{Settings, Supervisor},
     },
 };
+
+/// How often health asks the store whether the database answers.
+const STORE_HEALTH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub use listen::Listener;
 
@@ -72,8 +75,23 @@ pub async fn run(
         }
         Listener::Unix(_, path) => format!("unix:{}", path.display()),
     };
-    let store_path = cfg.store_path();
-    let store = Arc::new(SqliteStore::open(&store_path)?);
+    let (store, store_desc): (Arc<dyn WorkerStore>, String) = match cfg.store_kind() {
+        StoreKind::Sqlite(path) => (
+            Arc::new(SqliteStore::open(&path)?),
+            format!("sqlite {}", path.display()),
+        ),
+        StoreKind::Postgres(url) => {
+            let replica = ReplicaSettings {
+                name: cfg.replica_name(),
+                lease: cfg.replica.lease,
+            };
+            let name = replica.name.clone();
+            (
+                Arc::new(PostgresStore::open(&url, replica).await?),
+                format!("postgres {} as replica {name}", redact_url(&url)),
+            )
+        }
+    };
     let executor = Arc::new(ExecExecutor::new(
         cfg.executor.command.clone(),
         cfg.executor.env.clone(),
@@ -91,14 +109,14 @@ pub async fn run(
         ),
     }
     let supervisor = Supervisor::new(
-        store,
+        store.clone(),
         executor,
         registry.clone(),
         rules.clone(),
         Settings::from_config(&cfg, dial),
     )
     .await?;
-    tracing::info!(path = %store_path.display(), "worker store open");
+    tracing::info!(store = %store_desc, "worker store open");
 
     let (health, health_svc) = tonic_health::server::health_reporter();
     health
@@ -129,9 +147,51 @@ pub async fn run(
         operators: Arc::new(cfg.auth.operators.clone()),
     };
 
+    // Serving = first discovery done, the database answers, and not shutting down (SPEC §8,
+    // §9). One task owns the status so the three never race.
+    let (discovered_tx, mut discovered) = tokio::sync::watch::channel(false);
+    let stopping = tokio_util::sync::CancellationToken::new();
+    {
+        let (health, store, stopping) = (health.clone(), store.clone(), stopping.clone());
+        // Held here, so `changed()` only ever reports a real change.
+        let _keep = discovered_tx.clone();
+        tokio::spawn(async move {
+            let _keep = _keep;
+            let mut serving = false;
+            let mut store_ok = true;
+            let mut tick = tokio::time::interval(STORE_HEALTH_EVERY);
+            loop {
+                tokio::select! {
+                    () = stopping.cancelled() => return,
+                    _ = tick.tick() => {
+                        let ok = store.ping().await;
+                        match (&ok, store_ok) {
+                            (Err(e), true) => tracing::error!(error = %e, "worker store unreachable; health is NOT_SERVING"),
+                            (Ok(()), false) => tracing::info!("worker store reachable again"),
+                            _ => {}
+                        }
+                        store_ok = ok.is_ok();
+                    }
+                    _ = discovered.changed() => {}
+                }
+                let want = store_ok && *discovered.borrow();
+                if want != serving && !stopping.is_cancelled() {
+                    serving = want;
+                    let status = if want {
+                        ServingStatus::Serving
+                    } else {
+                        ServingStatus::NotServing
+                    };
+                    health.set_service_status("", status).await;
+                    health.set_service_status(SERVICE_NAME, status).await;
+                }
+            }
+        });
+    }
+
     // First discovery in the background; readiness flips when it is done.
     {
-        let (registry, health) = (registry.clone(), health.clone());
+        let registry = registry.clone();
         tokio::spawn(async move {
             let started = std::time::Instant::now();
             match registry.snapshot("").await {
@@ -144,10 +204,7 @@ pub async fn run(
                         elapsed_ms = started.elapsed().as_millis() as u64,
                         "first discovery done"
                     );
-                    health.set_service_status("", ServingStatus::Serving).await;
-                    health
-                        .set_service_status(SERVICE_NAME, ServingStatus::Serving)
-                        .await;
+                    let _ = discovered_tx.send(true);
                 }
                 Err(e) => tracing::error!(error = %e, "first discovery failed"),
             }
@@ -163,7 +220,7 @@ pub async fn run(
     // (recorded `killed`) and watch streams end, which lets the calls in flight finish; the drain
     // of connections is bounded by `shutdown_grace` from the signal. Flushing telemetry is the
     // caller's last step.
-    let stopping = tokio_util::sync::CancellationToken::new();
+    // `stopping` (above) also ends the health task, so the status stays NOT_SERVING.
     {
         let stopping = stopping.clone();
         tokio::spawn(async move {
@@ -200,10 +257,20 @@ pub async fn run(
         .layer(layers::ProtocolLayer)
         .layer(layers::AuthLayer::new(tokens).with_worker_tokens({
             let supervisor = supervisor_for_auth;
-            Arc::new(move |token: &str| {
-                supervisor
-                    .principal_for_token(token)
-                    .map(crate::auth::Principal)
+            Arc::new(move |token: String| {
+                let supervisor = supervisor.clone();
+                Box::pin(async move {
+                    if let Some(p) = supervisor.principal_for_token(&token) {
+                        return Ok(Some(crate::auth::Principal(p)));
+                    }
+                    // A worker of another replica sharing the store.
+                    Ok(supervisor
+                        .remote_by_token(&token)
+                        .await
+                        .ok()
+                        .flatten()
+                        .map(|r| crate::auth::Principal(r.caller_scope)))
+                })
             })
         }))
         .add_service(health_svc)

@@ -99,8 +99,8 @@ impl RegistryService {
 
     /// The caller's lineage: a worker token is looked up (unknown or ended → `UNAUTHENTICATED`)
     /// on every RPC, so a worker sees one lineage everywhere (SPEC §5.1).
-    fn lineage(&self, id: &Identity) -> Result<Lineage, Status> {
-        Ok(self.supervisor.lineage(id)?)
+    async fn lineage(&self, id: &Identity) -> Result<Lineage, Status> {
+        Ok(self.supervisor.lineage(id).await?)
     }
 
     /// Which workers the caller may see (SPEC §8.2): all without auth or for an operator, else
@@ -116,11 +116,11 @@ impl RegistryService {
 
 impl RegistryService {
     /// What the caller of a worker RPC may see; a worker token it sends must be live.
-    fn worker_caller<T>(&self, req: &Request<T>) -> Result<Visibility, Status> {
+    async fn worker_caller<T: Sync>(&self, req: &Request<T>) -> Result<Visibility, Status> {
         let mut v = Violations::default();
         let id = self.identity(req, &mut v);
         v.check()?;
-        self.lineage(&id)?;
+        self.lineage(&id).await?;
         Ok(self.visibility(req))
     }
 }
@@ -152,7 +152,7 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
         };
         let page_size = page::page_size(r.page_size, &mut v);
         v.check()?;
-        let caller = self.lineage(&id)?.caller;
+        let caller = self.lineage(&id).await?.caller;
         // The token is bound to everything that shapes the listing: the caller's lineage only
         // shapes the catalog view.
         let catalog_view = view == pb::AgentView::Catalog;
@@ -242,7 +242,7 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
             .as_deref()
             .and_then(|s| parse_schema("output_schema", s, &mut v));
         v.check()?;
-        let caller = self.lineage(&id)?.caller;
+        let caller = self.lineage(&id).await?.caller;
         let snap = self.registry.snapshot(&r.workspace).await?;
         let def = snap
             .get(&r.name)
@@ -264,7 +264,7 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
         let r = req.into_inner();
         check_workspace(&r.workspace, &mut v);
         v.check()?;
-        self.lineage(&id)?;
+        self.lineage(&id).await?;
         let snap = self.registry.reload(&r.workspace).await?;
         tracing::info!(
             version = %snap.version,
@@ -292,7 +292,7 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
         &self,
         req: Request<pb::StopWorkerRequest>,
     ) -> Result<Response<pb::StopWorkerResponse>, Status> {
-        let vis = self.worker_caller(&req)?;
+        let vis = self.worker_caller(&req).await?;
         workers::stop(&self.supervisor, &vis, req.into_inner())
             .await
             .map(Response::new)
@@ -302,7 +302,7 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
         &self,
         req: Request<pb::GetWorkerRequest>,
     ) -> Result<Response<pb::GetWorkerResponse>, Status> {
-        let vis = self.worker_caller(&req)?;
+        let vis = self.worker_caller(&req).await?;
         workers::get(&self.supervisor, &vis, req.into_inner())
             .await
             .map(Response::new)
@@ -312,7 +312,7 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
         &self,
         req: Request<pb::ListWorkersRequest>,
     ) -> Result<Response<pb::ListWorkersResponse>, Status> {
-        let vis = self.worker_caller(&req)?;
+        let vis = self.worker_caller(&req).await?;
         workers::list(&self.supervisor, &vis, req.into_inner())
             .await
             .map(Response::new)
@@ -351,7 +351,7 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
         &self,
         req: Request<pb::WatchWorkerRequest>,
     ) -> Result<Response<Self::WatchWorkerStream>, Status> {
-        let vis = self.worker_caller(&req)?;
+        let vis = self.worker_caller(&req).await?;
         workers::watch(self.supervisor.clone(), &vis, req.into_inner())
             .await
             .map(Response::new)

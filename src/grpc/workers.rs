@@ -31,6 +31,9 @@ pub const MAX_REQUEST_ID_BYTES: usize = 256;
 /// Longest accepted per-request timeout.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
+/// The slowest a watcher of another replica's worker re-reads the store between notices.
+const REMOTE_WATCH_POLL: Duration = Duration::from_secs(1);
+
 /// The stream type of WatchWorker.
 pub type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchWorkerResponse, Status>> + Send>>;
 
@@ -415,7 +418,33 @@ pub async fn watch(
                 return;
             }
         }
-        let Some(mut live) = live else { return };
+        let Some(mut live) = live else {
+            // Not live here: run by another replica sharing the store (or it ended between the
+            // two reads). Follow its stored events, woken by the store's notices and re-read at
+            // least every second (SPEC §9: notices are hints).
+            let mut notices = sup.notices();
+            loop {
+                tokio::select! {
+                    () = sup.store_changed(&id, &mut notices, REMOTE_WATCH_POLL) => {}
+                    () = shutdown.cancelled() => return,
+                    () = tx.closed() => return,
+                }
+                let batch = match sup.events_after(&id, last).await {
+                    Ok(evs) => evs,
+                    Err(e) => {
+                        let _ = tx.send(Err(e.into())).await;
+                        return;
+                    }
+                };
+                for ev in batch {
+                    last = ev.sequence;
+                    let terminal = ev.state.is_terminal();
+                    if tx.send(Ok(event(&ev))).await.is_err() || terminal {
+                        return;
+                    }
+                }
+            }
+        };
         loop {
             let next = tokio::select! {
                 ev = live.recv() => ev,

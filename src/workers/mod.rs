@@ -8,5 +8,6 @@ pub mod dedupe;
 pub mod executor;
 pub mod lifecycle;
 pub mod model;
+pub mod replica;
 pub mod store;
 pub mod supervisor;

@@ -35,6 +35,16 @@ use crate::{
 /// Memory bound of the cache of recently finished workers (dedupe reuse without the disk).
 const RECENT_CACHE_BYTES: u64 = 256 << 20;
 
+/// How long a worker token found in the shared store (a worker of another replica) is trusted
+/// without reading the store again.
+const REMOTE_TOKEN_TTL: Duration = Duration::from_secs(1);
+
+/// How often a caller waiting for another replica's worker re-reads it, between notices.
+const REMOTE_POLL: Duration = Duration::from_millis(250);
+
+/// How long a dispatch that lost the store's dedupe claim waits for the winner's row to appear.
+const REMOTE_CLAIM_WAIT: Duration = Duration::from_secs(10);
+
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
     SystemTime::now()
@@ -65,6 +75,8 @@ pub struct Settings {
     pub review_agent: String,
     /// Bound on one review, independent of `timeout` (`review.timeout`).
     pub review_timeout: Duration,
+    /// The replica lease (`replica.lease`), with a shared store.
+    pub replica_lease: Duration,
 }
 
 impl Settings {
@@ -81,6 +93,7 @@ impl Settings {
             dedupe_max_entries: cfg.dedupe.max_entries,
             review_agent: cfg.review.agent.clone(),
             review_timeout: cfg.review.timeout,
+            replica_lease: cfg.replica.lease,
         }
     }
 }
@@ -372,6 +385,10 @@ pub struct Supervisor {
     stop_reasons: Mutex<HashMap<WorkerId, String>>,
     /// Spawn outcomes, dedupe hits, workers per state.
     metrics: crate::telemetry::Metrics,
+    /// Workers of other replicas found by their token (shared store): a short-lived cache, so
+    /// a remote worker's calls do not each read the database. Entries live one second, which
+    /// bounds how long a token stays usable here after its worker ended elsewhere.
+    remote_tokens: moka::sync::Cache<String, WorkerRecord>,
 }
 
 /// A reserved pending slot, handed back on drop unless the worker was created.
@@ -420,7 +437,11 @@ impl Supervisor {
                 "closed workers orphaned by a restart"
             );
         }
-        Ok(Arc::new(Self {
+        let sup = Arc::new(Self {
+            remote_tokens: moka::sync::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(REMOTE_TOKEN_TTL)
+                .build(),
             dedupe: DedupeCache::new(settings.dedupe_ttl, settings.dedupe_max_entries),
             // Bounded by bytes, not entries: records carry prompts and results.
             recent: moka::sync::Cache::builder()
@@ -447,7 +468,37 @@ impl Supervisor {
             registry,
             rules,
             settings,
-        }))
+        });
+        // With a shared store: lease renewal, the orphan sweeper, stops asked by others.
+        super::replica::start(&sup, sup.settings.replica_lease);
+        Ok(sup)
+    }
+
+    /// The store (for the replica duties).
+    pub(crate) fn store(&self) -> &Arc<dyn WorkerStore> {
+        &self.store
+    }
+
+    /// The tracker of the service's own tasks (shutdown waits for them).
+    pub(crate) fn task_tracker(&self) -> tokio_util::task::TaskTracker {
+        self.tasks.clone()
+    }
+
+    /// The ids of the workers live in this process.
+    pub(crate) fn live_ids(&self) -> Vec<WorkerId> {
+        self.live().values().map(|l| l.record.id.clone()).collect()
+    }
+
+    /// Kills this host's processes of workers whose runs are lost.
+    pub(crate) fn reap_leftovers(&self, ids: &[WorkerId]) {
+        let ids: Vec<&str> = ids.iter().map(WorkerId::as_str).collect();
+        let killed = self.executor.reap_leftovers(&ids);
+        if killed > 0 {
+            tracing::warn!(
+                processes = killed,
+                "killed processes left behind by workers of a lost replica"
+            );
+        }
     }
 
     fn live(&self) -> std::sync::MutexGuard<'_, LiveSet> {
@@ -458,7 +509,7 @@ impl Supervisor {
     /// what the caller declared. Every RPC goes through here, so a worker sees the same lineage
     /// in its catalog, its resolutions, its spawns and its reviews; a token that is not a live
     /// worker's is refused.
-    pub fn lineage(&self, id: &Identity) -> Result<Lineage, WorkerError> {
+    pub async fn lineage(&self, id: &Identity) -> Result<Lineage, WorkerError> {
         let Some(token) = &id.worker_token else {
             return Ok(Lineage {
                 caller: Caller::top_level().narrow(&id.declared),
@@ -466,12 +517,30 @@ impl Supervisor {
                 scope: id.principal.clone(),
             });
         };
-        let (parent, known) = {
+        let local = {
             let live = self.live();
-            let l = live
-                .by_token(&hash_token(token))
-                .ok_or(WorkerError::UnknownToken)?;
-            (l.record.clone(), l.lineage.clone())
+            live.by_token(&hash_token(token))
+                .map(|l| (l.record.clone(), l.lineage.clone()))
+        };
+        let (parent, known) = match local {
+            Some(found) => found,
+            // A worker of another replica sharing the store (docs/replicas.md §9: any replica
+            // authenticates a worker token); its lineage comes from its typed effective agent.
+            None => {
+                let rec = self
+                    .remote_by_token(token)
+                    .await?
+                    .ok_or(WorkerError::UnknownToken)?;
+                let eff: resolve::Effective = serde_json::from_value(rec.effective.clone())
+                    .map_err(|e| {
+                        StoreError::Corrupt(format!(
+                            "worker {}: stored effective agent: {e}",
+                            rec.id
+                        ))
+                    })?;
+                let known = resolve::lineage::of_worker(&rec.agent, &eff);
+                (rec, known)
+            }
         };
         Ok(Lineage {
             caller: known.narrow(&id.declared),
@@ -492,9 +561,28 @@ impl Supervisor {
     }
 
     /// The running worker holding `token`: tokens are valid only while their worker is live.
+    /// Also a worker of another replica whose token was looked up in the store within the last
+    /// second.
     fn live_by_token(&self, token: &str) -> Option<WorkerRecord> {
         let hash = hash_token(token);
-        self.live().by_token(&hash).map(|l| l.record.clone())
+        if let Some(rec) = self.live().by_token(&hash).map(|l| l.record.clone()) {
+            return Some(rec);
+        }
+        self.remote_tokens.get(&hash)
+    }
+
+    /// The open worker holding `token` in the shared store (a worker run by another replica).
+    /// SQLite has no other process, so its live set is the whole truth.
+    pub async fn remote_by_token(&self, token: &str) -> Result<Option<WorkerRecord>, WorkerError> {
+        if !self.store.is_shared() {
+            return Ok(None);
+        }
+        let hash = hash_token(token);
+        let found = self.store.find_by_token_hash(&hash).await?;
+        if let Some(rec) = &found {
+            self.remote_tokens.insert(hash, rec.clone());
+        }
+        Ok(found)
     }
 
     /// Admits and starts (or reuses) a worker. With `wait`, returns when it is terminal and the
@@ -557,7 +645,7 @@ impl Supervisor {
             caller,
             parent,
             scope,
-        } = self.lineage(id)?;
+        } = self.lineage(id).await?;
 
         let snap = self.registry.snapshot(&req.workspace).await?;
         let checked = if review.is_some() {
@@ -669,6 +757,38 @@ impl Supervisor {
             }
         }
 
+        // The moka claim above is this process's; with a shared store the database decides
+        // between replicas (SPEC §9). A local hit never gets here.
+        if let Some(key) = key
+            && let Some(holder) = self
+                .store
+                .claim_dedupe(&key.to_string(), &new_id, self.settings.dedupe_ttl)
+                .await
+                .inspect_err(|_| self.dedupe.forget(key, new_id.as_str()))?
+        {
+            self.dedupe.forget(key, new_id.as_str());
+            if let Some(rec) = self.wait_for_row(&holder).await? {
+                self.metrics.dedupe_hit();
+                let age = Duration::from_millis(
+                    u64::try_from(now_ms().saturating_sub(rec.create_time_ms)).unwrap_or(0),
+                );
+                let worker = self.finish_wait(rec, req.wait).await?;
+                return Ok((
+                    Spawned {
+                        hint: format!(
+                            "an identical dispatch of {} with the same prompt was made {}s ago as worker {}; its result is returned instead of starting a duplicate",
+                            req.agent,
+                            age.as_secs(),
+                            worker.id
+                        ),
+                        worker,
+                        deduplicated: true,
+                    },
+                    false,
+                ));
+            }
+        }
+
         let token = generate_token();
         let mut blocked = caller.blocked.clone();
         if !blocked.contains(&req.agent) {
@@ -711,6 +831,7 @@ impl Supervisor {
             Err(e) => {
                 if let Some(key) = key {
                     self.dedupe.forget(key, new_id.as_str());
+                    let _ = self.store.release_dedupe(&key.to_string(), &new_id).await;
                 }
                 return Err(e.into());
             }
@@ -892,6 +1013,11 @@ impl Supervisor {
             .get(&rec.id)
             .map(|l| (l.done.clone(), l.waiters.clone(), l.cancel.clone()));
         let Some((done, waiters, cancel)) = handles else {
+            // Run by another replica (shared store): it belongs to that replica's service, so
+            // waiting never binds it; follow its row until it is terminal.
+            if wait && self.store.is_shared() {
+                return self.wait_terminal(&rec.id).await;
+            }
             return self.get(&rec.id, &Visibility::All).await;
         };
         if !wait {
@@ -1171,12 +1297,18 @@ impl Supervisor {
             }
             WorkerState::Pending | WorkerState::Running => {}
         }
-        let children: Vec<WorkerId> = self
+        let mut children: Vec<WorkerId> = self
             .live()
             .values()
             .filter(|l| l.record.parent_id.as_ref() == Some(id))
             .map(|l| l.record.id.clone())
             .collect();
+        if self.store.is_shared() {
+            // Children run by other replicas are stopped through their owners.
+            children.extend(self.open_children(id).await?);
+            children.sort();
+            children.dedup();
+        }
         for c in children {
             let reason = format!("killed: parent {id} was stopped");
             let _ = Box::pin(self.stop(&c, &reason, &Visibility::All)).await;
@@ -1186,6 +1318,18 @@ impl Supervisor {
             .get(id)
             .map(|l| (l.cancel.clone(), l.done.clone()));
         let Some((cancel, done)) = handles else {
+            // Run by another replica: record the request for its owner and wait until the row
+            // is terminal (the owner kills it, or the sweeper closes it if the owner is lost).
+            if self.store.is_shared() && self.store.request_stop(id, reason.trim()).await? {
+                let rec = self.wait_terminal(id).await?;
+                return match rec.state {
+                    WorkerState::Killed => Ok(rec),
+                    state => Err(WorkerError::NotCancelable {
+                        id: id.to_string(),
+                        state,
+                    }),
+                };
+            }
             // Finished in the meantime.
             return self.stop_finished(id).await;
         };
@@ -1210,6 +1354,94 @@ impl Supervisor {
                 id: id.to_string(),
                 state,
             }),
+        }
+    }
+
+    /// The open direct children of `id` in the store.
+    async fn open_children(&self, id: &WorkerId) -> Result<Vec<WorkerId>, WorkerError> {
+        let q = ListQuery {
+            parent: super::store::ParentFilter::Worker(id.clone()),
+            states: vec![WorkerState::Pending, WorkerState::Running],
+            caller_scope: None,
+            after: None,
+            limit: 10_000,
+        };
+        Ok(self
+            .store
+            .list(&q)
+            .await?
+            .into_iter()
+            .map(|r| r.id)
+            .collect())
+    }
+
+    /// Waits (reading the store, woken by its notices) until the worker's row is terminal.
+    async fn wait_terminal(&self, id: &WorkerId) -> Result<WorkerRecord, WorkerError> {
+        let mut notices = self.store.notices();
+        loop {
+            let rec = self
+                .store
+                .get(id)
+                .await?
+                .ok_or_else(|| WorkerError::NotFound(id.to_string()))?;
+            if rec.state.is_terminal() {
+                return Ok(rec);
+            }
+            if self.shutdown.is_cancelled() {
+                return Err(WorkerError::ShuttingDown);
+            }
+            self.store_changed(id, &mut notices, REMOTE_POLL).await;
+        }
+    }
+
+    /// Waits until the store may hold something new about `id`: a notice about it, a resync of
+    /// the listener, or `poll` passed (notices are only hints).
+    pub async fn store_changed(
+        &self,
+        id: &WorkerId,
+        notices: &mut Option<broadcast::Receiver<super::store::Notice>>,
+        poll: Duration,
+    ) {
+        use super::store::Notice;
+        let deadline = tokio::time::sleep(poll);
+        tokio::pin!(deadline);
+        loop {
+            let Some(rx) = notices.as_mut() else {
+                deadline.await;
+                return;
+            };
+            tokio::select! {
+                () = &mut deadline => return,
+                n = rx.recv() => match n {
+                    Ok(Notice::Event { worker_id, .. }) if worker_id == *id => return,
+                    Ok(Notice::Resync) | Err(broadcast::error::RecvError::Lagged(_)) => return,
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Closed) => *notices = None,
+                },
+            }
+        }
+    }
+
+    /// The notices of the shared store, if any (for watchers following another replica's
+    /// worker).
+    pub fn notices(&self) -> Option<broadcast::Receiver<super::store::Notice>> {
+        self.store.notices()
+    }
+
+    /// The row of a worker another replica claimed a dedupe key for, once it exists (the
+    /// winner writes it right after its claim); `None` if it never appears.
+    async fn wait_for_row(&self, id: &WorkerId) -> Result<Option<WorkerRecord>, WorkerError> {
+        let deadline = tokio::time::Instant::now() + REMOTE_CLAIM_WAIT;
+        let mut notices = self.store.notices();
+        loop {
+            if let Some(rec) = self.store.get(id).await? {
+                return Ok(Some(rec));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            self.store_changed(id, &mut notices, Duration::from_millis(50))
+                .await;
         }
     }
 

@@ -67,6 +67,7 @@ pub fn config_in(dir: &Path) -> Config {
         home: Some(home),
         store: agentry::config::StoreConfig {
             path: Some(dir.join("state/agentry.db")),
+            url: None,
         },
         ..Config::default()
     }

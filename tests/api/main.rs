@@ -8,6 +8,7 @@ mod helpers;
 mod ops;
 mod processes;
 mod registry;
+mod replicas;
 mod restart;
 mod review;
 mod workers;

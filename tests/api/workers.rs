@@ -358,6 +358,9 @@ async fn watchers_see_the_same_ordered_events_and_can_resume() {
         .unwrap()
         .worker
         .unwrap();
+    // Attach every watcher in the same state (running, blocked on the FIFO), so all snapshots
+    // are the same event.
+    wait_state(&s, &w.id, pb::WorkerState::Running).await;
     let mut watchers = Vec::new();
     for _ in 0..3 {
         let mut c = s.client.clone();

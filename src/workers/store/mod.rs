@@ -12,16 +12,24 @@
 //! by one test suite (`suite`) that each backend runs unchanged.
 
 use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::sync::broadcast;
 
 use super::lifecycle::{Event, IllegalTransition};
 use super::model::{Progress, WorkerEvent, WorkerId, WorkerRecord, WorkerState};
 
+mod pg_schema;
+mod postgres;
 mod rows;
 mod schema;
 mod sqlite;
 #[cfg(test)]
 mod suite;
+#[doc(hidden)]
+pub mod testdb;
 
+pub use postgres::{PostgresStore, ReplicaSettings, redact_url};
 pub use sqlite::SqliteStore;
 
 /// The error text every row left open by a previous process is closed with (docs/workers.md
@@ -70,14 +78,63 @@ pub trait WorkerStore: Send + Sync + 'static {
         after_sequence: u64,
     ) -> Result<Vec<WorkerEvent>, StoreError>;
 
-    /// Closes every `pending` or `running` row as `failed` with [`ORPHANED_ERROR`], through the
-    /// ordinary transition rules (so each gets its close time, loses its token and has an event).
-    /// Called once at start-up, before anything new runs; returns the ids it closed.
+    /// Closes every orphaned row — `pending` or `running`, but no live process owns its run —
+    /// as `failed`, through the ordinary transition rules (so each gets its close time, loses
+    /// its token and has an event), and returns the ids it closed. Each close is a
+    /// compare-and-set on the row's state, so a row is closed exactly once however many callers
+    /// race, and a terminal row is never touched.
+    ///
+    /// SQLite (one process per file, under an exclusive lock): every open row belongs to a
+    /// previous process; called once at start-up, error [`ORPHANED_ERROR`]. PostgreSQL: the
+    /// open rows whose owning replica's lease has expired on the database clock, error
+    /// `orphaned: replica <name> lost`; called at start-up and by the sweeper.
     async fn close_orphans(&self, now_ms: i64) -> Result<Vec<WorkerId>, StoreError>;
 
-    /// The `pending` or `running` rows, oldest first: at start-up, the runs a previous process
-    /// left behind, whose processes must be killed before the rows are closed.
+    /// The orphaned rows [`close_orphans`](Self::close_orphans) would close now, oldest first:
+    /// the runs a lost process left behind, whose processes (if on this host) must be killed
+    /// before the rows are closed.
     async fn open_workers(&self) -> Result<Vec<WorkerId>, StoreError>;
+
+    /// Renews this process's replica lease (SPEC §9); called every `replica.lease / 3`. A store
+    /// with no replicas (SQLite) has nothing to renew. [`Lease::Lapsed`] says the lease had
+    /// already expired, so other replicas may have closed this one's runs as orphans.
+    async fn renew_lease(&self) -> Result<Lease, StoreError>;
+
+    /// Whether other processes share this store (PostgreSQL): then the replica duties run
+    /// (lease renewal, the orphan sweeper, stop requests). False for SQLite, where one process
+    /// owns the file and orphans are closed once at start-up.
+    fn is_shared(&self) -> bool;
+
+    /// Whether the database answers: health follows it (SPEC §9).
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Wake-ups from other processes sharing the store (events committed, stops requested),
+    /// or `None` when nobody else can write to it. Hints only: a receiver must still re-read
+    /// the store on [`Notice::Resync`] and at least every second.
+    fn notices(&self) -> Option<broadcast::Receiver<Notice>>;
+
+    /// Records a stop request on an open row owned by **another** replica and notifies it;
+    /// returns whether one was recorded (false: the row is terminal, unknown, or this process
+    /// owns it — then the caller stops it itself). SQLite: always false.
+    async fn request_stop(&self, id: &WorkerId, reason: &str) -> Result<bool, StoreError>;
+
+    /// The open rows owned by this replica that another replica asked to stop, with the
+    /// reason: the owner's slow poll behind [`Notice::Stop`].
+    async fn stop_requests(&self) -> Result<Vec<(WorkerId, String)>, StoreError>;
+
+    /// Claims a dedupe key for `worker` in the store for `ttl` (SPEC §9), unless a live claim
+    /// exists: then returns the worker holding it. A claim whose worker ended `failed` or
+    /// `killed`, or that expired, is taken over. SQLite: the in-process cache is the only
+    /// claim, so this always succeeds (`None`).
+    async fn claim_dedupe(
+        &self,
+        key: &str,
+        worker: &WorkerId,
+        ttl: Duration,
+    ) -> Result<Option<WorkerId>, StoreError>;
+
+    /// Drops `worker`'s claim on `key` (its creation failed).
+    async fn release_dedupe(&self, key: &str, worker: &WorkerId) -> Result<(), StoreError>;
 
     /// The worker holding the token with this hash; only non-terminal workers have one, so this
     /// is also the token validity check.
@@ -100,6 +157,35 @@ pub trait WorkerStore: Send + Sync + 'static {
         caller_scope: &str,
         request_id: &str,
     ) -> Result<Option<WorkerRecord>, StoreError>;
+}
+
+/// What [`WorkerStore::renew_lease`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lease {
+    /// Renewed in time (or there is no lease to keep).
+    Renewed,
+    /// Renewed, but it had expired first: sweepers elsewhere may have closed this replica's
+    /// runs.
+    Lapsed,
+}
+
+/// A wake-up sent by another process through the shared store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Notice {
+    /// An event with this sequence was committed for the worker.
+    Event {
+        /// The worker.
+        worker_id: WorkerId,
+        /// The sequence committed.
+        sequence: u64,
+    },
+    /// Someone asked the owner of this worker to stop it.
+    Stop {
+        /// The worker.
+        worker_id: WorkerId,
+    },
+    /// The listener (re)connected and may have missed notices: re-read everything.
+    Resync,
 }
 
 /// Outcome fields to write together with a transition; `None` leaves the stored value unchanged,
@@ -198,6 +284,22 @@ pub enum StoreError {
         /// The worker created with it first.
         existing: WorkerId,
     },
+    /// PostgreSQL (or its connection pool) failed; `context` says what the store was doing.
+    #[error("worker store: {context}: {message}")]
+    Postgres {
+        /// What the store was trying to do.
+        context: String,
+        /// The driver's error.
+        message: String,
+    },
+    /// The database could not be reached at start-up.
+    #[error("worker store: cannot connect to {url}: {message}")]
+    Unreachable {
+        /// The URL, without its password.
+        url: String,
+        /// Why.
+        message: String,
+    },
     /// SQLite failed; `context` says what the store was doing.
     #[error("worker store: {context}: {source}")]
     Sqlite {
@@ -263,7 +365,7 @@ pub enum StoreError {
     /// read correctly.
     #[error(
         "worker store schema version {found} is newer than this binary supports (version {known}); \
-         upgrade agentry or point it at another store file"
+         upgrade agentry or point it at another store"
     )]
     SchemaTooNew {
         /// The schema version found in the file.

@@ -78,23 +78,11 @@ pub(super) fn apply_in(
     now_ms: i64,
 ) -> Result<Applied, StoreError> {
     let current = select_worker(tx, id)?.ok_or_else(|| StoreError::NotFound(id.clone()))?;
-    let state = match lifecycle::transition(current.state, event)? {
-        Outcome::Absorbed => return Ok(Applied::Absorbed(current)),
-        Outcome::Moved(state) => state,
-    };
     let previous_sequence = current.sequence;
-    let mut next = current;
-    next.state = state;
-    next.sequence = previous_sequence + 1;
-    patch.apply_to(&mut next);
-    if state == WorkerState::Running {
-        next.start_time_ms = Some(now_ms);
-    }
-    if state.is_terminal() {
-        next.close_time_ms = Some(now_ms);
-        next.token_hash = None;
-    }
-    next.last_activity_ms = now_ms;
+    let Some(next) = advance(&current, event, patch, now_ms)? else {
+        return Ok(Applied::Absorbed(current));
+    };
+    let state = next.state;
     let changed = tx
         .prepare_cached(
             "UPDATE workers SET state = ?2, sequence = ?3, start_time_ms = ?4,
@@ -135,6 +123,34 @@ pub(super) fn apply_in(
     };
     insert_event(tx, &event)?;
     Ok(Applied::Moved(event))
+}
+
+/// The record after `event`, as the lifecycle decides it (`None`: a repeated stop absorbed):
+/// the next sequence, the patch, the start or close time, no token once terminal. Shared by
+/// every backend, so they write the same rows.
+pub(super) fn advance(
+    current: &WorkerRecord,
+    event: Event,
+    patch: Patch,
+    now_ms: i64,
+) -> Result<Option<WorkerRecord>, StoreError> {
+    let state = match lifecycle::transition(current.state, event)? {
+        Outcome::Absorbed => return Ok(None),
+        Outcome::Moved(state) => state,
+    };
+    let mut next = current.clone();
+    next.state = state;
+    next.sequence = current.sequence + 1;
+    patch.apply_to(&mut next);
+    if state == WorkerState::Running {
+        next.start_time_ms = Some(now_ms);
+    }
+    if state.is_terminal() {
+        next.close_time_ms = Some(now_ms);
+        next.token_hash = None;
+    }
+    next.last_activity_ms = now_ms;
+    Ok(Some(next))
 }
 
 /// The body of [`WorkerStore::append_progress`](super::WorkerStore::append_progress): a
@@ -261,20 +277,50 @@ pub(super) struct Snapshot {
     token_hash: Option<String>,
 }
 
+impl Snapshot {
+    /// The changing part of `w`.
+    pub(super) fn of(w: &WorkerRecord) -> Self {
+        Snapshot {
+            last_activity_ms: Some(w.last_activity_ms),
+            start_time_ms: w.start_time_ms,
+            close_time_ms: w.close_time_ms,
+            result: w.result.clone(),
+            structured_result: w.structured_result.clone(),
+            error: w.error.clone(),
+            exit_code: w.exit_code,
+            token_hash: w.token_hash.clone(),
+        }
+    }
+
+    /// The worker as it was at this event: `current`'s fixed fields with the snapshot laid
+    /// over.
+    pub(super) fn over(
+        self,
+        current: &WorkerRecord,
+        state: WorkerState,
+        sequence: u64,
+        time_ms: i64,
+    ) -> WorkerRecord {
+        WorkerRecord {
+            state,
+            sequence,
+            start_time_ms: self.start_time_ms,
+            close_time_ms: self.close_time_ms,
+            result: self.result,
+            structured_result: self.structured_result,
+            error: self.error,
+            exit_code: self.exit_code,
+            token_hash: self.token_hash,
+            last_activity_ms: self.last_activity_ms.unwrap_or(time_ms),
+            ..current.clone()
+        }
+    }
+}
+
 /// Appends an event row.
 pub(super) fn insert_event(conn: &Connection, event: &WorkerEvent) -> Result<(), StoreError> {
-    let w = &event.worker;
-    let snapshot = serde_json::to_string(&Snapshot {
-        last_activity_ms: Some(w.last_activity_ms),
-        start_time_ms: w.start_time_ms,
-        close_time_ms: w.close_time_ms,
-        result: w.result.clone(),
-        structured_result: w.structured_result.clone(),
-        error: w.error.clone(),
-        exit_code: w.exit_code,
-        token_hash: w.token_hash.clone(),
-    })
-    .map_err(|e| StoreError::Corrupt(format!("cannot encode event snapshot: {e}")))?;
+    let snapshot = serde_json::to_string(&Snapshot::of(&event.worker))
+        .map_err(|e| StoreError::Corrupt(format!("cannot encode event snapshot: {e}")))?;
     let progress = event
         .progress
         .as_ref()
@@ -342,19 +388,7 @@ pub(super) fn read_event(row: &Row<'_>, current: &WorkerRecord) -> rusqlite::Res
         .map(|p| serde_json::from_str::<Progress>(&p))
         .transpose()
         .map_err(|e| rusqlite::Error::FromSqlConversionFailure(4, Type::Text, e.into()))?;
-    let worker = WorkerRecord {
-        state,
-        sequence,
-        start_time_ms: snapshot.start_time_ms,
-        close_time_ms: snapshot.close_time_ms,
-        result: snapshot.result,
-        structured_result: snapshot.structured_result,
-        error: snapshot.error,
-        exit_code: snapshot.exit_code,
-        token_hash: snapshot.token_hash,
-        last_activity_ms: snapshot.last_activity_ms.unwrap_or(time_ms),
-        ..current.clone()
-    };
+    let worker = snapshot.over(current, state, sequence, time_ms);
     Ok(WorkerEvent {
         worker_id: worker.id.clone(),
         sequence,

@@ -21,7 +21,7 @@ use super::rows::{
     read_record, select_worker, to_sql_sequence,
 };
 use super::schema::{COLUMNS, check_schema_version, migrate};
-use super::{Applied, ListQuery, ORPHANED_ERROR, Patch, StoreError, WorkerStore};
+use super::{Applied, Lease, ListQuery, Notice, ORPHANED_ERROR, Patch, StoreError, WorkerStore};
 use crate::workers::lifecycle::Event;
 use crate::workers::model::{Progress, WorkerEvent, WorkerId, WorkerRecord, WorkerState};
 
@@ -407,6 +407,48 @@ impl WorkerStore for SqliteStore {
         })
         .await
     }
+
+    // One process owns the file (the lock above), so the replica methods are those of a
+    // single replica: nothing to renew, nobody else to notify, stop or race for a claim.
+
+    fn is_shared(&self) -> bool {
+        false
+    }
+
+    async fn renew_lease(&self) -> Result<Lease, StoreError> {
+        Ok(Lease::Renewed)
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).context("ping"))
+            .await
+    }
+
+    fn notices(&self) -> Option<tokio::sync::broadcast::Receiver<Notice>> {
+        None
+    }
+
+    async fn request_stop(&self, _id: &WorkerId, _reason: &str) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
+    async fn stop_requests(&self) -> Result<Vec<(WorkerId, String)>, StoreError> {
+        Ok(Vec::new())
+    }
+
+    async fn claim_dedupe(
+        &self,
+        _key: &str,
+        _worker: &WorkerId,
+        _ttl: Duration,
+    ) -> Result<Option<WorkerId>, StoreError> {
+        // The supervisor's in-process cache already decided the claim atomically.
+        Ok(None)
+    }
+
+    async fn release_dedupe(&self, _key: &str, _worker: &WorkerId) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// Takes an exclusive `flock` on `<db>.lock` (a file beside the database, so SQLite's own POSIX
@@ -510,8 +552,14 @@ mod tests {
 
     suite::store_suite!(async {
         let (dir, _path, store) = open_temp();
-        (dir, Arc::new(store) as Arc<dyn WorkerStore>)
+        Some((dir, Arc::new(store) as Arc<dyn WorkerStore>))
     });
+
+    #[tokio::test]
+    async fn close_orphans_fails_every_open_row_of_the_file() {
+        let (_dir, _path, store) = open_temp();
+        suite::close_orphans_fails_open_rows_and_leaves_closed_ones(&store).await;
+    }
 
     #[test]
     fn every_query_uses_an_index() {

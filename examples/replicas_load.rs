@@ -1,0 +1,308 @@
+//! Replicas on one PostgreSQL database, beside SQLite on one replica (SPEC §9).
+//!
+//! `AGENTRY_TEST_POSTGRES_URL=postgres://… cargo run --release --example replicas_load -- [--quick]`
+//!
+//! Three set-ups, each on fresh state (a temp dir; for PostgreSQL a fresh database created and
+//! dropped like the tests do), every server an `agentry::grpc::run` in this process on
+//! 127.0.0.1:
+//!
+//! * `sqlite ×1` — the embedded default, the baseline;
+//! * `postgres ×1` — one replica on PostgreSQL;
+//! * `postgres ×2` — two replicas on the same database.
+//!
+//! For each:
+//!
+//! 1. **Background spawns/s**: 8 clients (own connection each, spread over the replicas) send
+//!    `SpawnWorker{wait: false}` with unique prompts back to back for S seconds
+//!    (`/bin/true` workers, large limits); accepted spawns per second, then the time until
+//!    every row is closed.
+//! 2. **Watch latency**: N workers `sleep 0.2`, one at a time, each spawned on the first
+//!    replica and watched on the **last** one (so across replicas with two, locally with one):
+//!    for every event after the snapshot, the delay from the event's server timestamp (taken
+//!    just before its commit) to its arrival at the watching client; p50 and p99. All on one
+//!    host, so the two clocks are the same clock.
+//!
+//! Without `AGENTRY_TEST_POSTGRES_URL` only the SQLite rows are printed.
+
+use std::{
+    net::SocketAddr,
+    path::Path,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use agentry::{
+    config::{Config, Limits, ReplicaConfig, StoreConfig},
+    grpc::pb::{self, agent_registry_service_client::AgentRegistryServiceClient},
+    workers::store::testdb::TestDb,
+};
+use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
+use tokio_stream::StreamExt;
+use tonic::transport::Channel;
+
+type Client = AgentRegistryServiceClient<Channel>;
+
+const CLIENTS: usize = 8;
+
+struct Running {
+    addr: SocketAddr,
+    stop: oneshot::Sender<()>,
+    handle: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Running {
+    async fn start(cfg: Config) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let (stop, rx) = oneshot::channel::<()>();
+        let handle = tokio::spawn(agentry::grpc::run(cfg, listener, async move {
+            let _ = rx.await;
+        }));
+        Self { addr, stop, handle }
+    }
+
+    async fn shutdown(self) {
+        let _ = self.stop.send(());
+        match tokio::time::timeout(Duration::from_secs(30), self.handle).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => eprintln!("agentry server failed: {e:#}"),
+            Ok(Err(e)) => eprintln!("agentry server task failed: {e}"),
+            Err(_) => eprintln!("agentry server did not stop within 30 s"),
+        }
+    }
+}
+
+fn config(root: &Path, name: &str, url: Option<&str>, command: &[&str]) -> Config {
+    let home = root.join("home");
+    std::fs::create_dir_all(&home).expect("home dir");
+    let mut cfg = Config {
+        home: Some(home),
+        store: StoreConfig {
+            path: url.is_none().then(|| root.join("state/agentry.db")),
+            url: url.map(str::to_owned),
+        },
+        replica: ReplicaConfig {
+            name: Some(name.to_owned()),
+            lease: Duration::from_secs(15),
+        },
+        limits: Limits {
+            max_running: 64,
+            max_pending: 1_000_000,
+            ..Limits::default()
+        },
+        ..Config::default()
+    };
+    cfg.executor.command = command.iter().map(|s| (*s).to_owned()).collect();
+    cfg
+}
+
+async fn connect(addr: SocketAddr) -> Client {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(ch) = Channel::from_shared(format!("http://{addr}"))
+            .expect("uri")
+            .connect()
+            .await
+        {
+            let mut c = Client::new(ch);
+            if c.list_agents(pb::ListAgentsRequest::default())
+                .await
+                .is_ok()
+            {
+                return c;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "server on {addr} did not come up"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn spawn_req(prompt: String) -> pb::SpawnWorkerRequest {
+    pb::SpawnWorkerRequest {
+        agent: "quick_task".to_owned(),
+        description: "replicas_load".to_owned(),
+        prompt,
+        wait: false,
+        ..Default::default()
+    }
+}
+
+/// Starts `n` replicas on `url` (SQLite when `None`) running `command`.
+async fn start(root: &Path, url: Option<&str>, n: usize, command: &[&str]) -> Vec<Running> {
+    let mut servers = Vec::new();
+    for i in 0..n {
+        servers.push(Running::start(config(root, &format!("r{i}"), url, command)).await);
+    }
+    servers
+}
+
+async fn open_workers(c: &mut Client) -> usize {
+    let r = c
+        .list_workers(pb::ListWorkersRequest {
+            states: vec![
+                pb::WorkerState::Pending as i32,
+                pb::WorkerState::Running as i32,
+            ],
+            page_size: 1000,
+            ..Default::default()
+        })
+        .await
+        .expect("list");
+    r.into_inner().workers.len()
+}
+
+/// Accepted background spawns per second, and the drain time after.
+async fn throughput(servers: &[Running], dur: Duration) -> (f64, Duration) {
+    let mut clients = Vec::new();
+    for i in 0..CLIENTS {
+        clients.push(connect(servers[i % servers.len()].addr).await);
+    }
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for (i, mut c) in clients.into_iter().enumerate() {
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0usize;
+            while started.elapsed() < dur {
+                let prompt = format!("throughput {i} {n}");
+                if c.spawn_worker(spawn_req(prompt)).await.is_ok() {
+                    n += 1;
+                }
+            }
+            n
+        }));
+    }
+    let mut accepted = 0;
+    for t in tasks {
+        accepted += t.await.expect("client task");
+    }
+    let elapsed = started.elapsed();
+    let drain_start = Instant::now();
+    let mut c = connect(servers[0].addr).await;
+    while open_workers(&mut c).await > 0 && drain_start.elapsed() < Duration::from_secs(120) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (
+        accepted as f64 / elapsed.as_secs_f64(),
+        drain_start.elapsed(),
+    )
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Delays (ms) from each event's server time to its arrival at a watcher on the last replica.
+async fn watch_latency(servers: &[Running], workers: usize) -> Vec<i64> {
+    let mut spawner = connect(servers[0].addr).await;
+    let watcher = connect(servers[servers.len() - 1].addr).await;
+    let mut delays = Vec::new();
+    for i in 0..workers {
+        let w = spawner
+            .spawn_worker(spawn_req(format!("watch {i}")))
+            .await
+            .expect("spawn")
+            .into_inner()
+            .worker
+            .expect("worker");
+        let mut st = watcher
+            .clone()
+            .watch_worker(pb::WatchWorkerRequest {
+                worker_id: w.id,
+                after_sequence: 0,
+            })
+            .await
+            .expect("watch")
+            .into_inner();
+        let mut first = true;
+        while let Some(ev) = st.next().await {
+            let ev = ev.expect("event");
+            let arrived = now_ms();
+            if !first && let Some(t) = ev.time {
+                delays.push(arrived - (t.seconds * 1000 + i64::from(t.nanos) / 1_000_000));
+            }
+            first = false;
+        }
+    }
+    delays
+}
+
+fn pct(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return -1;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+struct Row {
+    setup: String,
+    spawns_per_s: f64,
+    drain: Duration,
+    p50: i64,
+    p99: i64,
+    samples: usize,
+}
+
+async fn measure(setup: &str, url: Option<&str>, n: usize, dur: Duration, workers: usize) -> Row {
+    let root = tempfile::tempdir().expect("temp dir");
+    let servers = start(root.path(), url, n, &["/bin/true"]).await;
+    let (spawns_per_s, drain) = throughput(&servers, dur).await;
+    for s in servers {
+        s.shutdown().await;
+    }
+    let root = tempfile::tempdir().expect("temp dir");
+    let servers = start(root.path(), url, n, &["/bin/sleep", "0.2"]).await;
+    let mut delays = watch_latency(&servers, workers).await;
+    for s in servers {
+        s.shutdown().await;
+    }
+    delays.sort_unstable();
+    Row {
+        setup: setup.to_owned(),
+        spawns_per_s,
+        drain,
+        p50: pct(&delays, 0.5),
+        p99: pct(&delays, 0.99),
+        samples: delays.len(),
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let dur = Duration::from_secs(if quick { 1 } else { 5 });
+    let workers = if quick { 10 } else { 100 };
+    let mut rows = vec![measure("sqlite ×1", None, 1, dur, workers).await];
+    match std::env::var("AGENTRY_TEST_POSTGRES_URL") {
+        Ok(_) => {
+            for n in [1, 2] {
+                let db = TestDb::create().await.expect("test database");
+                rows.push(measure(&format!("postgres ×{n}"), Some(&db.url), n, dur, workers).await);
+            }
+        }
+        Err(_) => println!("PostgreSQL rows skipped: AGENTRY_TEST_POSTGRES_URL is not set"),
+    }
+    println!(
+        "{:<12} {:>14} {:>10} {:>16} {:>16} {:>8}",
+        "setup", "spawns/s", "drain", "watch p50 (ms)", "watch p99 (ms)", "events"
+    );
+    for r in &rows {
+        println!(
+            "{:<12} {:>14.0} {:>9.1}s {:>16} {:>16} {:>8}",
+            r.setup,
+            r.spawns_per_s,
+            r.drain.as_secs_f64(),
+            r.p50,
+            r.p99,
+            r.samples
+        );
+    }
+    println!(
+        "watch latency is measured on the last replica for workers spawned on the first: across \
+         replicas with ×2, locally otherwise"
+    );
+}

@@ -1,0 +1,137 @@
+//! The PostgreSQL schema (SPEC §9): versioned migrations recorded in `agentry_schema`, applied
+//! at start-up under an advisory lock so replicas starting together never race, and the refusal
+//! of a database written by a newer binary.
+//!
+//! Ids are `TEXT COLLATE "C"`, so `(create_time_ms, id)` orders byte-wise exactly as in SQLite
+//! (and as the keyset cursor expects), whatever the database's default collation.
+
+use deadpool_postgres::Client;
+
+use super::StoreError;
+use super::postgres::PgContext;
+
+/// The advisory lock key migrations run under: `hashtext('agentry schema')` would do as well;
+/// a fixed constant is simpler to find in `pg_locks`.
+const MIGRATION_LOCK: i64 = 0x6167_656e_7472_7901;
+
+/// Schema migrations, applied in order; migration `i` takes the database from version `i` to
+/// `i + 1`. Append only: never edit a migration that has shipped.
+pub(super) const MIGRATIONS: &[&str] = &[
+    // 1: replicas, workers (owned by a replica, with a stop request), their events, dedupe
+    // claims.
+    r#"CREATE TABLE replicas (
+        id         TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+        name       TEXT        NOT NULL,
+        started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+        renewed_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+        expires_at TIMESTAMPTZ NOT NULL
+    );
+    CREATE TABLE workers (
+        id                TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+        agent             TEXT    NOT NULL,
+        description       TEXT    NOT NULL,
+        prompt            TEXT    NOT NULL,
+        workspace         TEXT,
+        parent_id         TEXT COLLATE "C" REFERENCES workers (id),
+        depth             BIGINT  NOT NULL CHECK (depth >= 0),
+        state             TEXT    NOT NULL
+            CHECK (state IN ('pending', 'running', 'completed', 'failed', 'killed')),
+        sequence          BIGINT  NOT NULL CHECK (sequence >= 1),
+        create_time_ms    BIGINT  NOT NULL,
+        start_time_ms     BIGINT,
+        close_time_ms     BIGINT,
+        result            TEXT,
+        structured_result TEXT,
+        error             TEXT,
+        exit_code         INTEGER,
+        caller_scope      TEXT    NOT NULL,
+        request_id        TEXT,
+        token_hash        TEXT,
+        effective         TEXT    NOT NULL,
+        last_activity_ms  BIGINT  NOT NULL,
+        replica_id        TEXT COLLATE "C" REFERENCES replicas (id),
+        stop_reason       TEXT,
+        CHECK ((close_time_ms IS NOT NULL) = (state IN ('completed', 'failed', 'killed'))),
+        CHECK (token_hash IS NULL OR state IN ('pending', 'running'))
+    );
+    CREATE INDEX workers_by_create_time ON workers (create_time_ms, id);
+    CREATE INDEX workers_by_parent ON workers (parent_id, create_time_ms, id);
+    CREATE INDEX workers_by_state ON workers (state, create_time_ms, id);
+    CREATE INDEX workers_by_scope ON workers (caller_scope, create_time_ms, id);
+    CREATE INDEX workers_open_by_replica ON workers (replica_id)
+        WHERE state IN ('pending', 'running');
+    CREATE UNIQUE INDEX workers_by_request_id ON workers (caller_scope, request_id)
+        WHERE request_id IS NOT NULL;
+    CREATE UNIQUE INDEX workers_by_token_hash ON workers (token_hash)
+        WHERE token_hash IS NOT NULL;
+    CREATE TABLE worker_events (
+        worker_id TEXT COLLATE "C" NOT NULL REFERENCES workers (id),
+        sequence  BIGINT NOT NULL CHECK (sequence >= 1),
+        state     TEXT   NOT NULL
+            CHECK (state IN ('pending', 'running', 'completed', 'failed', 'killed')),
+        time_ms   BIGINT NOT NULL,
+        snapshot  TEXT   NOT NULL,
+        progress  TEXT,
+        PRIMARY KEY (worker_id, sequence)
+    );
+    CREATE TABLE dedupe_claims (
+        key        TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+        worker_id  TEXT COLLATE "C" NOT NULL,
+        claimed_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+        expires_at TIMESTAMPTZ NOT NULL
+    );"#,
+];
+
+/// Brings the schema up to date under the migration advisory lock, or refuses a newer one.
+/// Returns the version found before migrating.
+pub(super) async fn migrate(client: &mut Client) -> Result<i64, StoreError> {
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .pg("migrate: take the advisory lock")?;
+    let result = migrate_locked(client).await;
+    // Released on every path; a dead connection releases it by itself.
+    let _ = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
+        .await;
+    result
+}
+
+async fn migrate_locked(client: &mut Client) -> Result<i64, StoreError> {
+    client
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS agentry_schema (
+                 one     BOOLEAN PRIMARY KEY DEFAULT true CHECK (one),
+                 version BIGINT  NOT NULL CHECK (version >= 0)
+             );
+             INSERT INTO agentry_schema (version) VALUES (0) ON CONFLICT DO NOTHING;",
+        )
+        .await
+        .pg("migrate: create the version table")?;
+    let found = schema_version(client).await?;
+    let known = MIGRATIONS.len() as i64;
+    if found > known {
+        return Err(StoreError::SchemaTooNew { found, known });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        let version = i as i64 + 1;
+        let tx = client.transaction().await.pg("migrate: begin")?;
+        tx.batch_execute(sql)
+            .await
+            .pg_with(|| format!("apply schema migration {version}"))?;
+        tx.execute("UPDATE agentry_schema SET version = $1", &[&version])
+            .await
+            .pg("record schema version")?;
+        tx.commit().await.pg("migrate: commit")?;
+    }
+    Ok(found)
+}
+
+/// The version recorded in `agentry_schema`.
+pub(super) async fn schema_version(client: &Client) -> Result<i64, StoreError> {
+    let row = client
+        .query_one("SELECT version FROM agentry_schema", &[])
+        .await
+        .pg("read schema version")?;
+    Ok(row.get(0))
+}

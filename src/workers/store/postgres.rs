@@ -1,0 +1,1333 @@
+//! The shared backend: PostgreSQL for several replicas (SPEC §9), through `tokio-postgres` with
+//! a `deadpool-postgres` pool.
+//!
+//! The database is the arbiter of every race: a transition locks its row (`FOR UPDATE`), asks
+//! the lifecycle and writes row and event in one short transaction; the orphan close is a
+//! compare-and-set on the state of rows whose replica's lease expired on the database clock;
+//! dedupe claims are `INSERT … ON CONFLICT`. Each commit of an event sends `NOTIFY agentry_events
+//! '<worker_id>:<sequence>'`; one dedicated `LISTEN` connection per process turns those (and
+//! stop requests on `agentry_stop`) into [`Notice`]s. Notices are hints: the listener sends
+//! [`Notice::Resync`] after every (re)connect, and readers poll as well.
+
+use std::str::FromStr;
+
+use std::time::Duration;
+
+use deadpool_postgres::GenericClient;
+use deadpool_postgres::{Client, Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio::sync::broadcast;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{AsyncMessage, IsolationLevel, NoTls, Row};
+
+use super::pg_schema;
+use super::rows::{Snapshot, advance, to_sql_sequence};
+use super::schema::COLUMNS;
+use super::{Applied, Lease, ListQuery, Notice, ParentFilter, Patch, StoreError, WorkerStore};
+use crate::workers::lifecycle::Event;
+use crate::workers::model::{Progress, WorkerEvent, WorkerId, WorkerRecord, WorkerState};
+
+/// Connections in the pool.
+const POOL_SIZE: usize = 16;
+/// How long a start-up or pooled connection attempt may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Pause between two attempts of the listener to reconnect.
+const LISTEN_RETRY: Duration = Duration::from_millis(500);
+/// Notices buffered per receiver; one that lags re-reads (it gets `Lagged`, then resyncs).
+const NOTICE_BUFFER: usize = 1024;
+/// A dedupe claim whose worker row has not appeared after this long is taken over: its replica
+/// died between the claim and the row.
+const CLAIM_WITHOUT_ROW_SECS: f64 = 10.0;
+
+/// Who this process is among the replicas (`replica.name`, `replica.lease`).
+#[derive(Clone, Debug)]
+pub struct ReplicaSettings {
+    /// Shown in orphan errors and logs; default the host name.
+    pub name: String,
+    /// How long the replica row stays valid without renewal.
+    pub lease: Duration,
+}
+
+/// [`WorkerStore`] on a PostgreSQL database shared by several replicas.
+pub struct PostgresStore {
+    pool: Pool,
+    /// This process's replica row: random per start.
+    replica_id: String,
+    replica: ReplicaSettings,
+    /// Where [`Notice`]s are published; the listener task holds a clone.
+    notices: broadcast::Sender<Notice>,
+    /// The `LISTEN` task, ended with the store.
+    listener: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("replica_id", &self.replica_id)
+            .field("replica", &self.replica)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
+}
+
+/// `url` with its password replaced by `***`, for messages and logs.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        // A key=value connection string: hide `password=…`.
+        return url
+            .split_whitespace()
+            .map(|kv| {
+                if kv.to_ascii_lowercase().starts_with("password=") {
+                    "password=***"
+                } else {
+                    kv
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+    };
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{host}"),
+            None => authority.to_owned(),
+        },
+        None => authority.to_owned(),
+    };
+    // `?password=` in the query string.
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|kv| {
+                    if kv.to_ascii_lowercase().starts_with("password=") {
+                        "password=***".to_owned()
+                    } else {
+                        kv.to_owned()
+                    }
+                })
+                .collect();
+            format!("{path}?{}", query.join("&"))
+        }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}://{authority}{tail}")
+}
+
+/// Attaches what the store was doing to a driver or pool error.
+pub(super) trait PgContext<T> {
+    /// Adds a fixed description.
+    fn pg(self, what: &str) -> Result<T, StoreError>;
+    /// Adds a description built only on error.
+    fn pg_with(self, what: impl FnOnce() -> String) -> Result<T, StoreError>;
+}
+
+impl<T, E: std::fmt::Display> PgContext<T> for Result<T, E> {
+    fn pg(self, what: &str) -> Result<T, StoreError> {
+        self.pg_with(|| what.to_owned())
+    }
+
+    fn pg_with(self, what: impl FnOnce() -> String) -> Result<T, StoreError> {
+        self.map_err(|e| StoreError::Postgres {
+            context: what(),
+            message: error_text(&e),
+        })
+    }
+}
+
+/// The driver's message with its cause (tokio-postgres puts the server's text in the source).
+fn error_text(e: &impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// The SQLSTATE of a driver error, if the server sent one.
+fn sqlstate(e: &tokio_postgres::Error) -> Option<&str> {
+    e.code().map(tokio_postgres::error::SqlState::code)
+}
+
+impl PostgresStore {
+    /// Connects to `url`, brings the schema up to date under the migration lock (refusing a
+    /// newer one), registers this process as a replica with a fresh lease and starts the
+    /// `LISTEN` connection. An unreachable database is [`StoreError::Unreachable`] naming the
+    /// URL without its password.
+    pub async fn open(url: &str, replica: ReplicaSettings) -> Result<Self, StoreError> {
+        let shown = redact_url(url);
+        let mut config =
+            tokio_postgres::Config::from_str(url).map_err(|e| StoreError::Unreachable {
+                url: shown.clone(),
+                message: format!("invalid URL: {e}"),
+            })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("agentry");
+        }
+        let manager = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .wait_timeout(Some(CONNECT_TIMEOUT * 2))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .map_err(|e| StoreError::Unreachable {
+                url: shown.clone(),
+                message: e.to_string(),
+            })?;
+        let mut client = pool.get().await.map_err(|e| StoreError::Unreachable {
+            url: shown.clone(),
+            message: pool_error_text(&e),
+        })?;
+        pg_schema::migrate(&mut client).await?;
+        let replica_id = format!("r-{}", crate::workers::model::generate_token());
+        client
+            .execute(
+                "INSERT INTO replicas (id, name, expires_at)
+                 VALUES ($1, $2, now() + $3::BIGINT * interval '1 millisecond')",
+                &[&replica_id, &replica.name, &lease_ms(replica.lease)],
+            )
+            .await
+            .pg("register replica")?;
+        drop(client);
+        let (notices, _) = broadcast::channel(NOTICE_BUFFER);
+        let (ready_tx, ready) = tokio::sync::oneshot::channel();
+        let listener = tokio::spawn(listen(config, notices.clone(), ready_tx));
+        // Listening before anything is committed, so this process misses no notice of its
+        // own start; a listener slow to connect is not fatal (readers poll anyway).
+        if tokio::time::timeout(CONNECT_TIMEOUT, ready).await.is_err() {
+            tracing::warn!(url = %shown, "store listener not connected yet; watchers poll until it is");
+        }
+        tracing::info!(replica = %replica.name, replica_id = %replica_id, url = %shown, "registered replica");
+        Ok(PostgresStore {
+            pool,
+            replica_id,
+            replica,
+            notices,
+            listener,
+        })
+    }
+
+    /// This process's replica id (random per start).
+    pub fn replica_id(&self) -> &str {
+        &self.replica_id
+    }
+
+    async fn client(&self) -> Result<Client, StoreError> {
+        self.pool.get().await.map_err(|e| StoreError::Postgres {
+            context: "get a connection".to_owned(),
+            message: pool_error_text(&e),
+        })
+    }
+}
+
+/// A pool error with its cause (the pool's own text says only "backend error").
+fn pool_error_text(e: &deadpool_postgres::PoolError) -> String {
+    use std::error::Error;
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    text
+}
+
+fn lease_ms(lease: Duration) -> i64 {
+    i64::try_from(lease.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The listener: one dedicated connection that `LISTEN`s on `agentry_events` and
+/// `agentry_stop`, turning notifications into [`Notice`]s; reconnects forever, sending
+/// [`Notice::Resync`] after each connect so receivers re-read what they may have missed.
+async fn listen(
+    config: tokio_postgres::Config,
+    notices: broadcast::Sender<Notice>,
+    ready: tokio::sync::oneshot::Sender<()>,
+) {
+    let mut ready = Some(ready);
+    loop {
+        match config.connect(NoTls).await {
+            Ok((client, mut connection)) => {
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+                // The connection must be polled for LISTEN to complete and for messages.
+                let pump = tokio::spawn(async move {
+                    while let Some(message) =
+                        std::future::poll_fn(|cx| connection.poll_message(cx)).await
+                    {
+                        match message {
+                            Ok(AsyncMessage::Notification(n)) => {
+                                let _ = tx.send((n.channel().to_owned(), n.payload().to_owned()));
+                            }
+                            Ok(_) => {}
+                            Err(e) => {
+                                tracing::warn!(error = %e, "store listener connection failed");
+                                break;
+                            }
+                        }
+                    }
+                });
+                if let Err(e) = client
+                    .batch_execute("LISTEN agentry_events; LISTEN agentry_stop")
+                    .await
+                {
+                    tracing::warn!(error = %e, "store listener cannot LISTEN");
+                    pump.abort();
+                } else {
+                    let _ = notices.send(Notice::Resync);
+                    if let Some(ready) = ready.take() {
+                        let _ = ready.send(());
+                    }
+                    while let Some((channel, payload)) = rx.recv().await {
+                        if let Some(notice) = parse_notice(&channel, &payload) {
+                            let _ = notices.send(notice);
+                        }
+                    }
+                    tracing::warn!("store listener disconnected; reconnecting");
+                }
+                drop(client);
+            }
+            Err(e) => tracing::debug!(error = %e, "store listener cannot connect"),
+        }
+        tokio::time::sleep(LISTEN_RETRY).await;
+    }
+}
+
+/// A notification payload as a [`Notice`]; anything malformed is dropped (only a hint).
+fn parse_notice(channel: &str, payload: &str) -> Option<Notice> {
+    match channel {
+        "agentry_events" => {
+            let (id, sequence) = payload.rsplit_once(':')?;
+            Some(Notice::Event {
+                worker_id: WorkerId::parse(id).ok()?,
+                sequence: sequence.parse().ok()?,
+            })
+        }
+        "agentry_stop" => Some(Notice::Stop {
+            worker_id: WorkerId::parse(payload).ok()?,
+        }),
+        _ => None,
+    }
+}
+
+/// Decodes a `workers` row selected as [`COLUMNS`].
+fn read_record(row: &Row) -> Result<WorkerRecord, StoreError> {
+    let corrupt = |what: &str, e: &dyn std::fmt::Display| {
+        StoreError::Corrupt(format!("worker row: {what}: {e}"))
+    };
+    let id = |i: usize| -> Result<WorkerId, StoreError> {
+        let text: &str = row.try_get(i).map_err(|e| corrupt("id", &e))?;
+        WorkerId::parse(text).map_err(|e| corrupt("id", &e))
+    };
+    let parent: Option<&str> = row.try_get(5).map_err(|e| corrupt("parent_id", &e))?;
+    let state: &str = row.try_get(7).map_err(|e| corrupt("state", &e))?;
+    let effective: &str = row.try_get(19).map_err(|e| corrupt("effective", &e))?;
+    let get = |e: tokio_postgres::Error| corrupt("column", &e);
+    Ok(WorkerRecord {
+        id: id(0)?,
+        agent: row.try_get(1).map_err(get)?,
+        description: row.try_get(2).map_err(get)?,
+        prompt: row.try_get(3).map_err(get)?,
+        workspace: row.try_get(4).map_err(get)?,
+        parent_id: parent
+            .map(WorkerId::parse)
+            .transpose()
+            .map_err(|e| corrupt("parent_id", &e))?,
+        depth: u32::try_from(row.try_get::<_, i64>(6).map_err(get)?)
+            .map_err(|e| corrupt("depth", &e))?,
+        state: state.parse().map_err(|e| corrupt("state", &e))?,
+        sequence: u64::try_from(row.try_get::<_, i64>(8).map_err(get)?)
+            .map_err(|e| corrupt("sequence", &e))?,
+        create_time_ms: row.try_get(9).map_err(get)?,
+        start_time_ms: row.try_get(10).map_err(get)?,
+        close_time_ms: row.try_get(11).map_err(get)?,
+        result: row.try_get(12).map_err(get)?,
+        structured_result: row.try_get(13).map_err(get)?,
+        error: row.try_get(14).map_err(get)?,
+        exit_code: row.try_get(15).map_err(get)?,
+        caller_scope: row.try_get(16).map_err(get)?,
+        request_id: row.try_get(17).map_err(get)?,
+        token_hash: row.try_get(18).map_err(get)?,
+        effective: serde_json::from_str(effective).map_err(|e| corrupt("effective", &e))?,
+        last_activity_ms: row.try_get(20).map_err(get)?,
+    })
+}
+
+/// Decodes a `worker_events` row (sequence, state, time_ms, snapshot, progress) over the
+/// worker's fixed fields.
+fn read_event(row: &Row, current: &WorkerRecord) -> Result<WorkerEvent, StoreError> {
+    let corrupt = |what: &str, e: &dyn std::fmt::Display| {
+        StoreError::Corrupt(format!("worker event: {what}: {e}"))
+    };
+    let sequence = u64::try_from(
+        row.try_get::<_, i64>(0)
+            .map_err(|e| corrupt("sequence", &e))?,
+    )
+    .map_err(|e| corrupt("sequence", &e))?;
+    let state: &str = row.try_get(1).map_err(|e| corrupt("state", &e))?;
+    let state: WorkerState = state.parse().map_err(|e| corrupt("state", &e))?;
+    let time_ms: i64 = row.try_get(2).map_err(|e| corrupt("time_ms", &e))?;
+    let snapshot: &str = row.try_get(3).map_err(|e| corrupt("snapshot", &e))?;
+    let snapshot: Snapshot = serde_json::from_str(snapshot).map_err(|e| corrupt("snapshot", &e))?;
+    let progress: Option<&str> = row.try_get(4).map_err(|e| corrupt("progress", &e))?;
+    let progress = progress
+        .map(serde_json::from_str::<Progress>)
+        .transpose()
+        .map_err(|e| corrupt("progress", &e))?;
+    let worker = snapshot.over(current, state, sequence, time_ms);
+    Ok(WorkerEvent {
+        worker_id: worker.id.clone(),
+        sequence,
+        state,
+        time_ms,
+        worker,
+        progress,
+    })
+}
+
+/// One row of `workers` by id; `lock` takes its row lock for the rest of the transaction.
+async fn select_worker(
+    c: &impl GenericClient,
+    id: &WorkerId,
+    lock: bool,
+) -> Result<Option<WorkerRecord>, StoreError> {
+    let sql = if lock {
+        format!("SELECT {COLUMNS} FROM workers WHERE id = $1 FOR UPDATE")
+    } else {
+        format!("SELECT {COLUMNS} FROM workers WHERE id = $1")
+    };
+    let row = c
+        .query_opt(sql.as_str(), &[&id.as_str()])
+        .await
+        .pg("read worker")?;
+    row.as_ref().map(read_record).transpose()
+}
+
+/// Appends an event row and queues its notification (sent by the server at commit).
+async fn insert_event(c: &impl GenericClient, event: &WorkerEvent) -> Result<(), StoreError> {
+    let snapshot = serde_json::to_string(&Snapshot::of(&event.worker))
+        .map_err(|e| StoreError::Corrupt(format!("cannot encode event snapshot: {e}")))?;
+    let progress = event
+        .progress
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| StoreError::Corrupt(format!("cannot encode progress: {e}")))?;
+    c.execute(
+        "INSERT INTO worker_events (worker_id, sequence, state, time_ms, snapshot, progress)
+         VALUES ($1, $2, $3, $4, $5, $6)",
+        &[
+            &event.worker_id.as_str(),
+            &to_sql_sequence(event.sequence),
+            &event.state.as_str(),
+            &event.time_ms,
+            &snapshot,
+            &progress,
+        ],
+    )
+    .await
+    .pg("insert worker event")?;
+    let payload = format!("{}:{}", event.worker_id, event.sequence);
+    c.execute("SELECT pg_notify('agentry_events', $1)", &[&payload])
+        .await
+        .pg("notify worker event")?;
+    Ok(())
+}
+
+/// The transition inside the caller's transaction, with the row locked: the same rules as
+/// SQLite's, and a compare-and-set on the sequence as a second guard.
+async fn apply_in(
+    tx: &impl GenericClient,
+    id: &WorkerId,
+    event: Event,
+    patch: Patch,
+    now_ms: i64,
+) -> Result<Applied, StoreError> {
+    let current = select_worker(tx, id, true)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(id.clone()))?;
+    let Some(next) = advance(&current, event, patch, now_ms)? else {
+        return Ok(Applied::Absorbed(current));
+    };
+    let changed = tx
+        .execute(
+            "UPDATE workers SET state = $2, sequence = $3, start_time_ms = $4,
+                 close_time_ms = $5, result = $6, structured_result = $7, error = $8,
+                 exit_code = $9, token_hash = $10, last_activity_ms = $12,
+                 stop_reason = CASE WHEN $13 THEN NULL ELSE stop_reason END
+             WHERE id = $1 AND sequence = $11",
+            &[
+                &next.id.as_str(),
+                &next.state.as_str(),
+                &to_sql_sequence(next.sequence),
+                &next.start_time_ms,
+                &next.close_time_ms,
+                &next.result,
+                &next.structured_result,
+                &next.error,
+                &next.exit_code,
+                &next.token_hash,
+                &to_sql_sequence(current.sequence),
+                &next.last_activity_ms,
+                &next.state.is_terminal(),
+            ],
+        )
+        .await
+        .pg("update worker")?;
+    if changed != 1 {
+        return Err(StoreError::Corrupt(format!(
+            "worker {id} changed under its row lock (expected sequence {})",
+            current.sequence
+        )));
+    }
+    let event = WorkerEvent {
+        worker_id: next.id.clone(),
+        sequence: next.sequence,
+        state: next.state,
+        time_ms: now_ms,
+        worker: next,
+        progress: None,
+    };
+    insert_event(tx, &event).await?;
+    Ok(Applied::Moved(event))
+}
+
+/// The open rows of replicas whose lease has expired (or whose replica row is gone), oldest
+/// first, with the lost replica's name.
+const ORPHANS_SQL: &str = "SELECT w.id, COALESCE(r.name, w.replica_id, 'unknown') FROM workers w
+     LEFT JOIN replicas r ON r.id = w.replica_id
+     WHERE w.state IN ('pending', 'running') AND (r.id IS NULL OR r.expires_at < now())
+     ORDER BY w.create_time_ms, w.id";
+
+/// The SQL and arguments of one list page; every filter becomes a `$n` placeholder.
+fn list_sql(q: &ListQuery) -> (String, Vec<Box<dyn ToSql + Sync + Send>>) {
+    let mut sql = format!("SELECT {COLUMNS} FROM workers WHERE true");
+    let mut args: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
+    let next = |args: &mut Vec<Box<dyn ToSql + Sync + Send>>,
+                value: Box<dyn ToSql + Sync + Send>| {
+        args.push(value);
+        format!("${}", args.len())
+    };
+    match &q.parent {
+        ParentFilter::Any => {}
+        ParentFilter::TopLevel => sql.push_str(" AND parent_id IS NULL"),
+        ParentFilter::Worker(parent) => {
+            let n = next(&mut args, Box::new(parent.as_str().to_owned()));
+            sql.push_str(&format!(" AND parent_id = {n}"));
+        }
+    }
+    if let Some(scope) = &q.caller_scope {
+        let n = next(&mut args, Box::new(scope.clone()));
+        sql.push_str(&format!(" AND caller_scope = {n}"));
+    }
+    let states: Vec<String> = WorkerState::ALL
+        .into_iter()
+        .filter(|state| q.states.contains(state))
+        .map(|state| state.as_str().to_owned())
+        .collect();
+    if !states.is_empty() {
+        let n = next(&mut args, Box::new(states));
+        sql.push_str(&format!(" AND state = ANY({n})"));
+    }
+    if let Some((time_ms, id)) = &q.after {
+        let t = next(&mut args, Box::new(*time_ms));
+        let i = next(&mut args, Box::new(id.as_str().to_owned()));
+        sql.push_str(&format!(" AND (create_time_ms, id) > ({t}, {i})"));
+    }
+    let l = next(
+        &mut args,
+        Box::new(i64::try_from(q.limit).unwrap_or(i64::MAX)),
+    );
+    sql.push_str(&format!(" ORDER BY create_time_ms, id LIMIT {l}"));
+    (sql, args)
+}
+
+#[async_trait::async_trait]
+impl WorkerStore for PostgresStore {
+    async fn create(&self, rec: &WorkerRecord) -> Result<WorkerEvent, StoreError> {
+        let worker = WorkerRecord {
+            state: WorkerState::Pending,
+            sequence: 1,
+            start_time_ms: None,
+            close_time_ms: None,
+            result: None,
+            structured_result: None,
+            error: None,
+            exit_code: None,
+            last_activity_ms: rec.create_time_ms,
+            ..rec.clone()
+        };
+        let event = WorkerEvent {
+            worker_id: worker.id.clone(),
+            sequence: 1,
+            state: WorkerState::Pending,
+            time_ms: worker.create_time_ms,
+            worker,
+            progress: None,
+        };
+        let w = &event.worker;
+        let effective = serde_json::to_string(&w.effective)
+            .map_err(|e| StoreError::Corrupt(format!("cannot encode effective agent: {e}")))?;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.pg("create worker: begin")?;
+        let inserted = tx
+            .execute(
+                &format!(
+                    "INSERT INTO workers ({COLUMNS}, replica_id) VALUES
+                     ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+                      $17, $18, $19, $20, $21, $22)"
+                ),
+                &[
+                    &w.id.as_str(),
+                    &w.agent,
+                    &w.description,
+                    &w.prompt,
+                    &w.workspace,
+                    &w.parent_id.as_ref().map(WorkerId::as_str),
+                    &i64::from(w.depth),
+                    &w.state.as_str(),
+                    &to_sql_sequence(w.sequence),
+                    &w.create_time_ms,
+                    &w.start_time_ms,
+                    &w.close_time_ms,
+                    &w.result,
+                    &w.structured_result,
+                    &w.error,
+                    &w.exit_code,
+                    &w.caller_scope,
+                    &w.request_id,
+                    &w.token_hash,
+                    &effective,
+                    &w.last_activity_ms,
+                    &self.replica_id,
+                ],
+            )
+            .await;
+        if let Err(e) = inserted {
+            drop(tx);
+            // The unique index decides a request_id race between replicas.
+            if sqlstate(&e) == Some("23505")
+                && let Some(request_id) = &w.request_id
+                && let Some(existing) = self.find_by_request_id(&w.caller_scope, request_id).await?
+            {
+                return Err(StoreError::DuplicateRequestId {
+                    request_id: request_id.clone(),
+                    existing: existing.id,
+                });
+            }
+            return Err(StoreError::Postgres {
+                context: "insert worker".to_owned(),
+                message: error_text(&e),
+            });
+        }
+        insert_event(&tx, &event).await?;
+        tx.commit().await.pg("create worker: commit")?;
+        Ok(event)
+    }
+
+    async fn apply(
+        &self,
+        id: &WorkerId,
+        event: Event,
+        patch: Patch,
+        now_ms: i64,
+    ) -> Result<Applied, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.pg("apply worker event: begin")?;
+        let applied = apply_in(&tx, id, event, patch, now_ms).await?;
+        if matches!(applied, Applied::Moved(_)) {
+            tx.commit().await.pg("apply worker event: commit")?;
+        }
+        Ok(applied)
+    }
+
+    async fn get(&self, id: &WorkerId) -> Result<Option<WorkerRecord>, StoreError> {
+        let client = self.client().await?;
+        select_worker(&client, id, false).await
+    }
+
+    async fn list(&self, q: &ListQuery) -> Result<Vec<WorkerRecord>, StoreError> {
+        let (sql, args) = list_sql(q);
+        let client = self.client().await?;
+        let params: Vec<&(dyn ToSql + Sync)> = args
+            .iter()
+            .map(|a| a.as_ref() as &(dyn ToSql + Sync))
+            .collect();
+        let rows = client
+            .query(sql.as_str(), &params)
+            .await
+            .pg("list workers")?;
+        rows.iter().map(read_record).collect()
+    }
+
+    async fn events_after(
+        &self,
+        id: &WorkerId,
+        after_sequence: u64,
+    ) -> Result<Vec<WorkerEvent>, StoreError> {
+        let mut client = self.client().await?;
+        // One snapshot, so the row and its events are from the same moment.
+        let tx = client
+            .build_transaction()
+            .isolation_level(IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .pg("read worker events: begin")?;
+        let worker = select_worker(&tx, id, false)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(id.clone()))?;
+        let rows = tx
+            .query(
+                "SELECT sequence, state, time_ms, snapshot, progress FROM worker_events
+                 WHERE worker_id = $1 AND sequence > $2 ORDER BY sequence",
+                &[&id.as_str(), &to_sql_sequence(after_sequence)],
+            )
+            .await
+            .pg("read worker events")?;
+        let events = rows
+            .iter()
+            .map(|row| read_event(row, &worker))
+            .collect::<Result<Vec<_>, _>>()?;
+        let _ = tx.commit().await;
+        Ok(events)
+    }
+
+    async fn close_orphans(&self, now_ms: i64) -> Result<Vec<WorkerId>, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client
+            .transaction()
+            .await
+            .pg("close orphaned workers: begin")?;
+        // SKIP LOCKED: a row another sweeper (or its owner) is writing right now is left to
+        // it; the state compare-and-set below closes each row exactly once anyway.
+        let rows = tx
+            .query(&format!("{ORPHANS_SQL} FOR UPDATE OF w SKIP LOCKED"), &[])
+            .await
+            .pg("find orphaned workers")?;
+        let mut closed = Vec::new();
+        for row in &rows {
+            let id: &str = row.get(0);
+            let name: &str = row.get(1);
+            let id = WorkerId::parse(id)
+                .map_err(|e| StoreError::Corrupt(format!("worker row: id: {e}")))?;
+            let patch = Patch {
+                error: Some(format!("orphaned: replica {name} lost")),
+                ..Patch::default()
+            };
+            // The row is locked and open (the lock re-checked it): this moves it to failed.
+            if let Applied::Moved(_) = apply_in(&tx, &id, Event::Fail, patch, now_ms).await? {
+                closed.push(id);
+            }
+        }
+        tx.commit().await.pg("close orphaned workers: commit")?;
+        Ok(closed)
+    }
+
+    async fn open_workers(&self) -> Result<Vec<WorkerId>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(ORPHANS_SQL, &[])
+            .await
+            .pg("find orphaned workers")?;
+        rows.iter()
+            .map(|row| {
+                WorkerId::parse(row.get::<_, &str>(0))
+                    .map_err(|e| StoreError::Corrupt(format!("worker row: id: {e}")))
+            })
+            .collect()
+    }
+
+    async fn find_by_token_hash(&self, hash: &str) -> Result<Option<WorkerRecord>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                &format!(
+                    "SELECT {COLUMNS} FROM workers
+                     WHERE token_hash = $1 AND state IN ('pending', 'running')"
+                ),
+                &[&hash],
+            )
+            .await
+            .pg("find worker by token")?;
+        row.as_ref().map(read_record).transpose()
+    }
+
+    async fn append_progress(
+        &self,
+        id: &WorkerId,
+        progress: Progress,
+        now_ms: i64,
+        max_events: u64,
+    ) -> Result<WorkerEvent, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.pg("record progress: begin")?;
+        let current = select_worker(&tx, id, true)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(id.clone()))?;
+        if current.state != WorkerState::Running {
+            return Err(StoreError::NotRunning {
+                id: id.clone(),
+                state: current.state,
+            });
+        }
+        if current.sequence >= max_events {
+            return Err(StoreError::TooManyEvents {
+                id: id.clone(),
+                max: max_events,
+            });
+        }
+        let mut next = current;
+        next.sequence += 1;
+        next.last_activity_ms = now_ms;
+        tx.execute(
+            "UPDATE workers SET sequence = $2, last_activity_ms = $3 WHERE id = $1",
+            &[&id.as_str(), &to_sql_sequence(next.sequence), &now_ms],
+        )
+        .await
+        .pg("record progress")?;
+        let event = WorkerEvent {
+            worker_id: next.id.clone(),
+            sequence: next.sequence,
+            state: next.state,
+            time_ms: now_ms,
+            worker: next,
+            progress: Some(progress),
+        };
+        insert_event(&tx, &event).await?;
+        tx.commit().await.pg("record progress: commit")?;
+        Ok(event)
+    }
+
+    async fn find_by_request_id(
+        &self,
+        caller_scope: &str,
+        request_id: &str,
+    ) -> Result<Option<WorkerRecord>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                &format!(
+                    "SELECT {COLUMNS} FROM workers WHERE caller_scope = $1 AND request_id = $2"
+                ),
+                &[&caller_scope, &request_id],
+            )
+            .await
+            .pg("find worker by request_id")?;
+        row.as_ref().map(read_record).transpose()
+    }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
+
+    async fn renew_lease(&self) -> Result<Lease, StoreError> {
+        let client = self.client().await?;
+        // Both sides of the comparison are the database's clock.
+        let row = client
+            .query_opt(
+                "WITH before AS (SELECT expires_at > now() AS alive FROM replicas WHERE id = $1)
+                 UPDATE replicas
+                    SET renewed_at = now(),
+                        expires_at = now() + $2::BIGINT * interval '1 millisecond'
+                  WHERE id = $1
+                 RETURNING (SELECT alive FROM before)",
+                &[&self.replica_id, &lease_ms(self.replica.lease)],
+            )
+            .await
+            .pg("renew replica lease")?;
+        match row {
+            Some(row) if row.get::<_, Option<bool>>(0) == Some(true) => Ok(Lease::Renewed),
+            Some(_) => Ok(Lease::Lapsed),
+            None => {
+                // Someone removed the row: register again under the same id.
+                client
+                    .execute(
+                        "INSERT INTO replicas (id, name, expires_at)
+                         VALUES ($1, $2, now() + $3::BIGINT * interval '1 millisecond')
+                         ON CONFLICT (id) DO UPDATE SET expires_at = EXCLUDED.expires_at",
+                        &[
+                            &self.replica_id,
+                            &self.replica.name,
+                            &lease_ms(self.replica.lease),
+                        ],
+                    )
+                    .await
+                    .pg("register replica again")?;
+                Ok(Lease::Lapsed)
+            }
+        }
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client.simple_query("SELECT 1").await.pg("ping")?;
+        Ok(())
+    }
+
+    fn notices(&self) -> Option<broadcast::Receiver<Notice>> {
+        Some(self.notices.subscribe())
+    }
+
+    async fn request_stop(&self, id: &WorkerId, reason: &str) -> Result<bool, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.pg("request stop: begin")?;
+        let changed = tx
+            .execute(
+                "UPDATE workers SET stop_reason = $3
+                  WHERE id = $1 AND state IN ('pending', 'running')
+                    AND replica_id IS DISTINCT FROM $2",
+                &[&id.as_str(), &self.replica_id, &reason],
+            )
+            .await
+            .pg("request stop")?;
+        if changed == 1 {
+            tx.execute("SELECT pg_notify('agentry_stop', $1)", &[&id.as_str()])
+                .await
+                .pg("notify stop")?;
+        }
+        tx.commit().await.pg("request stop: commit")?;
+        Ok(changed == 1)
+    }
+
+    async fn stop_requests(&self) -> Result<Vec<(WorkerId, String)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT id, stop_reason FROM workers
+                  WHERE replica_id = $1 AND state IN ('pending', 'running')
+                    AND stop_reason IS NOT NULL",
+                &[&self.replica_id],
+            )
+            .await
+            .pg("read stop requests")?;
+        rows.iter()
+            .map(|row| {
+                let id = WorkerId::parse(row.get::<_, &str>(0))
+                    .map_err(|e| StoreError::Corrupt(format!("worker row: id: {e}")))?;
+                Ok((id, row.get::<_, String>(1)))
+            })
+            .collect()
+    }
+
+    async fn claim_dedupe(
+        &self,
+        key: &str,
+        worker: &WorkerId,
+        ttl: Duration,
+    ) -> Result<Option<WorkerId>, StoreError> {
+        let client = self.client().await?;
+        let ttl_ms = lease_ms(ttl);
+        // One statement: insert, or take over a claim that no longer serves (expired, its
+        // worker failed or was killed, or its worker never appeared); the row lock taken by ON
+        // CONFLICT makes concurrent claimers queue, so exactly one wins.
+        let won = client
+            .query_opt(
+                "INSERT INTO dedupe_claims (key, worker_id, expires_at)
+                 VALUES ($1, $2, now() + $3::BIGINT * interval '1 millisecond')
+                 ON CONFLICT (key) DO UPDATE
+                    SET worker_id = EXCLUDED.worker_id, claimed_at = now(),
+                        expires_at = EXCLUDED.expires_at
+                  WHERE dedupe_claims.expires_at <= now()
+                     OR EXISTS (SELECT 1 FROM workers w WHERE w.id = dedupe_claims.worker_id
+                                AND w.state IN ('failed', 'killed'))
+                     OR (NOT EXISTS (SELECT 1 FROM workers w
+                                     WHERE w.id = dedupe_claims.worker_id)
+                         AND dedupe_claims.claimed_at
+                             < now() - $4::DOUBLE PRECISION * interval '1 second')
+                 RETURNING worker_id",
+                &[&key, &worker.as_str(), &ttl_ms, &CLAIM_WITHOUT_ROW_SECS],
+            )
+            .await
+            .pg("claim dedupe key")?;
+        if won.is_some() {
+            return Ok(None);
+        }
+        let holder = client
+            .query_opt(
+                "SELECT worker_id FROM dedupe_claims WHERE key = $1",
+                &[&key],
+            )
+            .await
+            .pg("read dedupe claim")?;
+        match holder {
+            Some(row) => {
+                let id = WorkerId::parse(row.get::<_, &str>(0))
+                    .map_err(|e| StoreError::Corrupt(format!("dedupe claim: {e}")))?;
+                Ok((id != *worker).then_some(id))
+            }
+            // Released in between: the next dispatch claims it; this one runs.
+            None => Ok(None),
+        }
+    }
+
+    async fn release_dedupe(&self, key: &str, worker: &WorkerId) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "DELETE FROM dedupe_claims WHERE key = $1 AND worker_id = $2",
+                &[&key, &worker.as_str()],
+            )
+            .await
+            .pg("release dedupe claim")?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::sync::Arc;
+
+    use super::pg_schema::MIGRATIONS;
+    use super::*;
+    use crate::workers::store::suite::{self, create, moved};
+    use crate::workers::store::testdb::TestDb;
+
+    fn replica(name: &str, lease_ms: u64) -> ReplicaSettings {
+        ReplicaSettings {
+            name: name.to_owned(),
+            lease: Duration::from_millis(lease_ms),
+        }
+    }
+
+    async fn open(db: &TestDb, name: &str) -> PostgresStore {
+        PostgresStore::open(&db.url, replica(name, 60_000))
+            .await
+            .unwrap()
+    }
+
+    suite::store_suite!(async {
+        let db = TestDb::create().await?;
+        let store = open(&db, "suite").await;
+        Some((db, Arc::new(store) as Arc<dyn WorkerStore>))
+    });
+
+    /// Ends `store`'s lease now, on the database clock, as if its process had died.
+    async fn expire(store: &PostgresStore) {
+        store
+            .client()
+            .await
+            .unwrap()
+            .execute(
+                "UPDATE replicas SET expires_at = now() - interval '1 second' WHERE id = $1",
+                &[&store.replica_id],
+            )
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn orphans_of_a_lost_replica_are_closed_exactly_once() {
+        let Some(db) = TestDb::create().await else {
+            return;
+        };
+        let a = open(&db, "a").await;
+        let b = open(&db, "b").await;
+        let c = open(&db, "c").await;
+        let pending = create(&a, None, 1_000).await;
+        let running = create(&a, None, 2_000).await;
+        a.apply(&running.id, Event::Start, Patch::default(), 2_100)
+            .await
+            .unwrap();
+        let done = create(&a, None, 3_000).await;
+        a.apply(&done.id, Event::Start, Patch::default(), 3_100)
+            .await
+            .unwrap();
+        let done = moved(
+            a.apply(&done.id, Event::Complete, Patch::default(), 3_200)
+                .await
+                .unwrap(),
+        )
+        .worker;
+        let bs_own = create(&b, None, 4_000).await;
+
+        // While a lives, nothing is an orphan.
+        assert_eq!(b.open_workers().await.unwrap(), []);
+        assert_eq!(b.close_orphans(5_000).await.unwrap(), []);
+
+        expire(&a).await;
+        assert_eq!(
+            b.open_workers().await.unwrap(),
+            [pending.id.clone(), running.id.clone()]
+        );
+        // Two sweepers at once: every orphan closed by exactly one of them.
+        let (by_b, by_c) = tokio::join!(b.close_orphans(9_000), c.close_orphans(9_000));
+        let (by_b, by_c) = (by_b.unwrap(), by_c.unwrap());
+        let all: HashSet<_> = by_b.iter().chain(&by_c).cloned().collect();
+        assert_eq!(by_b.len() + by_c.len(), 2, "{by_b:?} {by_c:?}");
+        assert_eq!(all, HashSet::from([pending.id.clone(), running.id.clone()]));
+        for (rec, sequence) in [(&pending, 2), (&running, 3)] {
+            let now = b.get(&rec.id).await.unwrap().unwrap();
+            assert_eq!(now.state, WorkerState::Failed);
+            assert_eq!(now.error.as_deref(), Some("orphaned: replica a lost"));
+            assert_eq!(now.close_time_ms, Some(9_000));
+            assert_eq!(now.token_hash, None);
+            assert_eq!(now.sequence, sequence);
+            assert_eq!(
+                b.events_after(&rec.id, 0).await.unwrap().len() as u64,
+                sequence
+            );
+        }
+        assert_eq!(b.get(&done.id).await.unwrap(), Some(done));
+        assert_eq!(
+            b.get(&bs_own.id).await.unwrap().unwrap().state,
+            WorkerState::Pending
+        );
+        assert_eq!(c.close_orphans(10_000).await.unwrap(), []);
+
+        // The zombie owner's late outcome never overwrites the orphan close.
+        let late = a
+            .apply(&running.id, Event::Complete, Patch::default(), 11_000)
+            .await;
+        assert!(matches!(late, Err(StoreError::Illegal(_))), "{late:?}");
+        // Renewing tells the owner its lease had lapsed.
+        assert_eq!(a.renew_lease().await.unwrap(), Lease::Lapsed);
+        assert_eq!(a.renew_lease().await.unwrap(), Lease::Renewed);
+    }
+
+    #[tokio::test]
+    async fn a_stop_request_reaches_the_owner() {
+        let Some(db) = TestDb::create().await else {
+            return;
+        };
+        let a = open(&db, "a").await;
+        let b = open(&db, "b").await;
+        let mut notices = a.notices().unwrap();
+        let rec = create(&a, None, 1_000).await;
+        assert!(b.request_stop(&rec.id, "from b").await.unwrap());
+        assert_eq!(
+            a.stop_requests().await.unwrap(),
+            [(rec.id.clone(), "from b".to_owned())]
+        );
+        assert!(b.stop_requests().await.unwrap().is_empty());
+        let stop = loop {
+            let n = tokio::time::timeout(Duration::from_secs(10), notices.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            if matches!(n, Notice::Stop { .. }) {
+                break n;
+            }
+        };
+        assert_eq!(
+            stop,
+            Notice::Stop {
+                worker_id: rec.id.clone()
+            }
+        );
+        // The owner kills it: the request is done with, and a terminal row takes none.
+        a.apply(&rec.id, Event::Kill, Patch::default(), 2_000)
+            .await
+            .unwrap();
+        assert!(a.stop_requests().await.unwrap().is_empty());
+        assert!(!b.request_stop(&rec.id, "again").await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn events_committed_anywhere_are_announced_everywhere() {
+        let Some(db) = TestDb::create().await else {
+            return;
+        };
+        let a = open(&db, "a").await;
+        let b = open(&db, "b").await;
+        let mut notices = b.notices().unwrap();
+        let rec = create(&a, None, 1_000).await;
+        a.apply(&rec.id, Event::Start, Patch::default(), 1_100)
+            .await
+            .unwrap();
+        let mut seen = Vec::new();
+        while seen.len() < 2 {
+            match tokio::time::timeout(Duration::from_secs(10), notices.recv())
+                .await
+                .unwrap()
+                .unwrap()
+            {
+                Notice::Event {
+                    worker_id,
+                    sequence,
+                } if worker_id == rec.id => seen.push(sequence),
+                _ => {}
+            }
+        }
+        assert_eq!(seen, [1, 2]);
+    }
+
+    #[tokio::test]
+    async fn a_dedupe_claim_is_won_once_across_replicas() {
+        let Some(db) = TestDb::create().await else {
+            return;
+        };
+        let a = open(&db, "a").await;
+        let b = open(&db, "b").await;
+        let ttl = Duration::from_secs(60);
+        let wa = create(&a, None, 1_000).await;
+        let wb = create(&b, None, 1_000).await;
+        let (ra, rb) = tokio::join!(
+            a.claim_dedupe("key", &wa.id, ttl),
+            b.claim_dedupe("key", &wb.id, ttl)
+        );
+        let (ra, rb) = (ra.unwrap(), rb.unwrap());
+        let winner = match (&ra, &rb) {
+            (None, Some(holder)) => {
+                assert_eq!(*holder, wa.id);
+                &wa
+            }
+            (Some(holder), None) => {
+                assert_eq!(*holder, wb.id);
+                &wb
+            }
+            other => panic!("exactly one claim must win: {other:?}"),
+        };
+        // A failed worker's claim is taken over by the next dispatch.
+        a.apply(&winner.id, Event::Fail, Patch::default(), 2_000)
+            .await
+            .unwrap();
+        let next = create(&a, None, 3_000).await;
+        assert_eq!(a.claim_dedupe("key", &next.id, ttl).await.unwrap(), None);
+        assert_eq!(
+            b.claim_dedupe("key", &wb.id, ttl).await.unwrap(),
+            Some(next.id.clone())
+        );
+        // An expired claim too.
+        let short = Duration::from_millis(1);
+        a.release_dedupe("key", &next.id).await.unwrap();
+        assert_eq!(a.claim_dedupe("key", &next.id, short).await.unwrap(), None);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(b.claim_dedupe("key", &wb.id, ttl).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_newer_schema_is_refused_naming_both_versions() {
+        let Some(db) = TestDb::create().await else {
+            return;
+        };
+        let store = open(&db, "a").await;
+        let known = MIGRATIONS.len() as i64;
+        store
+            .client()
+            .await
+            .unwrap()
+            .execute("UPDATE agentry_schema SET version = 999", &[])
+            .await
+            .unwrap();
+        let err = PostgresStore::open(&db.url, replica("b", 60_000))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::SchemaTooNew { found: 999, known: k } if k == known),
+            "{err:?}"
+        );
+        let message = err.to_string();
+        assert!(
+            message.contains("version 999") && message.contains(&format!("(version {known})")),
+            "{message}"
+        );
+    }
+
+    #[tokio::test]
+    async fn replicas_starting_together_migrate_once() {
+        let Some(db) = TestDb::create().await else {
+            return;
+        };
+        let mut stores = Vec::new();
+        for i in 0..4 {
+            let url = db.url.clone();
+            stores.push(tokio::spawn(async move {
+                PostgresStore::open(&url, replica(&format!("r{i}"), 60_000)).await
+            }));
+        }
+        for s in stores {
+            s.await.unwrap().unwrap();
+        }
+        let store = open(&db, "check").await;
+        let client = store.client().await.unwrap();
+        assert_eq!(
+            pg_schema::schema_version(&client).await.unwrap(),
+            MIGRATIONS.len() as i64
+        );
+        let replicas: i64 = client
+            .query_one("SELECT count(*) FROM replicas", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(replicas, 5);
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_database_is_named_without_its_password() {
+        // Port 1 on loopback: nothing listens there.
+        let err = PostgresStore::open(
+            "postgres://agentry:s3cret@127.0.0.1:1/agentry",
+            replica("a", 1_000),
+        )
+        .await
+        .unwrap_err();
+        let message = err.to_string();
+        assert!(matches!(err, StoreError::Unreachable { .. }), "{err:?}");
+        assert!(
+            message.contains("postgres://agentry:***@127.0.0.1:1/agentry"),
+            "{message}"
+        );
+        assert!(!message.contains("s3cret"), "{message}");
+    }
+
+    #[test]
+    fn urls_lose_their_passwords() {
+        for (url, shown) in [
+            ("postgres://u:p@h:5432/db", "postgres://u:***@h:5432/db"),
+            ("postgres://u@h/db", "postgres://u@h/db"),
+            (
+                "postgresql://h/db?password=x&sslmode=disable",
+                "postgresql://h/db?password=***&sslmode=disable",
+            ),
+            (
+                "host=h user=u password=x dbname=d",
+                "host=h user=u password=*** dbname=d",
+            ),
+            ("postgres://u:p%40ss@h", "postgres://u:***@h"),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+        }
+    }
+
+    #[test]
+    fn notices_parse_and_bad_payloads_are_dropped() {
+        let id = WorkerId::generate();
+        assert_eq!(
+            parse_notice("agentry_events", &format!("{id}:7")),
+            Some(Notice::Event {
+                worker_id: id.clone(),
+                sequence: 7
+            })
+        );
+        assert_eq!(
+            parse_notice("agentry_stop", id.as_str()),
+            Some(Notice::Stop { worker_id: id })
+        );
+        for (channel, payload) in [
+            ("agentry_events", "nonsense"),
+            ("agentry_events", "w:x"),
+            ("agentry_stop", ""),
+            ("other", "x"),
+        ] {
+            assert_eq!(parse_notice(channel, payload), None, "{channel} {payload}");
+        }
+    }
+}

@@ -1,0 +1,736 @@
+//! Two real agentry processes on one PostgreSQL database (SPEC §9): every worker is visible,
+//! watchable and stoppable from either, identical dispatches run once, worker tokens work on
+//! both, a lost replica's workers are closed by the other, and health follows the database.
+//!
+//! Needs `AGENTRY_TEST_POSTGRES_URL`; without it each test passes at once and the skip is
+//! printed once.
+
+use std::{
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use agentry::grpc::pb::{self, agent_registry_service_client::AgentRegistryServiceClient};
+use agentry::workers::store::testdb::TestDb;
+use tokio_stream::StreamExt;
+use tonic::transport::Channel;
+
+use crate::helpers::{eventually, pid_alive, req, script};
+use crate::restart::Server;
+
+/// The agent: records its pid, token and each run, then answers fast (`quick`), after a
+/// second (`slowish`) or never (anything else: sleeps until killed).
+const AGENT: &str = r#"input=$(cat)
+echo $$ > "$OUT/$AGENTRY_WORKER_ID.pid"
+printf %s "$AGENTRY_WORKER_TOKEN" > "$OUT/$AGENTRY_WORKER_ID.token"
+echo "$AGENTRY_WORKER_ID" >> "$OUT/runs"
+case "$input" in
+  *quick*) echo fast-result ;;
+  *slowish*) sleep 1; echo slow-result ;;
+  *) exec sleep 30 ;;
+esac"#;
+
+/// One replica: its process, address and client.
+struct Replica {
+    server: Server,
+    addr: String,
+    client: AgentRegistryServiceClient<Channel>,
+}
+
+/// Two replicas `a` and `b` on one fresh database, sharing one agent script and one directory
+/// (`$OUT`); `extra` is added to both configs.
+struct Pair {
+    dir: tempfile::TempDir,
+    a: Replica,
+    b: Replica,
+    // Last: the database is dropped after both processes are gone.
+    _db: TestDb,
+}
+
+fn free_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("127.0.0.1:{port}")
+}
+
+/// Writes the config of replica `name` on `url` and returns (address, config path).
+fn replica_config(
+    root: &std::path::Path,
+    name: &str,
+    url: &str,
+    extra: &str,
+) -> (String, std::path::PathBuf) {
+    let addr = free_addr();
+    let bin = root.join("run-agent");
+    if !bin.exists() {
+        script(root, "run-agent", AGENT);
+    }
+    std::fs::create_dir_all(root.join("home")).unwrap();
+    let config = root.join(format!("{name}.yaml"));
+    std::fs::write(
+        &config,
+        format!(
+            "listen: {addr}\nhome: {home}\nstore: {{url: '{url}'}}\nreplica: {{name: {name}, lease: 2s}}\n\
+             {extra}executor: {{command: [{bin}], kill_grace: 1s, env: {{OUT: {out}}}}}\n",
+            home = root.join("home").display(),
+            bin = bin.display(),
+            out = root.display(),
+        ),
+    )
+    .unwrap();
+    (addr, config)
+}
+
+/// Starts the binary with its log in `<dir>/<name>.log`.
+fn start_logged(root: &std::path::Path, name: &str, config: &std::path::Path) -> Server {
+    let log = std::fs::File::create(root.join(format!("{name}.log"))).unwrap();
+    Server(
+        Command::new(env!("CARGO_BIN_EXE_agentry"))
+            .args(["serve", "--config"])
+            .arg(config)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// A client once the server answers (an UNAUTHENTICATED answer counts: auth may be on).
+async fn connect(addr: &str) -> AgentRegistryServiceClient<Channel> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(ch) = Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+        {
+            let mut c = AgentRegistryServiceClient::new(ch);
+            match c.list_agents(pb::ListAgentsRequest::default()).await {
+                Ok(_) => return c,
+                Err(e) if e.code() == tonic::Code::Unauthenticated => return c,
+                Err(_) => {}
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "server did not come up on {addr}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn start_replica(root: &std::path::Path, name: &str, url: &str, extra: &str) -> Replica {
+    let (addr, config) = replica_config(root, name, url, extra);
+    let server = start_logged(root, name, &config);
+    let client = connect(&addr).await;
+    Replica {
+        server,
+        addr,
+        client,
+    }
+}
+
+async fn pair(extra: &str) -> Option<Pair> {
+    let db = TestDb::create().await?;
+    let dir = tempfile::tempdir().unwrap();
+    let a = start_replica(dir.path(), "a", &db.url, extra).await;
+    let b = start_replica(dir.path(), "b", &db.url, extra).await;
+    Some(Pair { dir, a, b, _db: db })
+}
+
+async fn spawn(
+    c: &mut AgentRegistryServiceClient<Channel>,
+    prompt: &str,
+    wait: bool,
+) -> pb::SpawnWorkerResponse {
+    c.spawn_worker(pb::SpawnWorkerRequest {
+        agent: "task".into(),
+        prompt: prompt.into(),
+        wait,
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .into_inner()
+}
+
+async fn get(c: &mut AgentRegistryServiceClient<Channel>, id: &str) -> pb::Worker {
+    c.get_worker(pb::GetWorkerRequest {
+        worker_id: id.to_owned(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .worker
+    .unwrap()
+}
+
+/// Every (sequence, state) a watch delivers until it ends.
+async fn watch_all(
+    mut c: AgentRegistryServiceClient<Channel>,
+    id: String,
+    after_sequence: u64,
+) -> Vec<(u64, i32)> {
+    let mut st = c
+        .watch_worker(pb::WatchWorkerRequest {
+            worker_id: id,
+            after_sequence,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seen = Vec::new();
+    while let Some(ev) = st.next().await {
+        let ev = ev.unwrap();
+        seen.push((ev.sequence, ev.state));
+    }
+    seen
+}
+
+/// The pid the agent of worker `id` wrote, once it has.
+async fn pid_of(root: &std::path::Path, id: &str) -> i32 {
+    let file = root.join(format!("{id}.pid"));
+    assert!(
+        eventually(Duration::from_secs(10), || async { file.exists() }).await,
+        "the agent of {id} never started"
+    );
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = std::fs::read_to_string(&file).unwrap();
+        if text.ends_with('\n') {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    text.trim().parse().unwrap()
+}
+
+const RUNNING: i32 = pb::WorkerState::Running as i32;
+const COMPLETED: i32 = pb::WorkerState::Completed as i32;
+const KILLED: i32 = pb::WorkerState::Killed as i32;
+const FAILED: i32 = pb::WorkerState::Failed as i32;
+
+#[tokio::test]
+async fn replicas_a_worker_on_a_is_seen_listed_and_stopped_from_b() {
+    let Some(mut p) = pair("").await else { return };
+    let w = spawn(&mut p.a.client, "long job", false)
+        .await
+        .worker
+        .unwrap();
+    let pid = pid_of(p.dir.path(), &w.id).await;
+
+    // GetWorker and ListWorkers on B read the shared rows.
+    let mut b = p.b.client.clone();
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let (mut b, id) = (b.clone(), w.id.clone());
+            async move { get(&mut b, &id).await.state == RUNNING }
+        })
+        .await
+    );
+    let listed = b
+        .list_workers(pb::ListWorkersRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .workers;
+    assert_eq!(
+        listed.iter().map(|w| w.id.as_str()).collect::<Vec<_>>(),
+        [w.id.as_str()]
+    );
+
+    // A watch on B follows A's worker to its end.
+    let watch = tokio::spawn(watch_all(p.b.client.clone(), w.id.clone(), 0));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // StopWorker on B: the process on A is really gone and the row is killed.
+    let started = Instant::now();
+    let stopped = b
+        .stop_worker(pb::StopWorkerRequest {
+            worker_id: w.id.clone(),
+            reason: "from b".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    assert_eq!(stopped.state, KILLED);
+    assert_eq!(stopped.error.as_deref(), Some("killed: from b"));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(!pid_alive(pid), "the agent process on A is gone");
+    assert_eq!(get(&mut p.a.client, &w.id).await, stopped);
+
+    let seen = tokio::time::timeout(Duration::from_secs(5), watch)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(seen, [(2, RUNNING), (3, KILLED)]);
+    // Resuming after a seen sequence replays the rest, on either replica.
+    assert_eq!(
+        watch_all(p.b.client.clone(), w.id.clone(), 1).await,
+        [(2, RUNNING), (3, KILLED)]
+    );
+    assert_eq!(
+        watch_all(p.a.client.clone(), w.id.clone(), 2).await,
+        [(3, KILLED)]
+    );
+    // Stopping again from either side is idempotent; an unknown id is NOT_FOUND.
+    let again = b
+        .stop_worker(pb::StopWorkerRequest {
+            worker_id: w.id.clone(),
+            reason: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    assert_eq!(again, stopped);
+    let err = b
+        .stop_worker(pb::StopWorkerRequest {
+            worker_id: agentry::workers::model::WorkerId::generate().to_string(),
+            reason: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::NotFound, "{err:?}");
+}
+
+#[tokio::test]
+async fn replicas_a_watch_on_b_sees_every_event_of_a_worker_on_a_in_order() {
+    let Some(mut p) = pair("").await else { return };
+    let w = spawn(&mut p.a.client, "slowish job", false)
+        .await
+        .worker
+        .unwrap();
+    let watch = tokio::spawn(watch_all(p.b.client.clone(), w.id.clone(), 0));
+    let seen = tokio::time::timeout(Duration::from_secs(10), watch)
+        .await
+        .unwrap()
+        .unwrap();
+    // A snapshot (pending or running), then every later event, strictly in order, ending
+    // completed.
+    let (first, _) = seen[0];
+    let expected: Vec<(u64, i32)> = [
+        (1, pb::WorkerState::Pending as i32),
+        (2, RUNNING),
+        (3, COMPLETED),
+    ]
+    .into_iter()
+    .filter(|(s, _)| *s >= first)
+    .collect();
+    assert_eq!(seen, expected, "{seen:?}");
+    assert_eq!(
+        watch_all(p.b.client.clone(), w.id.clone(), 1).await,
+        [(2, RUNNING), (3, COMPLETED)]
+    );
+    let done = get(&mut p.b.client, &w.id).await;
+    assert_eq!(done.result.as_deref(), Some("slow-result\n"));
+}
+
+#[tokio::test]
+async fn replicas_an_identical_dispatch_to_a_and_b_at_once_runs_once() {
+    let Some(p) = pair("").await else { return };
+    let (mut a, mut b) = (p.a.client.clone(), p.b.client.clone());
+    let (ra, rb) = tokio::join!(
+        spawn(&mut a, "slowish  dedupe me", true),
+        spawn(&mut b, "slowish dedupe   me", true)
+    );
+    let (wa, wb) = (ra.worker.unwrap(), rb.worker.unwrap());
+    assert_eq!(wa.id, wb.id, "one worker serves both");
+    assert_eq!(wa.state, COMPLETED);
+    assert_eq!(wb.state, COMPLETED);
+    assert_eq!(
+        u8::from(ra.deduplicated) + u8::from(rb.deduplicated),
+        1,
+        "exactly one of them was deduplicated"
+    );
+    let hint = if ra.deduplicated { &ra.hint } else { &rb.hint };
+    assert!(hint.contains(&wa.id), "{hint}");
+    let runs = std::fs::read_to_string(p.dir.path().join("runs")).unwrap();
+    assert_eq!(runs.lines().count(), 1, "{runs}");
+    // A second, later dispatch on the other replica is a hit too (moka on one, the claim row on
+    // the other).
+    let again = spawn(&mut b, "slowish dedupe me", false).await;
+    assert!(again.deduplicated);
+    assert_eq!(again.worker.unwrap().id, wa.id);
+    let runs = std::fs::read_to_string(p.dir.path().join("runs")).unwrap();
+    assert_eq!(runs.lines().count(), 1, "{runs}");
+}
+
+#[tokio::test]
+async fn replicas_a_worker_token_issued_by_a_authenticates_on_b() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.yaml");
+    std::fs::write(&tokens, "tok-alice: alice\n").unwrap();
+    let extra = format!("auth: {{tokens_file: {}}}\n", tokens.display());
+    let a = start_replica(dir.path(), "a", &db.url, &extra).await;
+    let b = start_replica(dir.path(), "b", &db.url, &extra).await;
+    let mut ca = a.client.clone();
+    let w = ca
+        .spawn_worker(req(
+            pb::SpawnWorkerRequest {
+                agent: "task".into(),
+                prompt: "long job".into(),
+                ..Default::default()
+            },
+            &[("authorization", "Bearer tok-alice")],
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    pid_of(dir.path(), &w.id).await;
+    let token = std::fs::read_to_string(dir.path().join(format!("{}.token", w.id))).unwrap();
+    let mut cb = b.client.clone();
+    // The worker's own token, and nothing else, on the replica that does not run it.
+    let got = cb
+        .get_worker(req(
+            pb::GetWorkerRequest {
+                worker_id: w.id.clone(),
+            },
+            &[("x-agentry-worker-token", token.as_str())],
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    assert_eq!(got.id, w.id);
+    // Its lineage too: a resolution through B sees the caller one level deeper.
+    let resolved = cb
+        .resolve_agent(req(
+            pb::ResolveAgentRequest {
+                name: "explore".into(),
+                ..Default::default()
+            },
+            &[("x-agentry-worker-token", token.as_str())],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(resolved.effective.unwrap().depth, w.depth + 1);
+    let err = cb
+        .get_worker(req(
+            pb::GetWorkerRequest {
+                worker_id: w.id.clone(),
+            },
+            &[("x-agentry-worker-token", "0123456789abcdef0123456789abcdef")],
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unauthenticated);
+    // Once the worker ended, its token is dead everywhere.
+    cb.stop_worker(req(
+        pb::StopWorkerRequest {
+            worker_id: w.id.clone(),
+            reason: String::new(),
+        },
+        &[("authorization", "Bearer tok-alice")],
+    ))
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let err = cb
+        .get_worker(req(
+            pb::GetWorkerRequest {
+                worker_id: w.id.clone(),
+            },
+            &[("x-agentry-worker-token", token.as_str())],
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unauthenticated);
+    drop((a, b));
+}
+
+#[tokio::test]
+async fn replicas_kill_9_of_a_closes_its_workers_on_b_within_a_lease_exactly_once() {
+    let Some(mut p) = pair("").await else { return };
+    let w = spawn(&mut p.a.client, "long job", false)
+        .await
+        .worker
+        .unwrap();
+    let done = spawn(&mut p.a.client, "quick job", true)
+        .await
+        .worker
+        .unwrap();
+    let pid = pid_of(p.dir.path(), &w.id).await;
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let (mut b, id) = (p.b.client.clone(), w.id.clone());
+            async move { get(&mut b, &id).await.state == RUNNING }
+        })
+        .await
+    );
+    p.a.server.0.kill().unwrap(); // SIGKILL: no graceful path runs
+    p.a.server.0.wait().unwrap();
+    let killed_at = Instant::now();
+    let mut b = p.b.client.clone();
+    let closed = loop {
+        let now = get(&mut b, &w.id).await;
+        if now.state != RUNNING {
+            break now;
+        }
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(8),
+            "not closed within a few leases"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // About one lease (2 s) plus a sweep tick.
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        killed_at.elapsed()
+    );
+    assert_eq!(closed.state, FAILED);
+    assert_eq!(closed.error.as_deref(), Some("orphaned: replica a lost"));
+    assert!(closed.close_time.is_some());
+    // The agent process A left behind on this host is gone too.
+    assert!(
+        eventually(Duration::from_secs(2), || async { !pid_alive(pid) }).await,
+        "leftover agent process killed by the sweeper"
+    );
+    // Exactly once: one failed event, and a finished worker untouched.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        watch_all(p.b.client.clone(), w.id.clone(), 1).await,
+        [(2, RUNNING), (3, FAILED)]
+    );
+    assert_eq!(get(&mut b, &done.id).await, done);
+    let _ = &p.a.addr;
+}
+
+#[tokio::test]
+async fn replicas_health_follows_the_database() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    // A TCP relay in front of PostgreSQL that the test can cut and restore.
+    let target = relay_target(&db.url);
+    let relay = Relay::start(target).await;
+    let url = relay_url(&db.url, relay.port);
+    let dir = tempfile::tempdir().unwrap();
+    let r = start_replica(dir.path(), "a", &url, "").await;
+    let channel = Channel::from_shared(format!("http://{}", r.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let status = |health: tonic_health::pb::health_client::HealthClient<Channel>| async move {
+        let mut health = health;
+        health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status
+    };
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let serving = ServingStatus::Serving as i32;
+    let not_serving = ServingStatus::NotServing as i32;
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let h = health.clone();
+            async move { status(h).await == serving }
+        })
+        .await
+    );
+    relay.cut();
+    assert!(
+        eventually(Duration::from_secs(15), || {
+            let h = health.clone();
+            async move { status(h).await == not_serving }
+        })
+        .await,
+        "NOT_SERVING while the database is unreachable"
+    );
+    relay.restore();
+    assert!(
+        eventually(Duration::from_secs(15), || {
+            let h = health.clone();
+            async move { status(h).await == serving }
+        })
+        .await,
+        "SERVING again once it is back"
+    );
+    drop(r);
+}
+
+#[test]
+fn replicas_an_unreachable_database_fails_start_up_naming_it_without_the_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, config) = replica_config(
+        dir.path(),
+        "a",
+        "postgres://agentry:s3cret@127.0.0.1:1/agentry",
+        "",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_agentry"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("postgres://agentry:***@127.0.0.1:1/agentry"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("s3cret"), "{stderr}");
+}
+
+/// `host:port` of the server in a test database URL.
+fn relay_target(url: &str) -> String {
+    let rest = url.split_once("://").unwrap().1;
+    let authority = rest.split(['/', '?']).next().unwrap();
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if host.contains(':') {
+        host.to_owned()
+    } else {
+        format!("{host}:5432")
+    }
+}
+
+/// The URL with its host:port replaced by the relay's.
+fn relay_url(url: &str, port: u16) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let user = authority.rsplit_once('@').map(|(u, _)| format!("{u}@"));
+    format!(
+        "{scheme}://{}127.0.0.1:{port}{tail}",
+        user.unwrap_or_default()
+    )
+}
+
+/// A TCP relay to `target` that can drop every connection and refuse new ones (cut), and
+/// accept again (restore).
+struct Relay {
+    port: u16,
+    up: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    generation: tokio::sync::watch::Sender<u64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    async fn start(target: String) -> Relay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let (generation, _) = tokio::sync::watch::channel(0u64);
+        let task = {
+            let (up, generation) = (up.clone(), generation.clone());
+            tokio::spawn(async move {
+                loop {
+                    let Ok((mut inbound, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    if !up.load(std::sync::atomic::Ordering::SeqCst) {
+                        drop(inbound);
+                        continue;
+                    }
+                    let target = target.clone();
+                    let mut cut = generation.subscribe();
+                    tokio::spawn(async move {
+                        let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await else {
+                            return;
+                        };
+                        tokio::select! {
+                            _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                            _ = cut.changed() => {}
+                        }
+                    });
+                }
+            })
+        };
+        Relay {
+            port,
+            up,
+            generation,
+            task,
+        }
+    }
+
+    fn cut(&self) {
+        self.up.store(false, std::sync::atomic::Ordering::SeqCst);
+        self.generation.send_modify(|g| *g += 1);
+    }
+
+    fn restore(&self) {
+        self.up.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[tokio::test]
+async fn replicas_a_frozen_replica_that_comes_back_never_overwrites_the_orphan_close() {
+    let Some(mut p) = pair("").await else { return };
+    let w = spawn(&mut p.a.client, "long job", false)
+        .await
+        .worker
+        .unwrap();
+    pid_of(p.dir.path(), &w.id).await;
+    let a_pid = p.a.server.0.id().to_string();
+    let signal = |sig: &str| {
+        assert!(
+            Command::new("kill")
+                .args([sig, &a_pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    // Frozen past its lease: B closes its worker as orphaned.
+    signal("-STOP");
+    let mut b = p.b.client.clone();
+    let closed = eventually(Duration::from_secs(10), || {
+        let (mut b, id) = (b.clone(), w.id.clone());
+        async move { get(&mut b, &id).await.state == FAILED }
+    })
+    .await;
+    signal("-CONT");
+    assert!(closed, "B closed the frozen replica's worker");
+    // A wakes up, finds its lease lapsed, and stops its run; the row keeps B's close.
+    let log = p.dir.path().join("a.log");
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains("lease had expired")
+        })
+        .await,
+        "A noticed its lapsed lease"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let now = get(&mut b, &w.id).await;
+    assert_eq!(now.state, FAILED);
+    assert_eq!(now.error.as_deref(), Some("orphaned: replica a lost"));
+    assert_eq!(
+        watch_all(p.a.client.clone(), w.id.clone(), 1).await,
+        [(2, RUNNING), (3, FAILED)]
+    );
+    // And A serves on: a new worker on A runs to completion.
+    let done = spawn(&mut p.a.client, "quick after the freeze", true)
+        .await
+        .worker
+        .unwrap();
+    assert_eq!(done.state, COMPLETED);
+}
