@@ -8,5 +8,7 @@ pub mod dedupe;
 pub mod executor;
 pub mod lifecycle;
 pub mod model;
+pub mod runners;
+pub mod spec;
 pub mod store;
 pub mod supervisor;
