@@ -17,6 +17,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        // No `Client::connect(addr)` constructor: it would collide with RunnerService/Connect;
+        // clients are built with `new(channel)`.
+        .build_transport(false)
         .compile_fds(fds)?;
     Ok(())
 }

@@ -51,6 +51,7 @@ fn job() -> Job {
         timeout: Duration::from_secs(30),
         kill_grace: Duration::from_secs(5),
         max_output_bytes: 1 << 20,
+        assignment: None,
     }
 }
 

@@ -204,6 +204,13 @@ impl AgentRegistryService for Echo {
         Err(Status::unimplemented("not measured"))
     }
 
+    async fn report_progress(
+        &self,
+        _req: Request<pb::ReportProgressRequest>,
+    ) -> Result<Response<pb::ReportProgressResponse>, Status> {
+        Err(Status::unimplemented("not measured"))
+    }
+
     type WatchWorkerStream = agentry::grpc::workers::WatchStream;
 
     async fn watch_worker(

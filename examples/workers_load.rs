@@ -398,6 +398,7 @@ fn executor_job(i: usize) -> Job {
         timeout: Duration::from_secs(60),
         kill_grace: Duration::from_secs(5),
         max_output_bytes: 1 << 20,
+        assignment: None,
     }
 }
 

@@ -141,10 +141,25 @@ pub enum StoreKind {
     Postgres(String),
 }
 
+/// Which executor runs an agent's workers (docs/runners.md).
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutorKind {
+    /// A process per worker on this host (`executor.command`).
+    #[default]
+    Exec,
+    /// A connected runner pulls the worker (`RunnerService/Connect`).
+    Runner,
+}
+
 /// `executor`: how workers are run.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ExecutorConfig {
+    /// `exec` (default) or `runner`: the executor of every agent not named in `by_agent`.
+    pub kind: ExecutorKind,
+    /// Per-agent overrides of `kind`, e.g. `{reviewer: exec}`.
+    pub by_agent: BTreeMap<String, ExecutorKind>,
     /// argv of the agent runtime started per worker (never through a shell).
     pub command: Vec<String>,
     /// Extra environment for every worker process.
@@ -162,11 +177,40 @@ pub struct ExecutorConfig {
 impl Default for ExecutorConfig {
     fn default() -> Self {
         Self {
+            kind: ExecutorKind::Exec,
+            by_agent: BTreeMap::new(),
             command: vec!["/usr/local/bin/run-agent".to_owned()],
             env: BTreeMap::new(),
             timeout: Duration::from_secs(600),
             kill_grace: Duration::from_secs(5),
             max_output_bytes: 1 << 20,
+        }
+    }
+}
+
+/// `runners`: the timing of the runner protocol (docs/runners.md).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunnersConfig {
+    /// How often an idle runner must send `heartbeat {}`, told to it in `welcome`. Default 5 s.
+    #[serde(with = "humantime_serde")]
+    pub heartbeat_interval: Duration,
+    /// A runner silent (or disconnected and not back) this long loses its workers, which fail
+    /// with `runner lost: <name>`. Default 30 s.
+    #[serde(with = "humantime_serde")]
+    pub lease: Duration,
+    /// How long an assignment waits for `accepted` before it is withdrawn and offered again.
+    /// Default 5 s.
+    #[serde(with = "humantime_serde")]
+    pub accept_timeout: Duration,
+}
+
+impl Default for RunnersConfig {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval: Duration::from_secs(5),
+            lease: Duration::from_secs(30),
+            accept_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -201,6 +245,9 @@ pub struct Limits {
     pub max_pending: usize,
     /// Largest accepted prompt, in bytes. Default 256 KiB.
     pub max_prompt_bytes: usize,
+    /// Events (transitions and progress reports) one worker may have; a progress report beyond
+    /// it is refused (docs/workers.md §6.9). Default 10 000.
+    pub max_events_per_worker: u64,
 }
 
 impl Default for Limits {
@@ -209,6 +256,7 @@ impl Default for Limits {
             max_running: 32,
             max_pending: 1024,
             max_prompt_bytes: 256 * 1024,
+            max_events_per_worker: 10_000,
         }
     }
 }
@@ -303,6 +351,8 @@ pub struct Config {
     pub replica: ReplicaConfig,
     /// Worker executor.
     pub executor: ExecutorConfig,
+    /// Runner protocol timing.
+    pub runners: RunnersConfig,
     /// Dispatch dedupe.
     pub dedupe: DedupeConfig,
     /// Admission limits.
@@ -343,6 +393,7 @@ impl Default for Config {
             store: StoreConfig::default(),
             replica: ReplicaConfig::default(),
             executor: ExecutorConfig::default(),
+            runners: RunnersConfig::default(),
             dedupe: DedupeConfig::default(),
             limits: Limits::default(),
             review: ReviewConfig::default(),
@@ -523,6 +574,25 @@ impl Config {
         if self.executor.max_output_bytes == 0 {
             return Err(rule("executor.max_output_bytes", "must be positive".into()));
         }
+        let r = &self.runners;
+        for (key, d) in [
+            ("runners.heartbeat_interval", r.heartbeat_interval),
+            ("runners.lease", r.lease),
+            ("runners.accept_timeout", r.accept_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(rule(key, "must be positive".into()));
+            }
+        }
+        if r.lease <= r.heartbeat_interval {
+            return Err(rule(
+                "runners.lease",
+                format!(
+                    "must be longer than runners.heartbeat_interval ({})",
+                    humantime::format_duration(r.heartbeat_interval)
+                ),
+            ));
+        }
         if self.limits.max_running == 0 {
             return Err(rule("limits.max_running", "must be positive".into()));
         }
@@ -555,6 +625,12 @@ impl Config {
             return Err(rule(
                 "replica.name",
                 "must be 1 to 253 printable characters".into(),
+            ));
+        }
+        if self.limits.max_events_per_worker < 3 {
+            return Err(rule(
+                "limits.max_events_per_worker",
+                "must be at least 3 (a worker's own transitions)".into(),
             ));
         }
         if self.discovery.cache_max_agents == 0 {
@@ -700,6 +776,25 @@ mod tests {
         assert_eq!(c.max_recursion_depth, -1);
         let e = load_str("", &[("AGENTRY_MAX_RECURSION_DEPTH", "deep")]).unwrap_err();
         assert!(e.to_string().contains("AGENTRY_MAX_RECURSION_DEPTH"), "{e}");
+    }
+
+    #[test]
+    fn executor_kinds_and_runner_timing() {
+        let c = load_str(
+            "executor: {kind: runner, by_agent: {reviewer: exec}}\nrunners: {lease: 2s, heartbeat_interval: 500ms}\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.executor.kind, ExecutorKind::Runner);
+        assert_eq!(c.executor.by_agent["reviewer"], ExecutorKind::Exec);
+        assert_eq!(c.runners.lease, Duration::from_secs(2));
+        assert_eq!(c.runners.accept_timeout, Duration::from_secs(5));
+        let e = load_str("executor: {kind: http}\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("executor.kind"), "{e}");
+        let e = load_str("runners: {lease: 1s, heartbeat_interval: 1s}\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("runners.lease"), "{e}");
+        let e = load_str("limits: {max_events_per_worker: 2}\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("max_events_per_worker"), "{e}");
     }
 
     #[test]

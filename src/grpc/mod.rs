@@ -7,9 +7,11 @@ pub mod layers;
 pub mod listen;
 pub mod metadata;
 pub mod page;
+pub mod progress;
 pub mod registry;
 pub mod request;
 pub mod review;
+pub mod runners;
 pub mod status;
 pub mod workers;
 
@@ -23,7 +25,8 @@ use crate::{
     discovery::Registry,
     resolve::Rules,
     workers::{
-        executor::ExecExecutor,
+        executor::{ByKind, ExecExecutor, Executor, Kind, RunnerExecutor},
+        runners::{HubSettings, RunnerHub},
         store::{PostgresStore, ReplicaSettings, SqliteStore, WorkerStore, redact_url},
         supervisor::{Settings, Supervisor},
     },
@@ -92,22 +95,49 @@ pub async fn run(
             )
         }
     };
-    let executor = Arc::new(ExecExecutor::new(
+    let exec = Arc::new(ExecExecutor::new(
         cfg.executor.command.clone(),
         cfg.executor.env.clone(),
     ));
-    // Not fatal: the registry serves without an executor, and every spawn looks again. But a
-    // new user must hear about it now, not from the first worker's error.
-    let program = executor.command().first().map_or("", String::as_str);
-    match executor.preflight() {
-        Ok(path) => tracing::info!(program = %path.display(), "executor.command ready"),
-        Err(e) => tracing::warn!(
-            program,
-            error = %e,
-            "executor.command cannot run, so every worker will fail to start until it can; \
-             set executor.command to your agent runtime"
-        ),
+    let kind = |k: crate::config::ExecutorKind| match k {
+        crate::config::ExecutorKind::Exec => Kind::Exec,
+        crate::config::ExecutorKind::Runner => Kind::Runner,
+    };
+    let uses_exec = cfg.executor.kind == crate::config::ExecutorKind::Exec
+        || cfg
+            .executor
+            .by_agent
+            .values()
+            .any(|k| *k == crate::config::ExecutorKind::Exec);
+    if uses_exec {
+        // Not fatal: the registry serves without an executor, and every spawn looks again. But
+        // a new user must hear about it now, not from the first worker's error.
+        let program = exec.command().first().map_or("", String::as_str);
+        match exec.preflight() {
+            Ok(path) => tracing::info!(program = %path.display(), "executor.command ready"),
+            Err(e) => tracing::warn!(
+                program,
+                error = %e,
+                "executor.command cannot run, so every worker will fail to start until it can; \
+                 set executor.command to your agent runtime"
+            ),
+        }
     }
+    let hub = RunnerHub::new(HubSettings {
+        heartbeat_interval: cfg.runners.heartbeat_interval,
+        lease: cfg.runners.lease,
+        accept_timeout: cfg.runners.accept_timeout,
+    });
+    let executor: Arc<dyn Executor> = Arc::new(ByKind::new(
+        exec,
+        Arc::new(RunnerExecutor::new(hub.clone())),
+        kind(cfg.executor.kind),
+        cfg.executor
+            .by_agent
+            .iter()
+            .map(|(a, k)| (a.clone(), kind(*k)))
+            .collect(),
+    ));
     let supervisor = Supervisor::new(
         store.clone(),
         executor,
@@ -139,6 +169,11 @@ pub async fn run(
         .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
 
+    let runner_svc = runners::RunnerService {
+        supervisor: supervisor.clone(),
+        hub: hub.clone(),
+        max_output_bytes: cfg.executor.max_output_bytes,
+    };
     let svc = registry::RegistryService {
         registry: registry.clone(),
         rules,
@@ -245,7 +280,10 @@ pub async fn run(
         let stopping = stopping.clone();
         async move {
             stopping.cancelled().await;
+            // Runners get a cancel for each of their workers and may answer; then their
+            // streams end.
             supervisor.shutdown(grace).await;
+            hub.close();
         }
     };
     // Big enough that the prompt bound (an INVALID_ARGUMENT naming limits.max_prompt_bytes) is
@@ -279,6 +317,12 @@ pub async fn run(
         .add_service(
             pb::agent_registry_service_server::AgentRegistryServiceServer::new(svc)
                 .max_decoding_message_size(max_message),
+        )
+        .add_service(
+            pb::runner_service_server::RunnerServiceServer::new(runner_svc)
+                .max_decoding_message_size(
+                    max_message.max(cfg.executor.max_output_bytes + (1 << 20)),
+                ),
         );
     let serving = async move {
         match listener {

@@ -345,6 +345,15 @@ impl pb::agent_registry_service_server::AgentRegistryService for RegistryService
             .map(Response::new)
     }
 
+    async fn report_progress(
+        &self,
+        req: Request<pb::ReportProgressRequest>,
+    ) -> Result<Response<pb::ReportProgressResponse>, Status> {
+        super::progress::report(&self.supervisor, req)
+            .await
+            .map(Response::new)
+    }
+
     type WatchWorkerStream = workers::WatchStream;
 
     async fn watch_worker(

@@ -64,6 +64,21 @@ impl From<WorkerError> for Status {
                 &[("worker_id", &id), ("state", state.as_str())],
             ),
             WorkerError::ShuttingDown => with_info(Code::Unavailable, "SHUTTING_DOWN", msg, &[]),
+            WorkerError::NotRunning { id, state } => with_info(
+                Code::FailedPrecondition,
+                "NOT_RUNNING",
+                msg,
+                &[("worker_id", &id), ("state", state.as_str())],
+            ),
+            WorkerError::TooManyEvents { id, max } => with_info(
+                Code::ResourceExhausted,
+                "TOO_MANY_EVENTS",
+                msg,
+                &[
+                    ("worker_id", &id),
+                    ("max_events_per_worker", &max.to_string()),
+                ],
+            ),
             WorkerError::Store(e) => {
                 tracing::error!(error = %e, "worker store failure");
                 with_info(
@@ -77,7 +92,8 @@ impl From<WorkerError> for Status {
     }
 }
 
-fn ts(ms: i64) -> prost_types::Timestamp {
+/// A protobuf timestamp of unix milliseconds.
+pub fn ts(ms: i64) -> prost_types::Timestamp {
     prost_types::Timestamp {
         seconds: ms.div_euclid(1000),
         nanos: i32::try_from(ms.rem_euclid(1000) * 1_000_000).unwrap_or(0),
@@ -141,6 +157,7 @@ pub fn worker(w: &WorkerRecord) -> pb::Worker {
         workspace: w.workspace.clone().unwrap_or_default(),
         mode,
         sequence: w.sequence,
+        last_activity_time: Some(ts(w.last_activity_ms)),
     }
 }
 
@@ -150,6 +167,7 @@ fn event(ev: &WorkerEvent) -> pb::WatchWorkerResponse {
         state: state(ev.state),
         worker: Some(worker(&ev.worker)),
         time: Some(ts(ev.time_ms)),
+        progress: ev.progress.as_ref().map(super::progress::to_pb),
     }
 }
 
@@ -379,7 +397,7 @@ pub async fn list(
 }
 
 /// WatchWorker: a snapshot (or the stored events after `after_sequence`), then every later
-/// transition; ends after the terminal one, on shutdown, or when the client goes away.
+/// transition and progress event in sequence order; ends after the terminal one, on shutdown, or when the client goes away.
 pub async fn watch(
     sup: Arc<Supervisor>,
     vis: &Visibility,
@@ -453,7 +471,16 @@ pub async fn watch(
             };
             let (batch, closed) = match next {
                 Ok(ev) if ev.sequence <= last => continue,
-                Ok(ev) => (vec![ev], false),
+                Ok(ev) if ev.sequence == last + 1 => (vec![ev], false),
+                // A gap: two writers published out of commit order (a report racing a
+                // transition); the store has them in order.
+                Ok(_) => match sup.events_after(&id, last).await {
+                    Ok(evs) => (evs, false),
+                    Err(e) => {
+                        let _ = tx.send(Err(e.into())).await;
+                        return;
+                    }
+                },
                 // Fell behind, or the worker finished: the store has every event.
                 Err(e) => match sup.events_after(&id, last).await {
                     Ok(evs) => (evs, e == RecvError::Closed),

@@ -9,5 +9,7 @@ pub mod executor;
 pub mod lifecycle;
 pub mod model;
 pub mod replica;
+pub mod runners;
+pub mod spec;
 pub mod store;
 pub mod supervisor;

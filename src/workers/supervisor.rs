@@ -15,17 +15,19 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use serde_json::json;
 use tokio::sync::{Semaphore, broadcast, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::{
     dedupe::{Claim, DedupeCache, DedupeKey, Dispatch},
-    executor::{Executor, Job, Outcome},
+    executor::{Assignment, Executor, Job, Outcome},
     lifecycle::Event,
     model::{WorkerEvent, WorkerId, WorkerRecord, WorkerState, generate_token, hash_token},
+    spec::WorkerSpec,
     store::{Applied, ListQuery, Patch, StoreError, WorkerStore},
 };
+mod progress;
+
 use crate::{
     config::Config,
     discovery::{DiscoveryError, Registry},
@@ -77,6 +79,8 @@ pub struct Settings {
     pub review_timeout: Duration,
     /// The replica lease (`replica.lease`), with a shared store.
     pub replica_lease: Duration,
+    /// Events one worker may have (`limits.max_events_per_worker`).
+    pub max_events_per_worker: u64,
 }
 
 impl Settings {
@@ -94,6 +98,7 @@ impl Settings {
             review_agent: cfg.review.agent.clone(),
             review_timeout: cfg.review.timeout,
             replica_lease: cfg.replica.lease,
+            max_events_per_worker: cfg.limits.max_events_per_worker,
         }
     }
 }
@@ -206,6 +211,22 @@ pub enum WorkerError {
     /// The service is shutting down.
     #[error("the service is shutting down")]
     ShuttingDown,
+    /// A progress report of a worker that is not running.
+    #[error("worker {id} is {state}, not running: only a running worker reports progress")]
+    NotRunning {
+        /// The worker.
+        id: String,
+        /// Its state.
+        state: WorkerState,
+    },
+    /// The worker's event log is full (`limits.max_events_per_worker`).
+    #[error("worker {id} already has {max} events, the limit (limits.max_events_per_worker)")]
+    TooManyEvents {
+        /// The worker.
+        id: String,
+        /// The bound.
+        max: u64,
+    },
     /// Persistence failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -837,8 +858,8 @@ impl Supervisor {
             }
         };
         let record = created.worker.clone();
-        // A worker publishes at most three transitions; a lagging watcher re-reads the store.
-        let (events, _) = broadcast::channel(8);
+        // Transitions and progress reports; a lagging watcher re-reads the store.
+        let (events, _) = broadcast::channel(64);
         let (done_tx, done_rx) = watch::channel(None);
         let cancel = self.shutdown.child_token();
         // A sync caller binds the worker's life; a background run belongs to the service.
@@ -864,27 +885,21 @@ impl Supervisor {
         self.metrics.worker_state(None, "pending");
         tracing::info!(worker = %new_id, agent = %req.agent, depth = record.depth, parent = ?record.parent_id.as_ref().map(WorkerId::as_str), "worker created");
 
+        let spec = WorkerSpec::new(
+            new_id.as_str(),
+            &eff,
+            &req.prompt,
+            &req.description,
+            record.workspace.as_deref(),
+        );
+        let assignment = Arc::new(Assignment {
+            worker_token: token.clone(),
+            caller_scope: record.caller_scope.clone(),
+            spec,
+        });
         let job = Job {
             worker_id: new_id.to_string(),
-            stdin: serde_json::to_vec(&json!({
-                "worker_id": new_id.as_str(),
-                "depth": eff.depth,
-                "prompt": req.prompt,
-                "description": req.description,
-                "workspace": record.workspace,
-                "agent": {
-                    "name": eff.name,
-                    "system_prompt": eff.system_prompt,
-                    "tools": eff.tools,
-                    "spawns": eff.spawns,
-                    "model": eff.model,
-                    "thinking_level": eff.thinking_level,
-                    "max_turns": eff.max_turns,
-                    "permission_mode": eff.permission_mode,
-                    "output_schema": eff.output_schema,
-                },
-            }))
-            .expect("worker spec serialises"),
+            stdin: assignment.spec.to_json(),
             env: vec![
                 ("AGENTRY_ADDR".into(), self.settings.addr.clone()),
                 ("AGENTRY_WORKER_ID".into(), new_id.to_string()),
@@ -913,6 +928,7 @@ impl Supervisor {
             },
             kill_grace: self.settings.kill_grace,
             max_output_bytes: self.settings.max_output_bytes,
+            assignment: Some(assignment),
         };
         let (schema, summarise, deadline) = match review {
             Some(r) => (None, Some(r.summarise), Some(r.timeout)),

@@ -559,6 +559,7 @@ mod tests {
             timeout: Duration::from_secs(30),
             kill_grace: Duration::from_secs(5),
             max_output_bytes: 1 << 20,
+            assignment: None,
         }
     }
 

@@ -16,9 +16,40 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 pub mod exec;
+pub mod route;
+pub mod runner;
 pub mod sweep;
 
 pub use exec::ExecExecutor;
+pub use route::{ByKind, Kind};
+pub use runner::RunnerExecutor;
+
+use std::sync::Arc;
+
+use crate::workers::spec::WorkerSpec;
+
+/// What a runner needs beyond the stdin document (docs/runners.md): the spec as a value, the
+/// worker's own token (handed to the runner, as `exec` hands it in the environment) and the
+/// caller scope that decides which runners may be offered the worker.
+#[derive(Clone)]
+pub struct Assignment {
+    /// The effective agent and the prompt.
+    pub spec: WorkerSpec,
+    /// The worker's `x-agentry-worker-token`.
+    pub worker_token: String,
+    /// The principal the worker belongs to (tenancy, docs/operations.md §8.2).
+    pub caller_scope: String,
+}
+
+impl fmt::Debug for Assignment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Assignment")
+            .field("worker_id", &self.spec.worker_id)
+            .field("agent", &self.spec.agent.name)
+            .field("caller_scope", &self.caller_scope)
+            .finish_non_exhaustive()
+    }
+}
 
 /// A boxed, `Send` future, so [`Executor`] stays object safe (`Arc<dyn Executor>`) and the
 /// supervisor can move a run onto its own task.
@@ -49,6 +80,9 @@ pub struct Job {
     /// Upper bound on stdout in bytes. Going over fails the run — output is never silently
     /// truncated (SPEC §8.2).
     pub max_output_bytes: usize,
+    /// The spec and the worker's identity as values, for executors that do not start a
+    /// process (runners); `None` only in executor tests and benchmarks.
+    pub assignment: Option<Arc<Assignment>>,
 }
 
 impl fmt::Debug for Job {
@@ -62,6 +96,7 @@ impl fmt::Debug for Job {
             .field("timeout", &self.timeout)
             .field("kill_grace", &self.kill_grace)
             .field("max_output_bytes", &self.max_output_bytes)
+            .field("assignment", &self.assignment)
             .finish()
     }
 }

@@ -1,0 +1,382 @@
+//! `agentry.v1.RunnerService/Connect` (docs/runners.md): the stream glue. Reads `hello`
+//! (refusing anything else first), starts a [`Session`], then translates each runner message
+//! into one session call and each hub message into a `ConnectResponse`. The rules live in
+//! `workers::runners`; this module only translates and bounds the wire.
+
+use std::{collections::BTreeMap, pin::Pin, sync::Arc};
+
+use tokio::sync::mpsc;
+use tokio_stream::{Stream, wrappers::ReceiverStream};
+use tonic::{Code, Request, Response, Status, Streaming};
+
+use super::{
+    pb::{self, connect_request::Msg as In, connect_response::Msg as Out},
+    progress, request,
+    status::{Violations, with_info},
+    workers::ts,
+};
+use crate::{
+    resolve::Tools,
+    workers::{
+        runners::{self, Finish, Hello, Outbound, RunnerHub, Session},
+        spec::WorkerSpec,
+        supervisor::Supervisor,
+    },
+};
+
+/// Most labels a `hello` may carry.
+pub const MAX_LABELS: usize = 64;
+/// Longest label key or value, in bytes.
+pub const MAX_LABEL_BYTES: usize = 256;
+/// Most lease tokens a `hello` may resume.
+pub const MAX_RESUME: usize = 10_000;
+/// Longest lease token, in bytes.
+pub const MAX_LEASE_BYTES: usize = 64;
+/// Longest `failed.error`, in bytes.
+pub const MAX_ERROR_BYTES: usize = 64 * 1024;
+
+/// The RunnerService implementation.
+pub struct RunnerService {
+    /// The supervisor (progress, start records).
+    pub supervisor: Arc<Supervisor>,
+    /// Assignment and fencing.
+    pub hub: Arc<RunnerHub>,
+    /// `executor.max_output_bytes`: the bound on a completed result, as for exec's stdout.
+    pub max_output_bytes: usize,
+}
+
+/// The stream type of Connect.
+pub type ConnectStream = Pin<Box<dyn Stream<Item = Result<pb::ConnectResponse, Status>> + Send>>;
+
+fn hello_required(what: &str) -> Status {
+    with_info(
+        Code::FailedPrecondition,
+        "HELLO_REQUIRED",
+        format!("the first message of a runner stream must be hello; got {what}"),
+        &[],
+    )
+}
+
+fn kind(m: &In) -> &'static str {
+    match m {
+        In::Hello(_) => "hello",
+        In::Accepted(_) => "accepted",
+        In::Progress(_) => "progress",
+        In::Finished(_) => "finished",
+        In::Heartbeat(_) => "heartbeat",
+    }
+}
+
+/// Validates a `hello` into the domain value.
+fn hello(h: pb::RunnerHello) -> Result<Hello, Status> {
+    let mut v = Violations::default();
+    if h.name.is_empty() {
+        v.add("hello.name", "must not be empty");
+    } else {
+        request::check_line("hello.name", &h.name, runners::MAX_NAME_BYTES, &mut v);
+    }
+    if h.agents.is_empty() {
+        v.add(
+            "hello.agents",
+            "must name at least one agent, or \"*\" for any",
+        );
+    } else if h.agents.len() > runners::MAX_AGENTS {
+        v.add(
+            "hello.agents",
+            format!(
+                "has {} entries; the limit is {}",
+                h.agents.len(),
+                runners::MAX_AGENTS
+            ),
+        );
+    } else {
+        for a in &h.agents {
+            if a.is_empty() {
+                v.add("hello.agents", "must not contain an empty name");
+            } else {
+                request::check_line("hello.agents", a, crate::persona::MAX_NAME_BYTES, &mut v);
+            }
+        }
+    }
+    if h.slots == 0 || h.slots > runners::MAX_SLOTS {
+        v.add(
+            "hello.slots",
+            format!(
+                "must be between 1 and {}, got {}",
+                runners::MAX_SLOTS,
+                h.slots
+            ),
+        );
+    }
+    if h.labels.len() > MAX_LABELS {
+        v.add(
+            "hello.labels",
+            format!("has {} entries; the limit is {MAX_LABELS}", h.labels.len()),
+        );
+    } else {
+        for (k, val) in &h.labels {
+            request::check_line("hello.labels", k, MAX_LABEL_BYTES, &mut v);
+            request::check_line("hello.labels", val, MAX_LABEL_BYTES, &mut v);
+        }
+    }
+    if h.resume.len() > MAX_RESUME {
+        v.add(
+            "hello.resume",
+            format!("has {} entries; the limit is {MAX_RESUME}", h.resume.len()),
+        );
+    } else {
+        for t in &h.resume {
+            request::check_line("hello.resume", t, MAX_LEASE_BYTES, &mut v);
+        }
+    }
+    v.check()?;
+    Ok(Hello {
+        name: h.name,
+        agents: h.agents,
+        slots: h.slots,
+        labels: h.labels.into_iter().collect::<BTreeMap<_, _>>(),
+        resume: h.resume,
+    })
+}
+
+/// A JSON value as `google.protobuf.Value`.
+fn value(v: &serde_json::Value) -> prost_types::Value {
+    use prost_types::value::Kind;
+    let kind = match v {
+        serde_json::Value::Null => Kind::NullValue(0),
+        serde_json::Value::Bool(b) => Kind::BoolValue(*b),
+        serde_json::Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
+        serde_json::Value::String(s) => Kind::StringValue(s.clone()),
+        serde_json::Value::Array(a) => Kind::ListValue(prost_types::ListValue {
+            values: a.iter().map(value).collect(),
+        }),
+        serde_json::Value::Object(o) => Kind::StructValue(prost_types::Struct {
+            fields: o.iter().map(|(k, v)| (k.clone(), value(v))).collect(),
+        }),
+    };
+    prost_types::Value { kind: Some(kind) }
+}
+
+fn names(v: &[String]) -> prost_types::ListValue {
+    prost_types::ListValue {
+        values: v
+            .iter()
+            .map(|s| prost_types::Value {
+                kind: Some(prost_types::value::Kind::StringValue(s.clone())),
+            })
+            .collect(),
+    }
+}
+
+/// The proto form of a worker spec.
+pub fn spec(s: &WorkerSpec) -> pb::WorkerSpec {
+    let a = &s.agent;
+    pb::WorkerSpec {
+        worker_id: s.worker_id.clone(),
+        depth: s.depth,
+        prompt: s.prompt.clone(),
+        description: s.description.clone(),
+        workspace: s.workspace.clone(),
+        agent: Some(pb::AgentSpec {
+            name: a.name.clone(),
+            system_prompt: a.system_prompt.clone(),
+            tools: Some(pb::ToolSpec {
+                kind: Some(match &a.tools {
+                    Tools::Only(v) => pb::tool_spec::Kind::Only(names(v)),
+                    Tools::AllExcept(v) => pb::tool_spec::Kind::AllExcept(names(v)),
+                }),
+            }),
+            spawns: a.spawns.clone(),
+            model: a.model.clone(),
+            thinking_level: a.thinking_level.map(|t| t.as_str().to_owned()),
+            max_turns: a.max_turns,
+            permission_mode: a.permission_mode.clone(),
+            output_schema: a.output_schema.as_ref().map(value),
+        }),
+    }
+}
+
+fn duration(d: std::time::Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+/// A hub message on the wire; `Err` ends the stream with that status.
+fn outbound(o: Outbound) -> Result<pb::ConnectResponse, Status> {
+    let msg = match o {
+        Outbound::Welcome {
+            runner_id,
+            heartbeat_interval,
+            lease,
+        } => Out::Welcome(pb::RunnerWelcome {
+            runner_id,
+            heartbeat_interval: Some(duration(heartbeat_interval)),
+            lease: Some(duration(lease)),
+        }),
+        Outbound::Assignment {
+            worker_id,
+            lease_token,
+            assignment,
+            deadline_ms,
+        } => Out::Assignment(pb::RunnerAssignment {
+            worker_id: worker_id.to_string(),
+            lease_token,
+            spec: Some(spec(&assignment.spec)),
+            worker_token: assignment.worker_token.clone(),
+            deadline: Some(ts(deadline_ms)),
+        }),
+        Outbound::Cancel { worker_id, reason } => Out::Cancel(pb::RunnerCancel {
+            worker_id: worker_id.to_string(),
+            reason,
+        }),
+        Outbound::Rejected(r) => Out::Rejected(pb::RunnerRejected {
+            worker_id: r.worker_id,
+            reason: r.reason,
+            code: r.code.to_owned(),
+        }),
+        Outbound::Close { code, reason } => {
+            return Err(with_info(Code::Unavailable, code, reason, &[]));
+        }
+    };
+    Ok(pb::ConnectResponse { msg: Some(msg) })
+}
+
+/// Applies one runner message after `hello`.
+async fn handle(s: &Session, m: pb::ConnectRequest, max_output: usize) {
+    let Some(m) = m.msg else {
+        return s.refuse(
+            "",
+            "INVALID_MESSAGE",
+            "the message is empty: set one of hello, accepted, progress, finished, heartbeat",
+        );
+    };
+    match m {
+        In::Hello(_) => s.refuse(
+            "",
+            "HELLO_REPEATED",
+            "hello was already sent on this stream; open a new stream (with hello.resume) to start a new session",
+        ),
+        In::Heartbeat(_) => {}
+        In::Accepted(a) => s.accepted(&a.worker_id, &a.lease_token).await,
+        In::Progress(p) => {
+            let mut v = Violations::default();
+            let report = progress::progress("progress.", p.kind, p.text, p.data_json, &mut v);
+            let report = match v.check() {
+                Ok(()) => Ok(report),
+                Err(status) => Err(status.message().to_owned()),
+            };
+            s.progress(&p.worker_id, &p.lease_token, report).await;
+        }
+        In::Finished(f) => {
+            use pb::runner_finished::Outcome;
+            let finish = match f.outcome {
+                None => {
+                    return s.refuse(
+                        &f.worker_id,
+                        "INVALID_MESSAGE",
+                        "finished needs an outcome: completed, failed or canceled",
+                    );
+                }
+                Some(Outcome::Completed(c)) if c.result.len() > max_output => Finish::Failed {
+                    error: format!(
+                        "the result is {} bytes; the limit (executor.max_output_bytes) is {max_output}",
+                        c.result.len()
+                    ),
+                    exit_code: None,
+                },
+                Some(Outcome::Completed(c)) => Finish::Completed { result: c.result },
+                Some(Outcome::Failed(e)) if e.error.len() > MAX_ERROR_BYTES => {
+                    return s.refuse(
+                        &f.worker_id,
+                        "INVALID_MESSAGE",
+                        format!(
+                            "failed.error is {} bytes; the limit is {MAX_ERROR_BYTES} bytes",
+                            e.error.len()
+                        ),
+                    );
+                }
+                Some(Outcome::Failed(e)) => Finish::Failed {
+                    error: if e.error.trim().is_empty() {
+                        "the runner reported a failure without a reason".to_owned()
+                    } else {
+                        e.error
+                    },
+                    exit_code: e.exit_code,
+                },
+                Some(Outcome::Canceled(_)) => Finish::Canceled,
+            };
+            s.finished(&f.worker_id, &f.lease_token, finish);
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl pb::runner_service_server::RunnerService for RunnerService {
+    type ConnectStream = ConnectStream;
+
+    async fn connect(
+        &self,
+        req: Request<Streaming<pb::ConnectRequest>>,
+    ) -> Result<Response<Self::ConnectStream>, Status> {
+        let principal = req
+            .extensions()
+            .get::<crate::auth::Principal>()
+            .map(|p| p.0.clone());
+        let mut inbound = req.into_inner();
+        let lease = self.hub.settings().lease;
+        let first = match tokio::time::timeout(lease, inbound.message()).await {
+            Err(_) => {
+                return Err(with_info(
+                    Code::DeadlineExceeded,
+                    "HELLO_REQUIRED",
+                    format!(
+                        "no hello within {} (runners.lease)",
+                        crate::workers::supervisor::seconds(lease)
+                    ),
+                    &[],
+                ));
+            }
+            Ok(m) => m?,
+        };
+        let h = match first.map(|m| m.msg) {
+            None => return Err(hello_required("the end of the stream")),
+            Some(None) => return Err(hello_required("an empty message")),
+            Some(Some(In::Hello(h))) => hello(h)?,
+            Some(Some(other)) => return Err(hello_required(kind(&other))),
+        };
+        let (session, mut out) =
+            Session::start(self.hub.clone(), self.supervisor.clone(), h, principal)
+                .map_err(|e| with_info(Code::Unavailable, "SHUTTING_DOWN", e.to_string(), &[]))?;
+        let (tx, rx) = mpsc::channel(64);
+        let max_output = self.max_output_bytes;
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    m = inbound.message() => match m {
+                        Ok(Some(m)) => {
+                            session.touch();
+                            handle(&session, m, max_output).await;
+                        }
+                        // The runner closed its side or the connection broke.
+                        Ok(None) | Err(_) => break,
+                    },
+                    o = out.recv() => {
+                        let Some(o) = o else { break };
+                        let msg = outbound(o);
+                        let end = msg.is_err();
+                        if tx.send(msg).await.is_err() || end {
+                            break;
+                        }
+                    }
+                    () = tx.closed() => break,
+                }
+            }
+            tracing::debug!(runner_id = %session.runner_id(), "runner stream ended");
+            // Dropping the session disconnects it: running workers wait a lease for a resume.
+            drop(session);
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}

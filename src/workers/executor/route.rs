@@ -1,0 +1,73 @@
+//! Executor selection by agent (`executor.kind`, `executor.by_agent`, docs/runners.md): one
+//! [`Executor`] in front of `exec` and `runner` that picks per job, so the supervisor keeps a
+//! single executor and does not know there are two.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use super::{BoxFuture, Executor, Job, Outcome};
+
+/// Which executor runs an agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A process on this host.
+    Exec,
+    /// A connected runner.
+    Runner,
+}
+
+/// Routes each job to the executor of its agent's kind.
+pub struct ByKind {
+    exec: Arc<dyn Executor>,
+    runner: Arc<dyn Executor>,
+    default: Kind,
+    by_agent: BTreeMap<String, Kind>,
+}
+
+impl ByKind {
+    /// `default` for every agent not in `by_agent`.
+    pub fn new(
+        exec: Arc<dyn Executor>,
+        runner: Arc<dyn Executor>,
+        default: Kind,
+        by_agent: BTreeMap<String, Kind>,
+    ) -> Self {
+        Self {
+            exec,
+            runner,
+            default,
+            by_agent,
+        }
+    }
+
+    /// The kind that runs `agent`.
+    pub fn kind_of(&self, agent: &str) -> Kind {
+        self.by_agent.get(agent).copied().unwrap_or(self.default)
+    }
+}
+
+impl Executor for ByKind {
+    fn run(
+        &self,
+        job: Job,
+        cancel: CancellationToken,
+        started: oneshot::Sender<()>,
+    ) -> BoxFuture<'static, Outcome> {
+        let agent = job
+            .assignment
+            .as_ref()
+            .map(|a| a.spec.agent.name.clone())
+            .unwrap_or_default();
+        match self.kind_of(&agent) {
+            Kind::Exec => self.exec.run(job, cancel, started),
+            Kind::Runner => self.runner.run(job, cancel, started),
+        }
+    }
+
+    fn reap_leftovers(&self, worker_ids: &[&str]) -> usize {
+        // Runners run nothing on this host; their workers' rows are closed like any orphan.
+        self.exec.reap_leftovers(worker_ids)
+    }
+}

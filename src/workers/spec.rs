@@ -1,0 +1,96 @@
+//! The worker spec: the effective agent and the prompt of one worker, as every executor hands
+//! it to the agent runtime (docs/workers.md §6.4, docs/runners.md).
+//!
+//! One type, two forms: the `exec` executor writes its JSON to the process's stdin, and a
+//! runner receives it as the proto message `agentry.v1.WorkerSpec`. The serde form here is the
+//! proto3 JSON form of that message with proto field names and fields without presence always
+//! printed (what `MessageToDict(spec, preserving_proto_field_name=True,
+//! always_print_fields_with_no_presence=True)` gives in Python), so a runner and an exec runtime
+//! read the same document. Absent optional fields are left out, never `null`. The field order
+//! is the proto's, and scripts rely on it (`"depth"` is followed by `"prompt"`).
+//!
+//! Pure data; depends only on the resolve types it is built from.
+
+use serde::Serialize;
+
+use crate::{persona::ThinkingLevel, resolve::Tools};
+
+/// What one worker runs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WorkerSpec {
+    /// The worker's id (`wkr_…`).
+    pub worker_id: String,
+    /// Its depth: 1 below a top-level caller.
+    pub depth: u32,
+    /// The task brief.
+    pub prompt: String,
+    /// The one-line summary the caller gave.
+    pub description: String,
+    /// The absolute workspace, when the caller gave one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+    /// The effective agent (docs/lineage.md §5.3), never the raw file.
+    pub agent: AgentSpec,
+}
+
+/// The effective agent as a runtime needs it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AgentSpec {
+    /// The agent's name.
+    pub name: String,
+    /// The composed system prompt.
+    pub system_prompt: String,
+    /// `{"only": [...]}` or `{"all_except": [...]}`.
+    pub tools: Tools,
+    /// The worker's own spawn policy: `*`, empty or CSV.
+    pub spawns: String,
+    /// Models in order.
+    pub model: Vec<String>,
+    /// `off` … `xhigh`, when the persona sets it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking_level: Option<ThinkingLevel>,
+    /// Turn budget, when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
+    /// Passed through, when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permission_mode: Option<String>,
+    /// The effective output schema (a JSON value), when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<serde_json::Value>,
+}
+
+impl WorkerSpec {
+    /// The spec of worker `worker_id` running `eff` on `prompt`.
+    pub fn new(
+        worker_id: &str,
+        eff: &crate::resolve::Effective,
+        prompt: &str,
+        description: &str,
+        workspace: Option<&str>,
+    ) -> Self {
+        Self {
+            worker_id: worker_id.to_owned(),
+            depth: eff.depth,
+            prompt: prompt.to_owned(),
+            description: description.to_owned(),
+            workspace: workspace.map(str::to_owned),
+            agent: AgentSpec {
+                name: eff.name.clone(),
+                system_prompt: eff.system_prompt.clone(),
+                tools: eff.tools.clone(),
+                spawns: eff.spawns.clone(),
+                model: eff.model.clone(),
+                thinking_level: eff.thinking_level,
+                max_turns: eff.max_turns,
+                permission_mode: eff.permission_mode.clone(),
+                output_schema: eff.output_schema.clone(),
+            },
+        }
+    }
+
+    /// The stdin document of the `exec` executor.
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("worker spec serialises")
+    }
+}

@@ -1,0 +1,73 @@
+//! Progress reports of running workers (docs/workers.md §6.9): appended to the worker's event
+//! log by the store (which enforces "running only" and the per-worker bound), then published to
+//! its watchers like a transition. Both `ReportProgress` (by worker token) and a runner's stream
+//! (by worker id, after the lease was checked) come through here.
+
+use super::{Supervisor, WorkerError, now_ms};
+use crate::workers::{
+    model::{Progress, WorkerEvent, WorkerId, hash_token},
+    store::StoreError,
+};
+
+impl Supervisor {
+    /// Appends a report of the live worker holding `token`; a token that is not a live worker's
+    /// is [`WorkerError::UnknownToken`].
+    pub async fn report_progress_by_token(
+        &self,
+        token: &str,
+        progress: Progress,
+    ) -> Result<WorkerEvent, WorkerError> {
+        let id = self
+            .live()
+            .by_token(&hash_token(token))
+            .map(|l| l.record.id.clone())
+            .ok_or(WorkerError::UnknownToken)?;
+        self.report_progress(&id, progress).await
+    }
+
+    /// Appends a report of worker `id` as its next event, updates the live record and publishes
+    /// the event. A worker that is not running is [`WorkerError::NotRunning`]; a full log is
+    /// [`WorkerError::TooManyEvents`].
+    pub async fn report_progress(
+        &self,
+        id: &WorkerId,
+        progress: Progress,
+    ) -> Result<WorkerEvent, WorkerError> {
+        let max = self.settings.max_events_per_worker;
+        let ev = match self
+            .store
+            .append_progress(id, progress, now_ms(), max)
+            .await
+        {
+            Ok(ev) => ev,
+            Err(StoreError::NotRunning { id, state }) => {
+                return Err(WorkerError::NotRunning {
+                    id: id.to_string(),
+                    state,
+                });
+            }
+            Err(StoreError::TooManyEvents { id, max }) => {
+                return Err(WorkerError::TooManyEvents {
+                    id: id.to_string(),
+                    max,
+                });
+            }
+            Err(StoreError::NotFound(id)) => return Err(WorkerError::NotFound(id.to_string())),
+            Err(e) => return Err(e.into()),
+        };
+        let events = {
+            let mut live = self.live();
+            let Some(l) = live.get_mut(id) else {
+                // Finished meanwhile: watchers re-read the store at the end.
+                return Ok(ev);
+            };
+            // A transition committed after this report may already be in memory; keep the newer.
+            if l.record.sequence < ev.sequence {
+                l.record = ev.worker.clone();
+            }
+            l.events.clone()
+        };
+        let _ = events.send(ev.clone());
+        Ok(ev)
+    }
+}
