@@ -104,7 +104,7 @@ impl Session {
         match self.sup.report_progress(&id, report).await {
             Ok(_) => {}
             Err(e @ WorkerError::NotRunning { .. }) => {
-                self.refuse(worker_id, "NOT_RUNNING", e.to_string())
+                self.refuse(worker_id, "NOT_RUNNING", e.to_string());
             }
             Err(e @ WorkerError::TooManyEvents { .. }) => {
                 self.refuse(worker_id, "TOO_MANY_EVENTS", e.to_string());
