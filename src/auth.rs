@@ -264,7 +264,7 @@ impl TokenFile {
                     ),
                     Ok(false) => {}
                     Err(e) => {
-                        tracing::warn!(error = %e, "tokens file not reloaded; keeping the previous tokens")
+                        tracing::warn!(error = %e, "tokens file not reloaded; keeping the previous tokens");
                     }
                 }
             }

@@ -316,6 +316,10 @@ pub struct Config {
     pub auth: AuthConfig,
     /// Snapshot caching.
     pub discovery: DiscoveryConfig,
+    /// `XDG_STATE_HOME` from the injected environment (never read from the process itself), the
+    /// base of the default store path. Not a configuration key.
+    #[serde(skip)]
+    pub state_home: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -345,6 +349,7 @@ impl Default for Config {
             shutdown_grace: Duration::from_secs(10),
             auth: AuthConfig::default(),
             discovery: DiscoveryConfig::default(),
+            state_home: None,
         }
     }
 }
@@ -390,9 +395,14 @@ impl Config {
             message: "the top level must be a mapping".to_owned(),
         })?;
         let mut home_env = None;
+        let mut state_home = None;
         for (var, raw) in env {
             if var == "HOME" {
                 home_env = Some(PathBuf::from(&raw));
+                continue;
+            }
+            if var == "XDG_STATE_HOME" {
+                state_home = Some(PathBuf::from(&raw)).filter(|p| p.is_absolute());
                 continue;
             }
             let Some(key) = var.strip_prefix("AGENTRY_") else {
@@ -450,6 +460,7 @@ impl Config {
         if cfg.home.is_none() {
             cfg.home = home_env;
         }
+        cfg.state_home = state_home;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -461,6 +472,18 @@ impl Config {
         };
         if self.listen.trim().is_empty() {
             return Err(rule("listen", "must be host:port or unix:/path".into()));
+        }
+        // A shutdown stops every worker, each with up to kill_grace between SIGTERM and SIGKILL;
+        // a grace that does not fit would end the process with workers still alive.
+        if self.executor.kill_grace >= self.shutdown_grace {
+            return Err(rule(
+                "executor.kill_grace",
+                format!(
+                    "({}) must be shorter than shutdown_grace ({}), so a shutdown can stop workers",
+                    humantime::format_duration(self.executor.kill_grace),
+                    humantime::format_duration(self.shutdown_grace)
+                ),
+            ));
         }
         for (i, d) in self.agent_dirs.iter().enumerate() {
             if !d.path.is_absolute() {
@@ -545,10 +568,10 @@ impl Config {
 
     /// Where workers are stored: PostgreSQL with `store.url`, else the SQLite file of
     /// [`Self::store_path`].
-    pub fn store_kind(&self, xdg_state_home: Option<PathBuf>) -> StoreKind {
+    pub fn store_kind(&self) -> StoreKind {
         match &self.store.url {
             Some(url) => StoreKind::Postgres(url.clone()),
-            None => StoreKind::Sqlite(self.store_path(xdg_state_home)),
+            None => StoreKind::Sqlite(self.store_path()),
         }
     }
 
@@ -564,11 +587,11 @@ impl Config {
 
     /// The store file: `store.path`, else `$XDG_STATE_HOME/agentry/agentry.db`, else
     /// `<home>/.local/state/agentry/agentry.db`.
-    pub fn store_path(&self, xdg_state_home: Option<PathBuf>) -> PathBuf {
+    pub fn store_path(&self) -> PathBuf {
         if let Some(p) = &self.store.path {
             return p.clone();
         }
-        let base = xdg_state_home.unwrap_or_else(|| {
+        let base = self.state_home.clone().unwrap_or_else(|| {
             self.home
                 .clone()
                 .unwrap_or_else(|| PathBuf::from("/tmp"))
@@ -600,18 +623,18 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            cfg.store_kind(None),
+            cfg.store_kind(),
             StoreKind::Postgres("postgres://a@db/x".to_owned())
         );
         assert_eq!(cfg.replica_name(), "a");
         assert_eq!(cfg.replica.lease, Duration::from_secs(2));
         let env = load_str("", &[("AGENTRY_STORE_URL", "postgresql://b@db/y")]).unwrap();
         assert_eq!(
-            env.store_kind(None),
+            env.store_kind(),
             StoreKind::Postgres("postgresql://b@db/y".to_owned())
         );
         let default = load_str("", &[]).unwrap();
-        assert!(matches!(default.store_kind(None), StoreKind::Sqlite(_)));
+        assert!(matches!(default.store_kind(), StoreKind::Sqlite(_)));
         assert_eq!(default.replica.lease, Duration::from_secs(15));
         assert!(!default.replica_name().is_empty());
 

@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! agentry: the registry of agent personas and the supervisor of the workers spawned from them.
 //!
 //! A coordinator runtime asks agentry over gRPC which agents exist for a workspace, resolves one

@@ -163,20 +163,10 @@ fn serve(rt: &tokio::runtime::Runtime, config: Option<PathBuf>) -> anyhow::Resul
             .await
             .with_context(|| format!("cannot listen on {}", cfg.listen))?;
         let socket = listener.socket_path().map(Path::to_owned);
-        let grace = cfg.shutdown_grace;
         let stop = CancellationToken::new();
         watch_signals(stop.clone())?;
-        let server = agentry::grpc::run(cfg, listener, stop.clone().cancelled_owned());
-        tokio::pin!(server);
-        let drained = tokio::select! {
-            r = &mut server => r,
-            () = async { stop.cancelled().await; tokio::time::sleep(grace).await } => {
-                tracing::warn!(grace = ?grace, "connections still open after shutdown_grace; closing them");
-                Ok(())
-            }
-        };
-        // Running workers are the worker layer's to kill: `grpc::run` sees `stop` fire through
-        // its shutdown future (where health goes NOT_SERVING), within this bounded drain.
+        // `grpc::run` owns the whole shutdown sequence and its one deadline (shutdown_grace).
+        let drained = agentry::grpc::run(cfg, listener, stop.cancelled_owned()).await;
         if let Some(path) = socket {
             let _ = std::fs::remove_file(path);
         }

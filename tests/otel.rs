@@ -184,7 +184,7 @@ async fn rpc_spans_and_metrics_reach_an_otlp_receiver() {
         async move {
             tokio::task::spawn_blocking(move || guard.flush())
                 .await
-                .unwrap()
+                .unwrap();
         }
     };
     let arrived = eventually(Duration::from_secs(10), || async {

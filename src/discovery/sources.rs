@@ -214,7 +214,7 @@ pub fn plugin_dirs(reg: &Path, diags: &mut Vec<Diagnostic>) -> Vec<(String, Path
             severity: Severity::Warning,
             code: "plugin_registry",
             message,
-        })
+        });
     };
     let bytes = match std::fs::read(reg) {
         Ok(b) => b,

@@ -77,7 +77,7 @@ fn recursive_dir_skips_readme_hidden_and_outside_symlinks() {
     std::fs::create_dir_all(root.join(".hidden")).unwrap();
     std::fs::create_dir_all(&outside).unwrap();
     let w = |p: PathBuf, n: &str| {
-        std::fs::write(p, format!("---\nname: {n}\ndescription: d\n---\n")).unwrap()
+        std::fs::write(p, format!("---\nname: {n}\ndescription: d\n---\n")).unwrap();
     };
     w(root.join("z.md"), "z");
     w(root.join("b/c/deep.md"), "deep");

@@ -75,24 +75,23 @@ pub async fn run(
         }
         Listener::Unix(_, path) => format!("unix:{}", path.display()),
     };
-    let (store, store_desc): (Arc<dyn WorkerStore>, String) =
-        match cfg.store_kind(std::env::var_os("XDG_STATE_HOME").map(Into::into)) {
-            StoreKind::Sqlite(path) => (
-                Arc::new(SqliteStore::open(&path)?),
-                format!("sqlite {}", path.display()),
-            ),
-            StoreKind::Postgres(url) => {
-                let replica = ReplicaSettings {
-                    name: cfg.replica_name(),
-                    lease: cfg.replica.lease,
-                };
-                let name = replica.name.clone();
-                (
-                    Arc::new(PostgresStore::open(&url, replica).await?),
-                    format!("postgres {} as replica {name}", redact_url(&url)),
-                )
-            }
-        };
+    let (store, store_desc): (Arc<dyn WorkerStore>, String) = match cfg.store_kind() {
+        StoreKind::Sqlite(path) => (
+            Arc::new(SqliteStore::open(&path)?),
+            format!("sqlite {}", path.display()),
+        ),
+        StoreKind::Postgres(url) => {
+            let replica = ReplicaSettings {
+                name: cfg.replica_name(),
+                lease: cfg.replica.lease,
+            };
+            let name = replica.name.clone();
+            (
+                Arc::new(PostgresStore::open(&url, replica).await?),
+                format!("postgres {} as replica {name}", redact_url(&url)),
+            )
+        }
+    };
     let executor = Arc::new(ExecExecutor::new(
         cfg.executor.command.clone(),
         cfg.executor.env.clone(),
@@ -151,9 +150,9 @@ pub async fn run(
     // Serving = first discovery done, the database answers, and not shutting down (SPEC §8,
     // §9). One task owns the status so the three never race.
     let (discovered_tx, mut discovered) = tokio::sync::watch::channel(false);
-    let stopping = tokio_util::sync::CancellationToken::new();
+    let health_stopping = tokio_util::sync::CancellationToken::new();
     {
-        let (health, store, stopping) = (health.clone(), store.clone(), stopping.clone());
+        let (health, store, stopping) = (health.clone(), store.clone(), health_stopping.clone());
         // Held here, so `changed()` only ever reports a real change.
         let _keep = discovered_tx.clone();
         tokio::spawn(async move {
@@ -216,18 +215,40 @@ pub async fn run(
     let health_for_shutdown = health.clone();
     let supervisor_for_auth = supervisor.clone();
     let grace = cfg.shutdown_grace;
-    let shutdown = async move {
-        shutdown.await;
-        tracing::info!("shutting down");
-        stopping.cancel();
-        health_for_shutdown
-            .set_service_status("", ServingStatus::NotServing)
-            .await;
-        health_for_shutdown
-            .set_service_status(SERVICE_NAME, ServingStatus::NotServing)
-            .await;
-        // Kill running workers (recorded killed) and end watch streams, so the drain finishes.
-        supervisor.shutdown(grace).await;
+    // One shutdown sequence under one deadline (docs/operations.md §8): on the signal, health
+    // goes NOT_SERVING and the server stops accepting at once; meanwhile every worker is stopped
+    // (recorded `killed`) and watch streams end, which lets the calls in flight finish; the drain
+    // of connections is bounded by `shutdown_grace` from the signal. Flushing telemetry is the
+    // caller's last step.
+    let stopping = tokio_util::sync::CancellationToken::new();
+    {
+        let stopping = stopping.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            stopping.cancel();
+        });
+    }
+    let stop_accepting = {
+        let stopping = stopping.clone();
+        async move {
+            stopping.cancelled().await;
+            tracing::info!("shutting down: no new connections, stopping workers");
+            // The store-health task must not turn SERVING back on.
+            health_stopping.cancel();
+            health_for_shutdown
+                .set_service_status("", ServingStatus::NotServing)
+                .await;
+            health_for_shutdown
+                .set_service_status(SERVICE_NAME, ServingStatus::NotServing)
+                .await;
+        }
+    };
+    let stop_workers = {
+        let stopping = stopping.clone();
+        async move {
+            stopping.cancelled().await;
+            supervisor.shutdown(grace).await;
+        }
     };
     // Big enough that the prompt bound (an INVALID_ARGUMENT naming limits.max_prompt_bytes) is
     // what a caller meets, not the transport's.
@@ -261,20 +282,32 @@ pub async fn run(
             pb::agent_registry_service_server::AgentRegistryServiceServer::new(svc)
                 .max_decoding_message_size(max_message),
         );
-    match listener {
-        Listener::Tcp(l) => {
-            router
-                // TCP_NODELAY: without it small responses wait out delayed ACKs (~40 ms).
-                .serve_with_incoming_shutdown(
-                    tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true)),
-                    shutdown,
-                )
-                .await?
+    let serving = async move {
+        match listener {
+            Listener::Tcp(l) => {
+                router
+                    // TCP_NODELAY: without it small responses wait out delayed ACKs (~40 ms).
+                    .serve_with_incoming_shutdown(
+                        tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true)),
+                        stop_accepting,
+                    )
+                    .await
+            }
+            Listener::Unix(l, _) => {
+                router
+                    .serve_with_incoming_shutdown(UnixListenerStream::new(l), stop_accepting)
+                    .await
+            }
         }
-        Listener::Unix(l, _) => {
-            router
-                .serve_with_incoming_shutdown(UnixListenerStream::new(l), shutdown)
-                .await?
+    };
+    let both = async { tokio::join!(serving, stop_workers).0 };
+    tokio::select! {
+        served = both => served?,
+        () = async { stopping.cancelled().await; tokio::time::sleep(grace).await } => {
+            tracing::warn!(
+                grace = ?grace,
+                "calls or workers still open after shutdown_grace; closing them"
+            );
         }
     }
     Ok(())

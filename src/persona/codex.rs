@@ -13,7 +13,7 @@ pub(super) fn read(text: &str, path: &str, diags: &mut Vec<Diagnostic>) -> Optio
             severity,
             code,
             message,
-        })
+        });
     };
     let entries = match tomlread::entries(text) {
         Ok(e) => e,

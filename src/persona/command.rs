@@ -171,7 +171,7 @@ fn markdown(text: &str, path: &str, diags: &mut Vec<Diagnostic>) -> Option<Comma
                     severity,
                     code,
                     message,
-                })
+                });
             };
             let entries = fields::entries(&block, &mut diag);
             let mut r = Reader::new(&block, &mut diag);
@@ -230,7 +230,7 @@ fn toml_command(text: &str, path: &str, diags: &mut Vec<Diagnostic>) -> Option<C
             severity,
             code,
             message,
-        })
+        });
     };
     let entries = match tomlread::entries(text) {
         Ok(e) => e,

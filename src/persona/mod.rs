@@ -292,7 +292,7 @@ fn parse_text(
             severity,
             code,
             message,
-        })
+        });
     };
     let front = match doc.front {
         split::Front::None => {

@@ -122,7 +122,7 @@ async fn stop_swept(sup: &Arc<Supervisor>) {
             }
             Ok(_) => {}
             Err(e) => {
-                tracing::warn!(worker = %id, error = %e, "cannot check a run after a lapsed lease")
+                tracing::warn!(worker = %id, error = %e, "cannot check a run after a lapsed lease");
             }
         }
     }

@@ -230,7 +230,8 @@ impl Binary {
         std::fs::write(
             &config,
             format!(
-                "listen: {addr}\nhome: {home}\nstore: {{path: {db}}}\nshutdown_grace: {grace}\n",
+                "listen: {addr}\nhome: {home}\nstore: {{path: {db}}}\nshutdown_grace: {grace}\n\
+                 executor: {{kill_grace: 200ms}}\n",
                 home = dir.path().display(),
                 db = dir.path().join("agentry.db").display(),
             ),

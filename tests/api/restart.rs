@@ -199,10 +199,11 @@ async fn kill_9_then_restart_closes_orphans_and_keeps_results() {
 
 #[tokio::test]
 async fn sigterm_with_a_running_worker_records_it_killed_and_exits_zero() {
+    // The agent ignores SIGTERM, so stopping it takes the whole kill_grace.
     let f = fixture(
-        "cat > /dev/null\necho $$ > \"$OUT/pid\"\nexec sleep 30",
+        "cat > /dev/null\necho $$ > \"$OUT/pid\"\ntrap '' TERM\nexec sleep 30",
         "shutdown_grace: 10s\n",
-        "kill_grace: 1s, ",
+        "kill_grace: 2s, ",
     );
     let (root, db) = (f.dir.path(), &f.db);
     let mut server = start_binary(&f.config);
@@ -231,6 +232,16 @@ async fn sigterm_with_a_running_worker_records_it_killed_and_exits_zero() {
             .status()
             .unwrap()
             .success()
+    );
+    // While the worker is still being stopped, the server already accepts no new connection.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        server.0.try_wait().unwrap().is_none(),
+        "still stopping its worker"
+    );
+    assert!(
+        std::net::TcpStream::connect(&f.addr).is_err(),
+        "no new connections during shutdown"
     );
     // Poll without blocking the runtime: the client's connection must be able to see GOAWAY.
     let status = loop {
@@ -267,6 +278,10 @@ fn a_config_with_an_unknown_key_or_bad_value_fails_start_up_naming_it() {
         ("listen: 127.0.0.1:0\nlisten_adress: x\n", "listen_adress"),
         ("executor: {timeout: soon}\n", "executor.timeout"),
         ("limits: {max_running: -3}\n", "limits.max_running"),
+        (
+            "executor: {kill_grace: 20s}\nshutdown_grace: 10s\n",
+            "executor.kill_grace",
+        ),
     ] {
         let config = dir.path().join("bad.yaml");
         std::fs::write(&config, yaml).unwrap();

@@ -419,7 +419,7 @@ impl ProcessGroup {
         match killpg(pgid, signal) {
             Ok(()) | Err(Errno::ESRCH) => {}
             Err(err) => {
-                warn!(pgid = pgid.as_raw(), %signal, error = %err, "cannot signal worker process group")
+                warn!(pgid = pgid.as_raw(), %signal, error = %err, "cannot signal worker process group");
             }
         }
     }
