@@ -185,9 +185,9 @@ pub async fn run(
     // Serving = first discovery done, the database answers, and not shutting down (SPEC §8,
     // §9). One task owns the status so the three never race.
     let (discovered_tx, mut discovered) = tokio::sync::watch::channel(false);
-    let stopping = tokio_util::sync::CancellationToken::new();
+    let health_stopping = tokio_util::sync::CancellationToken::new();
     {
-        let (health, store, stopping) = (health.clone(), store.clone(), stopping.clone());
+        let (health, store, stopping) = (health.clone(), store.clone(), health_stopping.clone());
         // Held here, so `changed()` only ever reports a real change.
         let _keep = discovered_tx.clone();
         tokio::spawn(async move {
@@ -255,7 +255,7 @@ pub async fn run(
     // (recorded `killed`) and watch streams end, which lets the calls in flight finish; the drain
     // of connections is bounded by `shutdown_grace` from the signal. Flushing telemetry is the
     // caller's last step.
-    // `stopping` (above) also ends the health task, so the status stays NOT_SERVING.
+    let stopping = tokio_util::sync::CancellationToken::new();
     {
         let stopping = stopping.clone();
         tokio::spawn(async move {
@@ -268,6 +268,8 @@ pub async fn run(
         async move {
             stopping.cancelled().await;
             tracing::info!("shutting down: no new connections, stopping workers");
+            // The store-health task must not turn SERVING back on.
+            health_stopping.cancel();
             health_for_shutdown
                 .set_service_status("", ServingStatus::NotServing)
                 .await;
