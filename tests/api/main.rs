@@ -2,6 +2,7 @@
 
 mod check;
 mod commands;
+mod deploy;
 mod dialects;
 mod hardening;
 mod helpers;
