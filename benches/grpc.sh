@@ -19,8 +19,10 @@
 # (examples/floor.rs: a bare tonic server answering with the reply agentry gave to the same
 # request, so the same bytes go over the wire) both pinned to CPU 0, h2load pinned to CPU 1,
 # 4 connections × 16 streams. agentry runs with its contract on: bearer-token auth, the per-RPC
-# span, log line and metrics (RUST_LOG=info), the file watcher. The other rows come from
-# `cargo bench --bench discovery` and `examples/workers_load.rs`, which print their own rows.
+# span, log line and metrics (RUST_LOG=info), the file watcher. Beside req/s, each server's
+# exact CPU time per request and its share of the CPU are printed, because on a shared machine
+# the two servers do not get CPU 0 alike. The other rows come from `cargo bench --bench
+# discovery` and `examples/workers_load.rs`, which print their own rows.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -91,6 +93,24 @@ row() {
   printf '%s\n' "$*" >>"$ROWS_FILE"
 }
 
+# Prints a tab-separated file as aligned columns under the header words $2, padded by
+# characters, not bytes (×, ≥ and µ are two or three bytes in UTF-8); with $3 set, the last
+# column reads "(debug build)".
+table() {
+  LC_ALL=C awk -F'\t' -v header="$2" -v debug="${3:-}" '
+    function vlen(s) { gsub(/[\200-\277]/, "", s); return length(s) }
+    function out(s, width, last) { printf "%s", s; if (!last) printf "%*s", width - vlen(s) + 2, "" }
+    BEGIN { m = split(header, head, "|") }
+    debug { $m = "(debug build)" }
+    { n = NR; for (i = 1; i <= m; i++) { cell[n, i] = $i; if (vlen($i) > w[i]) w[i] = vlen($i) } }
+    END {
+      for (i = 1; i <= m; i++) if (vlen(head[i]) > w[i]) w[i] = vlen(head[i])
+      for (i = 1; i <= m; i++) out(head[i], w[i], i == m)
+      printf "\n"
+      for (r = 1; r <= n; r++) { for (i = 1; i <= m; i++) out(cell[r, i], w[i], i == m); printf "\n" }
+    }' "$1"
+}
+
 # ------------------------------------------------------------------------------------------
 # Tools and build
 # ------------------------------------------------------------------------------------------
@@ -157,50 +177,81 @@ wait_addr() {
   die "no '$pattern' in $file after 30 s"
 }
 
-# h2load against $1 (addr) for case $2, $3 requests; prints req/s. Fails unless every request
-# succeeded and every response carried a full reply frame of the captured size.
+# CPU time (ns) the live threads of process $1 have run so far (the scheduler's exact
+# sum_exec_runtime, not the tick-sampled utime/stime).
+cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%.0f\n", s }'; }
+
+# h2load against server $1 (agentry|floor) for case $2, $3 requests; prints its req/s, the
+# share of the run's wall time the server was on a CPU (%), its CPU µs per request, and the
+# share of the wall time h2load was on a CPU (%; near 100, the client is the limit). Fails
+# unless every request succeeded and every response carried a full reply frame of the captured
+# size.
 h2run() {
-  local addr=$1 case=$2 n=$3 out rps ok data want
-  out=$(taskset -c 1 h2load -n "$n" -c "$CONNECTIONS" -m "$STREAMS" -t 1 \
-    -d "$tmp/cases/$case.req" \
-    -H 'content-type: application/grpc' -H 'te: trailers' \
-    -H "authorization: Bearer $TOKEN" \
-    "http://$addr${CASE_PATH[$case]}" 2>&1) || {
+  local server=$1 case=$2 n=$3 addr=${SERVER_ADDR[$1]} pid=${SERVER_PID[$1]} out rps ok data want c0 c1
+  c0=$(cpu_ns "$pid")
+  out=$({
+    TIMEFORMAT='h2load-cpu %R %U %S'
+    time taskset -c 1 h2load -n "$n" -c "$CONNECTIONS" -m "$STREAMS" -t 1 \
+      -d "$tmp/cases/$case.req" \
+      -H 'content-type: application/grpc' -H 'te: trailers' \
+      -H "authorization: Bearer $TOKEN" \
+      "http://$addr${CASE_PATH[$case]}"
+  } 2>&1) || {
     printf '%s\n' "$out" >&2
-    die "h2load failed against $addr ($case)"
+    die "h2load failed against $server ($case)"
   }
+  c1=$(cpu_ns "$pid")
   rps=$(sed -n 's|^finished in [^,]*, \([0-9.]*\) req/s.*|\1|p' <<<"$out")
   ok=$(sed -n 's|^requests: .* \([0-9]*\) succeeded.*|\1|p' <<<"$out")
   data=$(sed -n 's|^traffic: .*(\([0-9]*\)) data$|\1|p' <<<"$out")
   want=$((n * (CASE_REPLY[$case] + 5)))
   if [[ -z $rps || $ok != "$n" || $data -lt $want || $data -gt $((want + n * CASE_SLACK[$case])) ]]; then
     printf '%s\n' "$out" >&2
-    die "$case on $addr: $ok of $n succeeded, $data response bytes (want $want: $n × \
+    die "$case on $server: $ok of $n succeeded, $data response bytes (want $want: $n × \
 $((CASE_REPLY[$case] + 5))-byte frames); some calls did not get the captured reply"
   fi
-  printf '%s\n' "$rps"
+  awk -v rps="$rps" -v n="$n" -v t=$((c1 - c0)) -v hz=1e9 \
+    -v h2="$(sed -n 's/^h2load-cpu //p' <<<"$out")" \
+    'BEGIN {
+      cpu = t / hz; split(h2, c, " ")
+      printf "%s %.0f %.1f %.0f\n", rps, 100 * cpu * rps / n, 1e6 * cpu / n, 100 * (c[2] + c[3]) / c[1]
+    }'
 }
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 # One h2load row: case, label, target ratio; alternates which server goes first each round.
 grpc_row() {
-  local case=$1 label=$2 target=$3 n=$REQUESTS r a=() f=() am fm
+  local case=$1 label=$2 target=$3 n=$REQUESTS r server
+  local -A runs=()
   [[ $case == list ]] && n=$((REQUESTS / 10))
-  h2run "$AGENTRY_ADDR" "$case" $((n / 10)) >/dev/null # warm-up, untimed
-  h2run "$FLOOR_ADDR" "$case" $((n / 10)) >/dev/null
+  h2run agentry "$case" $((n / 10)) >/dev/null # warm-up, untimed
+  h2run floor "$case" $((n / 10)) >/dev/null
   for ((r = 0; r < ROUNDS; r++)); do
-    if ((r % 2 == 0)); then
-      a+=("$(h2run "$AGENTRY_ADDR" "$case" "$n")")
-      f+=("$(h2run "$FLOOR_ADDR" "$case" "$n")")
-    else
-      f+=("$(h2run "$FLOOR_ADDR" "$case" "$n")")
-      a+=("$(h2run "$AGENTRY_ADDR" "$case" "$n")")
+    for server in $( ((r % 2 == 0)) && echo agentry floor || echo floor agentry); do
+      runs[$server]+="$(h2run "$server" "$case" "$n")"$'\n'
+    done
+  done
+  # Medians of req/s, CPU share and CPU µs per request, per server.
+  local am ab ac ah fm fb fc fh
+  read -r am ab ac ah < <(for k in 1 2 3 4; do printf '%s' "${runs[agentry]}" | awk -v k=$k '{ print $k }' | median; done | paste -sd' ')
+  read -r fm fb fc fh < <(for k in 1 2 3 4; do printf '%s' "${runs[floor]}" | awk -v k=$k '{ print $k }' | median; done | paste -sd' ')
+  say "$case: agentry $(awk '{ printf "%s ", $1 }' <<<"${runs[agentry]}")req/s, on CPU ${ab}%, \
+${ac} µs CPU/request; floor $(awk '{ printf "%s ", $1 }' <<<"${runs[floor]}")req/s, on CPU ${fb}%, \
+${fc} µs CPU/request (CPU-time ratio $(awk -v a="$ac" -v f="$fc" 'BEGIN { printf "%.2f", f / a }')×)"
+  for server in agentry floor; do
+    local busy=$ab h2=$ah
+    [[ $server == floor ]] && busy=$fb h2=$fh
+    if ((h2 >= 90)); then
+      printf '%s: h2load was on CPU 1 for %s%% of the runs against %s: the client may be the limit, not the server\n' \
+        "$case" "$h2" "$server" >>"$tmp/warnings"
+    elif ((busy < 90)); then
+      printf '%s: %s was on CPU 0 for only %s%% of its runs (the CPU is shared with other processes), so its req/s is below its capacity; see its CPU time per request\n' \
+        "$case" "$server" "$busy" >>"$tmp/warnings"
     fi
   done
-  am=$(printf '%s\n' "${a[@]}" | median)
-  fm=$(printf '%s\n' "${f[@]}" | median)
-  say "$case: agentry ${a[*]} req/s; floor ${f[*]} req/s"
+  printf '%s\t%s µs\t%s µs\t%s×\t%s%% / %s%%\t%s%% / %s%%\n' "$label" "$ac" "$fc" \
+    "$(awk -v a="$ac" -v f="$fc" 'BEGIN { printf "%.2f", f / a }')" "$ab" "$fb" "$ah" "$fh" >>"$tmp/cpu.tsv"
   row "$(printf '%s (%s B reply)' "$label" "${CASE_REPLY[$case]}")" \
     "$(printf '%.0f req/s' "$am")" "$(printf '%.0f req/s' "$fm")" \
     "$(awk -v a="$am" -v f="$fm" 'BEGIN { printf "%.2f×", a / f }')" "≥ ${target}×" \
@@ -234,6 +285,7 @@ EOF
   pids+=($!)
   agentry_pid=$!
   AGENTRY_ADDR=$(wait_addr "$tmp/agentry.log" 'agentry listening' "$agentry_pid")
+  declare -A SERVER_ADDR=([agentry]=$AGENTRY_ADDR) SERVER_PID=([agentry]=$agentry_pid)
 
   say "capturing agentry's replies from $AGENTRY_ADDR"
   "$BIN/examples/floor" capture --addr "$AGENTRY_ADDR" --token "$TOKEN" \
@@ -252,6 +304,8 @@ EOF
   pids+=($!)
   floor_pid=$!
   FLOOR_ADDR=$(wait_addr "$tmp/floor.log" 'listening on' "$floor_pid")
+  SERVER_ADDR[floor]=$FLOOR_ADDR
+  SERVER_PID[floor]=$floor_pid
 
   say "checking one call of each case on both servers (grpc-status 0, captured size)"
   for addr in "$AGENTRY_ADDR" "$FLOOR_ADDR"; do
@@ -313,16 +367,15 @@ elif [[ $QUICK == 1 ]]; then
   echo "QUICK run (AGENTRY_BENCH_QUICK=1): small counts, numbers are a smoke test only"
 fi
 echo "$(uname -n), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%FT%TZ)"
-# Columns padded by characters, not bytes (×, ≥ and µ are two bytes in UTF-8).
-LC_ALL=C awk -F'\t' -v debug="$([[ $PROFILE == release ]] || echo 1)" '
-  function vlen(s) { gsub(/[\200-\277]/, "", s); return length(s) }
-  function cell_out(s, width, last) { printf "%s", s; if (!last) printf "%*s", width - vlen(s) + 2, "" }
-  BEGIN { split("path value floor ratio target result", head, " ") }
-  debug { $6 = "(debug build)" }
-  { n = NR; for (i = 1; i <= 6; i++) { cell[n, i] = $i; if (vlen($i) > w[i]) w[i] = vlen($i) } }
-  END {
-    for (i = 1; i <= 6; i++) if (length(head[i]) > w[i]) w[i] = length(head[i])
-    for (i = 1; i <= 6; i++) cell_out(head[i], w[i], i == 6)
-    printf "\n"
-    for (r = 1; r <= n; r++) { for (i = 1; i <= 6; i++) cell_out(cell[r, i], w[i], i == 6); printf "\n" }
-  }' "$ROWS_FILE"
+table "$ROWS_FILE" 'path|value|floor|ratio|target|result' "$([[ $PROFILE == release ]] || echo 1)"
+if [[ -s $tmp/cpu.tsv ]]; then
+  echo
+  echo "CPU time per request of each server (medians; with CPU 0 to itself a CPU-bound server"
+  echo "serves 1/that per second, so the ratio is what the req/s ratio would be on a quiet machine;"
+  echo "on a CPU shared with other processes the two servers can get very different shares of it):"
+  table "$tmp/cpu.tsv" 'path|agentry CPU/req|floor CPU/req|ratio|server on CPU 0 (agentry / floor)|h2load on CPU 1'
+fi
+if [[ -s $tmp/warnings ]]; then
+  echo
+  sed 's/^/warning: /' "$tmp/warnings"
+fi
