@@ -379,6 +379,20 @@ impl AgentRegistryService for Floor {
         Err(not_measured())
     }
 
+    async fn list_commands(
+        &self,
+        _req: Request<pb::ListCommandsRequest>,
+    ) -> Result<Response<pb::ListCommandsResponse>, Status> {
+        Err(not_measured())
+    }
+
+    async fn resolve_command(
+        &self,
+        _req: Request<pb::ResolveCommandRequest>,
+    ) -> Result<Response<pb::ResolveCommandResponse>, Status> {
+        Err(not_measured())
+    }
+
     async fn spawn_worker(
         &self,
         req: Request<pb::SpawnWorkerRequest>,
