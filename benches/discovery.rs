@@ -1,5 +1,5 @@
-//! Cold discovery of 10 000 persona files against the I/O floor, and the memory a loaded
-//! snapshot takes.
+//! Cold discovery of 10 000 persona files against the I/O floor, the memory a loaded snapshot
+//! takes, and a warm `ReloadAgents` after one of the files changed.
 //!
 //! `cargo bench --bench discovery [-- --files N --iters N]`
 //!
@@ -14,6 +14,13 @@
 //!   one thread and once with rayon (discovery reads in parallel). Target: discovery ≤ 2× the
 //!   parallel floor.
 //! - **file bytes**: what a loaded agent costs in resident memory against the size of its file.
+//! - **one file**: a warm `ReloadAgents` through gRPC (the real `agentry::grpc::run`, watching,
+//!   its workspace snapshot already built) right after one persona file was rewritten, against
+//!   reading and parsing that one file. Target: the reload ≤ 50 ms. Each reload must report a
+//!   new `registry_version`, so the changed file was really read.
+//!
+//! The two targeted figures end the output as tab-separated `ROW` lines (path, value, floor,
+//! ratio, target, verdict), which `benches/grpc.sh` collects into its table.
 //!
 //! Every timing runs with the page cache warm (an untimed run first). Uses `std::time::Instant`
 //! only; no benchmark framework.
@@ -238,7 +245,7 @@ fn persona_text(rng: &mut Rng, name: &str, broken: Broken) -> String {
 /// Where the generated files live and the configuration that reads them.
 struct Tree {
     /// Owns everything; removed on drop.
-    _root: tempfile::TempDir,
+    root: tempfile::TempDir,
     /// The workspace a snapshot is built for (two levels below the project dir).
     workspace: PathBuf,
     /// Home, user dirs and agent dirs.
@@ -336,7 +343,7 @@ fn generate(total: usize) -> Tree {
         ..Config::default()
     };
     Tree {
-        _root: root,
+        root,
         workspace,
         cfg,
         dirs,
@@ -473,6 +480,137 @@ fn read_syscalls() -> u64 {
 
 fn mib(b: u64) -> f64 {
     b as f64 / (1024.0 * 1024.0)
+}
+
+/// What the warm reload measured: per iteration, the `ReloadAgents` call and the floor.
+struct Reload {
+    /// The file rewritten before each reload.
+    file: PathBuf,
+    /// `ReloadAgents` round trips, sorted.
+    rpc: Vec<Duration>,
+    /// Read + parse of the rewritten file alone, sorted.
+    floor: Vec<Duration>,
+    /// Reloads whose `registry_version` did not change although the file did.
+    stale: usize,
+}
+
+/// Runs the real server on the tree (file watcher on, workspace snapshot built), then `iters`
+/// times: rewrite one winning persona file, call `ReloadAgents` for the workspace and time it;
+/// beside it, time reading and parsing that file alone.
+fn warm_reload(tree: &Tree, iters: usize) -> Reload {
+    use agentry::grpc::pb::{
+        ReloadAgentsRequest, agent_registry_service_client::AgentRegistryServiceClient,
+    };
+    use tonic_health::pb::{
+        HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+    };
+
+    let mut cfg = tree.cfg.clone();
+    cfg.store.path = Some(tree.root.path().join("state/agentry.db"));
+    let opts = ParseOptions {
+        implicit_tools: cfg.implicit_tools.clone(),
+        spawn_tool: cfg.spawn_tool.clone(),
+    };
+    // The first file of the project dir: the highest-precedence source, so it always wins.
+    let mut project: Vec<PathBuf> = fs::read_dir(&tree.dirs[0].0)
+        .expect("project dir")
+        .map(|e| e.expect("dir entry").path())
+        .collect();
+    project.sort();
+    let file = project.into_iter().next().expect("a project persona");
+    let original = fs::read_to_string(&file).expect("read persona");
+    let workspace = tree.workspace.display().to_string();
+
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let out = rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(agentry::grpc::run(cfg, listener, async move {
+            let _ = stopped.await;
+        }));
+        let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connect");
+        let mut health = HealthClient::new(channel.clone());
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while health
+            .check(HealthCheckRequest {
+                service: agentry::grpc::SERVICE_NAME.to_owned(),
+            })
+            .await
+            .map(|r| r.into_inner().status)
+            .ok()
+            != Some(ServingStatus::Serving as i32)
+        {
+            assert!(Instant::now() < deadline, "agentry not SERVING after 120 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let mut client = AgentRegistryServiceClient::new(channel);
+        let request = || ReloadAgentsRequest {
+            workspace: workspace.clone(),
+        };
+        // Warm: the workspace snapshot exists and the page cache holds every file.
+        let mut version = client
+            .reload_agents(request())
+            .await
+            .expect("ReloadAgents")
+            .into_inner()
+            .registry_version;
+        let (mut rpc, mut floor, mut stale) = (Vec::new(), Vec::new(), 0);
+        for k in 0..iters {
+            let text = format!("{original}- revision {k} of this file\n");
+            fs::write(&file, &text).expect("rewrite persona");
+            // The edit comes before the call, as a user's would; the watcher has seen it.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let t = Instant::now();
+            let reply = client
+                .reload_agents(request())
+                .await
+                .expect("ReloadAgents")
+                .into_inner();
+            rpc.push(t.elapsed());
+            if reply.registry_version == version {
+                stale += 1;
+            }
+            version = reply.registry_version;
+
+            let t = Instant::now();
+            let bytes = fs::read(&file).expect("read persona");
+            let parsed = persona::parse(&bytes, &file.display().to_string(), &opts);
+            floor.push(t.elapsed());
+            assert!(parsed.persona.is_some(), "the rewritten file parses");
+        }
+        drop(client);
+        let _ = stop.send(());
+        server
+            .await
+            .expect("server task")
+            .expect("server stopped cleanly");
+        rpc.sort();
+        floor.sort();
+        (rpc, floor, stale)
+    });
+    fs::write(&file, original).expect("restore persona");
+    Reload {
+        file,
+        rpc: out.0,
+        floor: out.1,
+        stale: out.2,
+    }
+}
+
+/// A `ROW` line for `benches/grpc.sh`: path, value, floor, ratio, target, verdict.
+fn print_row(cells: [&str; 5], met: bool) {
+    println!(
+        "ROW\t{}\t{}",
+        cells.join("\t"),
+        if met { "met" } else { "NOT MET" }
+    );
 }
 
 fn main() {
@@ -643,5 +781,54 @@ fn main() {
         (s1 - s0) as f64 / files,
         s2 - s1,
         (s2 - s1) as f64 / files,
+    );
+
+    let reload = warm_reload(&tree, iters);
+    let (rpc, one) = (median(&reload.rpc), median(&reload.floor));
+    println!(
+        "\n## Warm ReloadAgents with one file changed among {} ({iters} iterations)\n",
+        tree.files
+    );
+    println!("| measure                                   |  min ms | median ms |  max ms |");
+    println!("|-------------------------------------------|--------:|----------:|--------:|");
+    for (label, v) in [
+        ("ReloadAgents through gRPC (watching)", &reload.rpc),
+        ("floor: read + parse the changed file", &reload.floor),
+    ] {
+        println!(
+            "| {label:<41} | {:>7.3} | {:>9.3} | {:>7.3} |",
+            ms(v[0]),
+            ms(median(v)),
+            ms(v[v.len() - 1]),
+        );
+    }
+    println!(
+        "\nchanged file: {}; reloads that did not see the change (same registry_version): {} of \
+         {iters}",
+        reload.file.display(),
+        reload.stale,
+    );
+    assert_eq!(reload.stale, 0, "every reload must see the changed file");
+
+    println!();
+    print_row(
+        [
+            &format!("cold discovery, {} files over 7 sources", tree.files),
+            &format!("{:.1} ms", ms(median(disc))),
+            &format!("{:.1} ms (list + read, rayon)", ms(floor_par)),
+            &format!("{ratio:.2}×"),
+            "≤ 2×",
+        ],
+        ratio <= 2.0,
+    );
+    print_row(
+        [
+            &format!("warm ReloadAgents, 1 of {} files changed", tree.files),
+            &format!("{:.1} ms", ms(rpc)),
+            &format!("{:.3} ms (read + parse that file)", ms(one)),
+            &format!("{:.0}×", rpc.as_secs_f64() / one.as_secs_f64()),
+            "≤ 50 ms",
+        ],
+        rpc <= Duration::from_millis(50),
     );
 }

@@ -1,6 +1,6 @@
 //! Worker load against the real agentry server, each figure next to its floor.
 //!
-//! `cargo run --release --example workers_load -- [--quick] [--only 1|2|3|4] [--clients N]`
+//! `cargo run --release --example workers_load -- [--quick] [--only N[,N...]] [--clients N]`
 //!
 //! Everything runs on 127.0.0.1 against `agentry::grpc::run`, with a fresh temp dir (home, SQLite
 //! store) per scenario and the bundled `quick_task` agent:
@@ -25,8 +25,12 @@
 //!    once with the server in its own process (exact server/client split), and the same two for
 //!    the bare tonic-health `Watch` of the same server, the framework floor.
 //!
-//! `--quick` scales every count and duration down ~10× for a smoke run; `--only N` runs one
-//! scenario; `--clients N` changes C (default 8) for scenarios 2 and 3.
+//! `--quick` scales every count and duration down ~10× for a smoke run; `--only 1,2,4` runs
+//! those scenarios; `--clients N` changes C (default 8) for scenarios 2 and 3.
+//!
+//! The figures issue 13 sets targets for (scenarios 1, 2 and 4) end their sections with a
+//! tab-separated `ROW` line (path, value, floor, ratio, target, verdict), which
+//! `benches/grpc.sh` collects into its table.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -155,6 +159,15 @@ impl Summary {
             mean: total / u32::try_from(n).unwrap_or(u32::MAX),
         }
     }
+}
+
+/// A `ROW` line for `benches/grpc.sh`: path, value, floor, ratio, target, verdict.
+fn print_row(cells: [&str; 5], met: bool) {
+    println!(
+        "ROW\t{}\t{}",
+        cells.join("\t"),
+        if met { "met" } else { "NOT MET" }
+    );
 }
 
 fn us(d: Duration) -> f64 {
@@ -505,6 +518,17 @@ fn print_latency(r: &LatencyResult) {
         us(r.agentry.mean) / us(r.floor.mean),
         us(r.agentry.p50) - us(r.executor.p50),
         r.failures,
+    );
+    let extra = r.agentry.p50.saturating_sub(r.floor.p50);
+    print_row(
+        [
+            "SpawnWorker(wait) of /bin/true, p50",
+            &format!("{:.2} ms", ms(r.agentry.p50)),
+            &format!("{:.2} ms (Command::status())", ms(r.floor.p50)),
+            &format!("+{:.2} ms", ms(extra)),
+            "≤ +0.5 ms",
+        ],
+        r.failures == 0 && extra <= Duration::from_micros(500),
     );
     let stuck: usize = r.not_terminal.values().sum();
     if stuck == 0 {
@@ -882,6 +906,17 @@ fn print_throughput(r: &ThroughputResult) {
             .map(|e| format!(" (first: {e})"))
             .unwrap_or_default(),
         r.states,
+    );
+    let ratio = complete_rate / exec_rate;
+    print_row(
+        [
+            &format!("background spawns of /bin/true, {} clients", r.clients),
+            &format!("{complete_rate:.0} completed/s"),
+            &format!("{exec_rate:.0}/s (ExecExecutor alone)"),
+            &format!("{ratio:.2}×"),
+            "≥ 0.6×",
+        ],
+        r.stuck_open == 0 && ratio >= 0.6,
     );
     if r.stuck_open > 0 {
         println!(
@@ -1639,6 +1674,26 @@ fn print_streams(
             "CHECK: some stream missed `killed`, saw more after it, or did not end"
         }
     );
+    let server_ratio = ratio("server process only");
+    print_row(
+        [
+            &format!(
+                "{} WatchWorker streams, server memory",
+                g(watch_in, "streams")
+            ),
+            &format!(
+                "{:.1} KB/stream",
+                per_stream[&("agentry WatchWorker", "server process only")] / 1e3
+            ),
+            &format!(
+                "{:.1} KB/stream (tonic-health Watch)",
+                per_stream[&("baseline: health Watch", "server process only")] / 1e3
+            ),
+            &format!("{server_ratio:.2}×"),
+            "≤ 1.5×",
+        ],
+        server_ratio <= 1.5 && all(watch_in) && all(watch_split),
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1650,18 +1705,22 @@ async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
     let mut scale = Scale::new(quick);
-    let mut only: Option<usize> = None;
+    let mut only: Option<Vec<usize>> = None;
     let mut rest: Vec<&str> = Vec::new();
     let mut it = args.iter().map(String::as_str);
     while let Some(a) = it.next() {
         match a {
             "--quick" => {}
             "--only" => {
-                only = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .filter(|n| (1..=4).contains(n));
-                assert!(only.is_some(), "--only needs a scenario number 1-4");
+                only = it.next().and_then(|v| {
+                    v.split(',')
+                        .map(|n| n.parse().ok().filter(|n| (1..=4).contains(n)))
+                        .collect()
+                });
+                assert!(
+                    only.is_some(),
+                    "--only needs scenario numbers 1-4, comma-separated"
+                );
             }
             "--clients" => {
                 scale.clients = it
@@ -1673,7 +1732,7 @@ async fn main() {
             other => rest.push(other),
         }
     }
-    let run = |n: usize| only.is_none_or(|o| o == n);
+    let run = |n: usize| only.as_ref().is_none_or(|o| o.contains(&n));
     match rest.as_slice() {
         [] => {}
         ["--child", "serve", root] => return child_serve(PathBuf::from(root)).await,
@@ -1692,7 +1751,7 @@ async fn main() {
             return child_streams(kind, place, scale).await;
         }
         other => panic!(
-            "unknown arguments {other:?}; usage: workers_load [--quick] [--only 1|2|3|4] \
+            "unknown arguments {other:?}; usage: workers_load [--quick] [--only N[,N...]] \
              [--clients N]"
         ),
     }

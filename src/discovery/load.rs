@@ -1,14 +1,19 @@
 //! Reads directories (SPEC §3.2, §2.5, §3.6) and parses their files in parallel.
 
 use std::{
-    collections::HashSet,
-    fs::FileType,
+    collections::{HashMap, HashSet},
+    fs::{FileType, Metadata},
     io::Read,
     os::unix::{
         ffi::OsStrExt,
-        fs::{FileTypeExt, OpenOptionsExt},
+        fs::{FileTypeExt, MetadataExt, OpenOptionsExt},
     },
     path::{Path, PathBuf},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use rayon::prelude::*;
@@ -19,7 +24,7 @@ use crate::persona::{
     command::{self, Command, CommandName},
 };
 
-use super::sources::SourceDir;
+use super::{AgentDef, sources::SourceDir};
 
 /// One file found in a directory, in read order.
 #[derive(Debug)]
@@ -32,18 +37,172 @@ pub struct FoundFile {
     pub rel: PathBuf,
 }
 
-/// A parsed persona file: the persona (if valid), its content hash and its diagnostics.
+/// A parsed persona file: its definition (if valid) and its diagnostics.
 pub struct LoadedFile {
     /// Index of the directory in the planned list.
     pub dir: usize,
-    /// The file as shown to people ([`shown`]).
-    pub file_path: String,
-    /// The persona, when the file was valid.
-    pub persona: Option<Persona>,
-    /// Hex sha256 of the bytes.
-    pub sha256: String,
+    /// What the file parsed to.
+    pub parsed: ParsedAgent,
+}
+
+/// What one persona file parsed to, as kept by the [`ParseCache`]: shared with every snapshot
+/// that holds it, so an unchanged file costs a `stat` and no copy.
+#[derive(Clone)]
+pub struct ParsedAgent {
+    /// The definition, with the source and family of the directory it was read from, when the
+    /// file was valid.
+    pub def: Option<Arc<AgentDef>>,
     /// Problems found.
     pub diagnostics: Vec<Diagnostic>,
+}
+
+/// What one command file parsed to, as kept by the [`ParseCache`].
+#[derive(Clone)]
+pub struct ParsedCommand {
+    /// The command, when the file was valid.
+    command: Option<Command>,
+    /// Hex sha256 of the bytes.
+    sha256: String,
+    /// Problems found.
+    diagnostics: Vec<Diagnostic>,
+}
+
+/// How recent a file's change may be for its [`Stamp`] to be trusted: a write inside the same
+/// timestamp tick as the one seen could leave the stamp as it was (git's "racily clean" entry).
+/// Two seconds covers the coarsest file-system clocks (FAT); an unsettled file is re-read and
+/// its hash compared, so this costs a read of the files changed in the last two seconds, never
+/// a stale definition.
+const SETTLE: Duration = Duration::from_secs(2);
+
+/// What identifies a file's content without reading it: device, inode, size, and the
+/// modification and status-change times to the nanosecond. Every write changes `ctime`, which no
+/// user can set back, so equal stamps mean the bytes are the ones read before, once the file is
+/// settled ([`SETTLE`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+impl Stamp {
+    fn of(m: &Metadata) -> Self {
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+        Self {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime_ns: ns(m.mtime(), m.mtime_nsec()),
+            ctime_ns: ns(m.ctime(), m.ctime_nsec()),
+        }
+    }
+
+    /// Whether the file last changed at least [`SETTLE`] before `now`.
+    fn settled(&self, now: SystemTime) -> bool {
+        let Ok(now) = now.duration_since(UNIX_EPOCH) else {
+            return false;
+        };
+        let limit = i128::try_from(now.saturating_sub(SETTLE).as_nanos()).unwrap_or(i128::MAX);
+        self.mtime_ns.max(self.ctime_ns) < limit
+    }
+}
+
+/// One cached file.
+struct Entry<T> {
+    stamp: Stamp,
+    /// The stamp can be trusted without reading ([`Stamp::settled`] when it was taken).
+    settled: bool,
+    /// Hex sha256 of the bytes parsed.
+    sha256: String,
+    value: T,
+    /// The last build that used it, for [`ParseCache::sweep`].
+    seen: AtomicU64,
+}
+
+/// Parsed definition files by path, so a rebuild (a `ReloadAgents`, a watcher event, the TTL)
+/// re-reads and re-parses only the files that changed. A file whose [`Stamp`] is the one
+/// recorded, and settled, is reused after one `stat`; any other file is read, and parsed again
+/// unless its sha256 is the recorded one. Shared by every workspace's builds (user dirs are read
+/// by all of them). Holds what the snapshots hold already (the definitions are shared), and is
+/// bounded: past `capacity` files, a build drops every entry it did not use.
+pub struct ParseCache<T> {
+    entries: Mutex<HashMap<PathBuf, Arc<Entry<T>>>>,
+    builds: AtomicU64,
+    capacity: usize,
+}
+
+impl<T: Clone> ParseCache<T> {
+    /// An empty cache holding up to about `capacity` files.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            entries: Mutex::default(),
+            builds: AtomicU64::new(0),
+            capacity,
+        }
+    }
+
+    /// Starts a build; its number marks the entries it uses.
+    fn begin(&self) -> u64 {
+        self.builds.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    fn get(&self, path: &Path) -> Option<Arc<Entry<T>>> {
+        self.lock().get(path).cloned()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Arc<Entry<T>>>> {
+        // The map is only ever replaced whole per key, so a panic elsewhere leaves it coherent.
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Past capacity, drops the entries the build `build` did not use (files deleted, or read
+    /// only by other workspaces' snapshots, which re-read them when next built).
+    fn sweep(&self, build: u64) {
+        let mut entries = self.lock();
+        if entries.len() > self.capacity {
+            entries.retain(|_, e| e.seen.load(Ordering::Relaxed) == build);
+        }
+    }
+
+    /// The value for one file: the cached one when the file is unchanged, else `parse` of its
+    /// bytes (or the cached value when the bytes hash the same). `fits` says whether a cached
+    /// value may serve this read (an agent's source must match its directory's). `Err` is the
+    /// diagnostic that says why the file could not be read; failures are not cached.
+    fn load(
+        &self,
+        build: u64,
+        path: &Path,
+        shown: &str,
+        fits: impl Fn(&T) -> bool,
+        parse: impl FnOnce(&[u8], String) -> T,
+    ) -> Result<T, Diagnostic> {
+        let now = SystemTime::now();
+        let prior = self.get(path).filter(|e| fits(&e.value));
+        if let Some(e) = prior.as_ref().filter(|e| e.settled)
+            && std::fs::metadata(path).is_ok_and(|m| Stamp::of(&m) == e.stamp)
+        {
+            e.seen.store(build, Ordering::Relaxed);
+            return Ok(e.value.clone());
+        }
+        let (bytes, meta) = read_bounded(path, shown)?;
+        let stamp = Stamp::of(&meta);
+        let sha256 = sha_hex(&bytes);
+        let value = match prior {
+            Some(e) if e.sha256 == sha256 => e.value.clone(),
+            _ => parse(&bytes, sha256.clone()),
+        };
+        let entry = Entry {
+            stamp,
+            settled: stamp.settled(now),
+            sha256,
+            value: value.clone(),
+            seen: AtomicU64::new(build),
+        };
+        self.lock().insert(path.to_owned(), Arc::new(entry));
+        Ok(value)
+    }
 }
 
 /// A parsed command file.
@@ -219,39 +378,68 @@ fn walk(d: &SourceDir, diags: &mut Vec<Diagnostic>) -> Vec<(PathBuf, PathBuf)> {
     found
 }
 
-/// Reads and parses every persona file, in parallel, keeping the input order. `*.toml` files are
-/// Codex agents, everything else markdown.
-pub fn parse_all(files: Vec<FoundFile>, opts: &ParseOptions) -> Vec<LoadedFile> {
-    files
+/// Reads and parses every persona file, in parallel, keeping the input order; files unchanged
+/// since `cache` last saw them are reused. `*.toml` files are Codex agents, everything else
+/// markdown.
+pub fn parse_all(
+    files: Vec<FoundFile>,
+    dirs: &[SourceDir],
+    opts: &ParseOptions,
+    cache: &ParseCache<ParsedAgent>,
+) -> Vec<LoadedFile> {
+    let build = cache.begin();
+    let loaded = files
         .into_par_iter()
         .map(|f| {
+            let d = &dirs[f.dir];
             let file_path = shown(&f.path);
-            let (persona, sha256, diagnostics) = match read_bounded(&f.path, &file_path) {
-                Ok(bytes) => {
-                    let parsed = if is_toml(&f.path) {
-                        persona::parse_toml(&bytes, &file_path)
-                    } else {
-                        persona::parse(&bytes, &file_path, opts)
-                    };
-                    (parsed.persona, sha_hex(&bytes), parsed.diagnostics)
-                }
-                Err(d) => (None, String::new(), vec![d]),
+            let fits = |p: &ParsedAgent| {
+                p.def
+                    .as_ref()
+                    .is_none_or(|def| def.source == d.kind && def.family == d.family)
             };
-            LoadedFile {
-                dir: f.dir,
-                file_path,
-                persona,
-                sha256,
-                diagnostics,
-            }
+            let parse = |bytes: &[u8], sha256: String| {
+                let parsed = if is_toml(&f.path) {
+                    persona::parse_toml(bytes, &file_path)
+                } else {
+                    persona::parse(bytes, &file_path, opts)
+                };
+                ParsedAgent {
+                    def: parsed.persona.map(|persona: Persona| {
+                        Arc::new(AgentDef {
+                            persona,
+                            source: d.kind,
+                            family: d.family.clone(),
+                            file_path: file_path.clone(),
+                            content_sha256: sha256,
+                            shadowed_by: None,
+                        })
+                    }),
+                    diagnostics: parsed.diagnostics,
+                }
+            };
+            let parsed = cache
+                .load(build, &f.path, &file_path, fits, parse)
+                .unwrap_or_else(|d| ParsedAgent {
+                    def: None,
+                    diagnostics: vec![d],
+                });
+            LoadedFile { dir: f.dir, parsed }
         })
-        .collect()
+        .collect();
+    cache.sweep(build);
+    loaded
 }
 
-/// Reads and parses every command file, in parallel, keeping the input order. A path that cannot
-/// name a command is an `invalid_command_name` error and the file is not read.
-pub fn parse_commands(files: Vec<FoundFile>) -> Vec<LoadedCommand> {
-    files
+/// Reads and parses every command file, in parallel, keeping the input order; files unchanged
+/// since `cache` last saw them are reused. A path that cannot name a command is an
+/// `invalid_command_name` error and the file is not read.
+pub fn parse_commands(
+    files: Vec<FoundFile>,
+    cache: &ParseCache<ParsedCommand>,
+) -> Vec<LoadedCommand> {
+    let build = cache.begin();
+    let loaded = files
         .into_par_iter()
         .map(|f| {
             let file_path = shown(&f.path);
@@ -276,15 +464,22 @@ pub fn parse_commands(files: Vec<FoundFile>) -> Vec<LoadedCommand> {
                     return loaded;
                 }
             };
-            match read_bounded(&f.path, &loaded.file_path) {
-                Ok(bytes) => {
-                    let parsed = if is_toml(&f.path) {
-                        command::parse_toml(&bytes, &loaded.file_path)
-                    } else {
-                        command::parse_markdown(&bytes, &loaded.file_path)
-                    };
-                    loaded.sha256 = sha_hex(&bytes);
+            let parse = |bytes: &[u8], sha256: String| {
+                let parsed = if is_toml(&f.path) {
+                    command::parse_toml(bytes, &loaded.file_path)
+                } else {
+                    command::parse_markdown(bytes, &loaded.file_path)
+                };
+                ParsedCommand {
+                    command: parsed.command,
+                    sha256,
+                    diagnostics: parsed.diagnostics,
+                }
+            };
+            match cache.load(build, &f.path, &loaded.file_path, |_| true, parse) {
+                Ok(parsed) => {
                     loaded.command = parsed.command;
+                    loaded.sha256 = parsed.sha256;
                     loaded.diagnostics = parsed.diagnostics;
                     loaded.name = Some(name);
                 }
@@ -292,7 +487,9 @@ pub fn parse_commands(files: Vec<FoundFile>) -> Vec<LoadedCommand> {
             }
             loaded
         })
-        .collect()
+        .collect();
+    cache.sweep(build);
+    loaded
 }
 
 fn is_toml(p: &Path) -> bool {
@@ -303,8 +500,9 @@ fn sha_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-/// A file's bytes, at most [`MAX_FILE_BYTES`]; `Err` is the diagnostic that says why not.
-fn read_bounded(path: &Path, shown: &str) -> Result<Vec<u8>, Diagnostic> {
+/// A file's bytes, at most [`MAX_FILE_BYTES`], and its metadata as seen on the open descriptor
+/// before reading; `Err` is the diagnostic that says why not.
+fn read_bounded(path: &Path, shown: &str) -> Result<(Vec<u8>, Metadata), Diagnostic> {
     let fail = |severity, code: &'static str, message: String| Diagnostic {
         path: shown.to_owned(),
         line: None,
@@ -320,26 +518,27 @@ fn read_bounded(path: &Path, shown: &str) -> Result<Vec<u8>, Diagnostic> {
         .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
         .open(path)
         .map_err(|e| error("unreadable", format!("cannot open: {e}")))?;
-    let len = match file.metadata() {
-        Ok(m) if !m.is_file() => {
-            return Err(fail(
-                Severity::Warning,
-                "not_a_file",
-                format!("{} is {}, not a file; skipped", shown, what(m.file_type())),
-            ));
-        }
-        Ok(m) if m.len() > MAX_FILE_BYTES => {
-            return Err(error(
-                "too_large",
-                format!(
-                    "file is {} bytes; definition files are limited to {MAX_FILE_BYTES} bytes",
-                    m.len()
-                ),
-            ));
-        }
-        Ok(m) => m.len(),
-        Err(e) => return Err(error("unreadable", format!("cannot stat: {e}"))),
-    };
+    let meta = file
+        .metadata()
+        .map_err(|e| error("unreadable", format!("cannot stat: {e}")))?;
+    if !meta.is_file() {
+        return Err(fail(
+            Severity::Warning,
+            "not_a_file",
+            format!(
+                "{} is {}, not a file; skipped",
+                shown,
+                what(meta.file_type())
+            ),
+        ));
+    }
+    let len = meta.len();
+    if len > MAX_FILE_BYTES {
+        return Err(error(
+            "too_large",
+            format!("file is {len} bytes; definition files are limited to {MAX_FILE_BYTES} bytes"),
+        ));
+    }
     // Sized from fstat (+1 to see EOF in the same call): one read for the file, one for EOF.
     let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0) + 1);
     // The bound also holds if the file grows between stat and read.
@@ -353,7 +552,7 @@ fn read_bounded(path: &Path, shown: &str) -> Result<Vec<u8>, Diagnostic> {
             format!("file grew past the {MAX_FILE_BYTES}-byte limit while being read"),
         ));
     }
-    Ok(bytes)
+    Ok((bytes, meta))
 }
 
 #[cfg(test)]
@@ -366,5 +565,22 @@ mod tests {
         let p = Path::new(OsStr::from_bytes(b"/a/\xffb\xc3.md"));
         assert_eq!(shown(p), "/a/\\xffb\\xc3.md");
         assert_eq!(shown(Path::new("/ü/x.md")), "/ü/x.md");
+    }
+
+    #[test]
+    fn a_stamp_is_trusted_only_once_the_file_has_settled() {
+        let at = |s: u64| UNIX_EPOCH + Duration::from_secs(s);
+        let stamp = |mtime: i128, ctime: i128| Stamp {
+            dev: 1,
+            ino: 2,
+            len: 3,
+            mtime_ns: mtime * 1_000_000_000,
+            ctime_ns: ctime * 1_000_000_000,
+        };
+        assert!(stamp(100, 100).settled(at(103)));
+        assert!(!stamp(100, 100).settled(at(101)));
+        // A modification time set into the future does not make a fresh file look old.
+        assert!(!stamp(200, 100).settled(at(103)));
+        assert!(!stamp(100, 102).settled(at(103)));
     }
 }

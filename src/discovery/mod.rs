@@ -184,11 +184,41 @@ struct Bundled<'a> {
     commands: &'a [CommandDef],
 }
 
+/// The parsed files a build may reuse (see [`load::ParseCache`]).
+struct Parsed<'a> {
+    agents: &'a load::ParseCache<load::ParsedAgent>,
+    commands: &'a load::ParseCache<load::ParsedCommand>,
+}
+
+/// Caches of parsed agent and command files, shared by every build of one registry.
+struct ParseCaches {
+    agents: load::ParseCache<load::ParsedAgent>,
+    commands: load::ParseCache<load::ParsedCommand>,
+}
+
+impl ParseCaches {
+    /// Caches holding up to `capacity` files each.
+    fn new(capacity: usize) -> Self {
+        Self {
+            agents: load::ParseCache::new(capacity),
+            commands: load::ParseCache::new(capacity),
+        }
+    }
+
+    fn parsed(&self) -> Parsed<'_> {
+        Parsed {
+            agents: &self.agents,
+            commands: &self.commands,
+        }
+    }
+}
+
 /// Builds one snapshot: plan, list, parse (parallel), merge. Blocking I/O.
 fn build(
     cfg: &sources::SourceConfig,
     opts: &ParseOptions,
     bundled: Bundled<'_>,
+    parsed: Parsed<'_>,
     workspace: Option<&Path>,
     generation: u64,
     watcher: Option<&watch::Watcher>,
@@ -199,7 +229,7 @@ fn build(
         w.register(&plan.agents, &plan.watch);
         w.register(&plan.commands, &sources::WatchPlan::default());
     }
-    assemble(&plan, diagnostics, opts, bundled, generation)
+    assemble(&plan, diagnostics, opts, bundled, parsed, generation)
 }
 
 /// Reads and merges planned directories; `diagnostics` holds the planning's (shared by both
@@ -209,14 +239,15 @@ fn assemble(
     mut diagnostics: Vec<Diagnostic>,
     opts: &ParseOptions,
     bundled: Bundled<'_>,
+    parsed: Parsed<'_>,
     generation: u64,
 ) -> Snapshot {
     let mut command_diagnostics = diagnostics.clone();
     let shared_diagnostics = diagnostics.len();
     let files = load::list(&plan.agents, &mut diagnostics);
-    let loaded = load::parse_all(files, opts);
+    let loaded = load::parse_all(files, &plan.agents, opts, parsed.agents);
     let command_files = load::list(&plan.commands, &mut command_diagnostics);
-    let loaded_commands = load::parse_commands(command_files);
+    let loaded_commands = load::parse_commands(command_files, parsed.commands);
 
     let mut agents: Vec<Arc<AgentDef>> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
@@ -224,24 +255,15 @@ fn assemble(
     // (dir, name) → first path in that dir, for `duplicate_name`.
     let mut in_dir: HashMap<(usize, String), String> = HashMap::new();
     for f in loaded {
-        diagnostics.extend(f.diagnostics);
-        let Some(persona) = f.persona else { continue };
-        let d = &plan.agents[f.dir];
-        let key = (f.dir, persona.name.clone());
+        diagnostics.extend(f.parsed.diagnostics);
+        let Some(def) = f.parsed.def else { continue };
+        let key = (f.dir, def.persona.name.clone());
         if let Some(first) = in_dir.get(&key) {
-            diagnostics.push(duplicate(&f.file_path, "agent", &persona.name, first));
+            diagnostics.push(duplicate(&def.file_path, "agent", &def.persona.name, first));
         } else {
-            in_dir.insert(key, f.file_path.clone());
+            in_dir.insert(key, def.file_path.clone());
         }
-        let def = AgentDef {
-            persona,
-            source: d.kind,
-            family: d.family.clone(),
-            file_path: f.file_path,
-            content_sha256: f.sha256,
-            shadowed_by: None,
-        };
-        merge(&mut agents, &mut index, &mut shadowed, Arc::new(def));
+        merge(&mut agents, &mut index, &mut shadowed, def);
     }
     for b in bundled.agents {
         merge(&mut agents, &mut index, &mut shadowed, b.clone());
@@ -412,6 +434,8 @@ struct Inner {
     bundled_commands: Vec<CommandDef>,
     roots: Vec<PathBuf>,
     watcher: Option<watch::Watcher>,
+    /// Parsed files by path, so a rebuild re-parses only what changed.
+    parsed: ParseCaches,
     /// Canonical workspace (or none) → snapshot.
     snapshots: moka::future::Cache<Option<PathBuf>, Arc<Snapshot>>,
     /// Workspace as given → canonical form, so a hit needs no file-system call.
@@ -477,6 +501,9 @@ impl Registry {
                     .map(|r| r.canonicalize().unwrap_or_else(|_| r.clone()))
                     .collect(),
                 watcher,
+                parsed: ParseCaches::new(
+                    usize::try_from(cfg.discovery.cache_max_agents).unwrap_or(usize::MAX),
+                ),
                 snapshots,
                 canonical,
                 metrics: crate::telemetry::Metrics::new(),
@@ -543,6 +570,7 @@ impl Registry {
                             &inner.sources,
                             &inner.opts,
                             inner.bundled(),
+                            inner.parsed.parsed(),
                             build_key.as_deref(),
                             gen_at_start,
                             inner.watcher.as_ref(),
@@ -592,6 +620,7 @@ impl Registry {
             &self.inner.sources,
             &self.inner.opts,
             self.inner.bundled(),
+            ParseCaches::new(0).parsed(),
             workspace,
             0,
             None,
@@ -621,7 +650,8 @@ impl Registry {
             agents: &[],
             commands: &[],
         };
-        assemble(&plan, Vec::new(), &self.inner.opts, none, 0)
+        let fresh = ParseCaches::new(0);
+        assemble(&plan, Vec::new(), &self.inner.opts, none, fresh.parsed(), 0)
     }
 }
 

@@ -306,3 +306,71 @@ fn the_sources_table_reads_the_same_in_readme_and_docs() {
     assert!(readme.len() > 10, "{readme:?}");
     assert_eq!(readme, table("docs/sources.md"));
 }
+
+#[tokio::test]
+async fn a_reload_reuses_unchanged_files_and_sees_a_same_size_rewrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let agents = dir.path().join(".claude/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    std::fs::write(agents.join("a.md"), "---\nname: a\ndescription: d\n---\n").unwrap();
+    std::fs::write(agents.join("b.md"), "---\nname: b\ndescription: d\n---\n").unwrap();
+    let reg = Registry::new(&cfg(dir.path()), false).unwrap();
+    let first = reg.reload("").await.unwrap();
+    // Same size, same second: the stamp may not tell, the bytes must.
+    std::fs::write(agents.join("a.md"), "---\nname: a\ndescription: e\n---\n").unwrap();
+    let second = reg.reload("").await.unwrap();
+    assert_eq!(second.get("a").unwrap().persona.description, "e");
+    assert_ne!(first.version, second.version);
+    assert!(
+        Arc::ptr_eq(first.get("b").unwrap(), second.get("b").unwrap()),
+        "an unchanged file must not be parsed again"
+    );
+    std::fs::remove_file(agents.join("b.md")).unwrap();
+    let third = reg.reload("").await.unwrap();
+    assert!(third.get("b").is_none());
+    assert_eq!(third.get("a").unwrap().persona.description, "e");
+}
+
+#[test]
+fn a_file_seen_through_another_source_is_not_reused_as_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::write(shared.join("a.md"), "---\nname: a\ndescription: d\n---\n").unwrap();
+    let reg = Registry::new(&cfg(dir.path()), false).unwrap();
+    let caches = ParseCaches::new(100);
+    let plan = |kind, family: &str| sources::Plan {
+        agents: vec![SourceDir {
+            kind,
+            family: family.to_owned(),
+            path: shared.clone(),
+            recursive: false,
+            toml: false,
+        }],
+        ..sources::Plan::default()
+    };
+    let none = || Bundled {
+        agents: &[],
+        commands: &[],
+    };
+    let opts = &reg.inner.opts;
+    let as_dir = assemble(
+        &plan(SourceKind::Dir, ""),
+        Vec::new(),
+        opts,
+        none(),
+        caches.parsed(),
+        0,
+    );
+    let as_user = assemble(
+        &plan(SourceKind::User, ".claude"),
+        Vec::new(),
+        opts,
+        none(),
+        caches.parsed(),
+        0,
+    );
+    assert_eq!(as_dir.get("a").unwrap().source, SourceKind::Dir);
+    assert_eq!(as_user.get("a").unwrap().source, SourceKind::User);
+    assert_eq!(as_user.get("a").unwrap().family, ".claude");
+}
