@@ -1,4 +1,4 @@
-//! Replicas on one PostgreSQL database, beside SQLite on one replica (SPEC §9).
+//! Replicas on one PostgreSQL database, beside SQLite on one replica (docs §9).
 //!
 //! `AGENTRY_TEST_POSTGRES_URL=postgres://… cargo run --release --example replicas_load -- [--quick]`
 //!

@@ -1,4 +1,4 @@
-//! Bearer tokens → principals (SPEC §8.2): the tokens file, its hot reload, and the
+//! Bearer tokens → principals (docs §8.2): the tokens file, its hot reload, and the
 //! [`Principal`] a request is made on behalf of.
 //!
 //! The file is YAML mapping each token to the principal it stands for. It is loaded once at

@@ -1,4 +1,4 @@
-//! `agentry check`, the persona linter (SPEC §8): loads agents exactly like the service, then
+//! `agentry check`, the persona linter (docs §8): loads agents exactly like the service, then
 //! reports the merged list, shadowed definitions, every diagnostic and hints — as text for people,
 //! one JSON document for tools, or GitHub workflow commands that annotate a pull request.
 //!

@@ -1,5 +1,5 @@
 //! Typed, strict configuration: a YAML file plus `AGENTRY_<KEY>` overrides of the scalar
-//! top-level keys (SPEC §8.1).
+//! top-level keys (docs §8.1).
 //!
 //! Every key is optional and has the default the spec gives; an unknown key or a bad value is an
 //! error that names the key. Environment overrides are injected as a map so tests never touch the
@@ -61,7 +61,7 @@ pub struct AgentDir {
     pub recursive: bool,
 }
 
-/// One extra workflow-command directory (`command_dirs`, SPEC §3.6).
+/// One extra workflow-command directory (`command_dirs`, docs §3.6).
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct CommandDir {
@@ -106,12 +106,12 @@ impl Default for PlanMode {
 pub struct StoreConfig {
     /// SQLite file; default `$XDG_STATE_HOME/agentry/agentry.db` (or `~/.local/state/...`).
     pub path: Option<PathBuf>,
-    /// PostgreSQL URL (`postgres://user@host:5432/db`), shared by several replicas (SPEC §9);
+    /// PostgreSQL URL (`postgres://user@host:5432/db`), shared by several replicas (docs §9);
     /// instead of `path`. Also `AGENTRY_STORE_URL`.
     pub url: Option<String>,
 }
 
-/// `replica`: this process among several sharing a PostgreSQL store (SPEC §9).
+/// `replica`: this process among several sharing a PostgreSQL store (docs §9).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ReplicaConfig {
@@ -292,7 +292,7 @@ pub struct AuthConfig {
     pub operators: Vec<String>,
 }
 
-/// `discovery`: snapshot caching (an agentry addition to SPEC §8.1).
+/// `discovery`: snapshot caching (an agentry addition to docs §8.1).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DiscoveryConfig {
@@ -315,7 +315,7 @@ impl Default for DiscoveryConfig {
     }
 }
 
-/// The whole configuration (SPEC §8.1).
+/// The whole configuration (docs §8.1).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {

@@ -33,7 +33,7 @@ enum LogFormat {
 enum Command {
     /// Run the gRPC service (embedded defaults; no config file needed).
     Serve {
-        /// YAML configuration file (SPEC §8.1); `AGENTRY_*` variables override scalar keys.
+        /// YAML configuration file (docs §8.1); `AGENTRY_*` variables override scalar keys.
         #[arg(long)]
         config: Option<PathBuf>,
     },

@@ -1,4 +1,4 @@
-//! Logs, traces and metrics (SPEC §8): one `tracing` subscriber with a human or JSON log layer
+//! Logs, traces and metrics (docs §8): one `tracing` subscriber with a human or JSON log layer
 //! and, when OTLP export is on, a `tracing-opentelemetry` layer plus an OTLP/gRPC metric pipeline.
 //!
 //! Export is on when `OTEL_EXPORTER_OTLP_ENDPOINT` is set; the exporters then honour the standard

@@ -1,4 +1,4 @@
-//! The six bundled agents (SPEC §3.4) and the bundled `init` command (§3.6), compiled into the
+//! The six bundled agents (docs §3.4) and the bundled `init` command (§3.6), compiled into the
 //! binary and parsed with errors fatal.
 
 use std::sync::Arc;

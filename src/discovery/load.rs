@@ -1,4 +1,4 @@
-//! Reads directories (SPEC §3.2, §2.5, §3.6) and parses their files in parallel.
+//! Reads directories (docs §3.2, §2.5, §3.6) and parses their files in parallel.
 
 use std::{
     collections::{HashMap, HashSet},

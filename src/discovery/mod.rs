@@ -1,5 +1,5 @@
 //! Discovery: which directories are read, in which order; the merge into one snapshot per
-//! workspace of the agents (SPEC §3) and of the workflow commands (§3.6); the file watcher and the
+//! workspace of the agents (docs §3) and of the workflow commands (§3.6); the file watcher and the
 //! snapshot cache that keep snapshots fresh.
 //!
 //! Depends on [`crate::persona`] and [`crate::config`] only; never on gRPC.
@@ -70,7 +70,7 @@ pub struct AgentDef {
     pub shadowed_by: Option<String>,
 }
 
-/// One workflow command with where it came from (SPEC §3.6).
+/// One workflow command with where it came from (docs §3.6).
 #[derive(Debug, Clone)]
 pub struct CommandDef {
     /// Full name: the path relative to its commands dir, `/` written `:`.
@@ -303,7 +303,7 @@ fn duplicate(path: &str, what: &str, name: &str, first: &str) -> Diagnostic {
     }
 }
 
-/// The command merge (SPEC §3.6). Full names and base-name aliases share one namespace, first
+/// The command merge (docs §3.6). Full names and base-name aliases share one namespace, first
 /// come first served: within each directory, in precedence order, its commands claim their full
 /// names first, then its nested commands that won claim their base names. So a root command of a
 /// directory that comes first (or of the same directory) keeps its name, and an alias beats a

@@ -1,4 +1,4 @@
-//! Which directories are read, in which order (SPEC §3.1 for agents, §3.6 for workflow
+//! Which directories are read, in which order (docs §3.1 for agents, §3.6 for workflow
 //! commands), including the plugin registry.
 
 use std::path::{Path, PathBuf};

@@ -1,4 +1,4 @@
-//! `ListCommands` and `ResolveCommand` (SPEC §3.6): translation only. Requests are validated
+//! `ListCommands` and `ResolveCommand` (docs §3.6): translation only. Requests are validated
 //! into domain values, the snapshot and [`crate::resolve::command`] do the work, and the result
 //! is converted back.
 

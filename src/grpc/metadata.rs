@@ -1,4 +1,4 @@
-//! Call metadata → what the caller declared about itself (SPEC §5.1). Malformed values are
+//! Call metadata → what the caller declared about itself (docs §5.1). Malformed values are
 //! `INVALID_ARGUMENT` naming the key, never ignored.
 
 use tonic::metadata::MetadataMap;

@@ -182,7 +182,7 @@ pub async fn run(
         operators: Arc::new(cfg.auth.operators.clone()),
     };
 
-    // Serving = first discovery done, the database answers, and not shutting down (SPEC §8,
+    // Serving = first discovery done, the database answers, and not shutting down (docs §8,
     // §9). One task owns the status so the three never race.
     let (discovered_tx, mut discovered) = tokio::sync::watch::channel(false);
     let health_stopping = tokio_util::sync::CancellationToken::new();

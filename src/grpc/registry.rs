@@ -98,12 +98,12 @@ impl RegistryService {
     }
 
     /// The caller's lineage: a worker token is looked up (unknown or ended → `UNAUTHENTICATED`)
-    /// on every RPC, so a worker sees one lineage everywhere (SPEC §5.1).
+    /// on every RPC, so a worker sees one lineage everywhere (docs §5.1).
     async fn lineage(&self, id: &Identity) -> Result<Lineage, Status> {
         Ok(self.supervisor.lineage(id).await?)
     }
 
-    /// Which workers the caller may see (SPEC §8.2): all without auth or for an operator, else
+    /// Which workers the caller may see (docs §8.2): all without auth or for an operator, else
     /// only its own principal's.
     fn visibility<T>(&self, req: &Request<T>) -> Visibility {
         match principal(req) {

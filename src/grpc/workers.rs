@@ -439,7 +439,7 @@ pub async fn watch(
         let Some(mut live) = live else {
             // Not live here: run by another replica sharing the store (or it ended between the
             // two reads). Follow its stored events, woken by the store's notices and re-read at
-            // least every second (SPEC §9: notices are hints).
+            // least every second (docs §9: notices are hints).
             let mut notices = sup.notices();
             loop {
                 tokio::select! {

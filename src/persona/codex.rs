@@ -1,4 +1,4 @@
-//! Codex custom agents: one TOML document per agent (SPEC §2.5). `developer_instructions` is the
+//! Codex custom agents: one TOML document per agent (docs §2.5). `developer_instructions` is the
 //! system prompt; `model` and `model_reasoning_effort` map onto the persona's fields; every other
 //! key (Codex config overrides such as `sandbox_mode` or `mcp_servers`) is kept in `extra`.
 

@@ -1,4 +1,4 @@
-//! Workflow commands (SPEC §3.6): prompt templates a coordinator expands and runs. Parses one
+//! Workflow commands (docs §3.6): prompt templates a coordinator expands and runs. Parses one
 //! command file — markdown with optional frontmatter, or a Gemini CLI TOML command — derives a
 //! command's name from its path inside a commands directory, and expands a template with the
 //! caller's arguments.

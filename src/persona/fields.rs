@@ -1,4 +1,4 @@
-//! Reads the frontmatter block into fields (SPEC §2.2–§2.3, §2.6): YAML first, the line-by-line
+//! Reads the frontmatter block into fields (docs §2.2–§2.3, §2.6): YAML first, the line-by-line
 //! fallback when YAML fails, key normalisation, coercions and `extra`. The entry reading and the
 //! typed [`Reader`] are shared with workflow commands (`command.rs`).
 

@@ -1,4 +1,4 @@
-//! Parses one persona file — markdown with YAML frontmatter (SPEC §2.1–§2.3, §2.6) or a Codex
+//! Parses one persona file — markdown with YAML frontmatter (docs §2.1–§2.3, §2.6) or a Codex
 //! TOML agent (§2.5) — into a [`Persona`] or diagnostics, and one workflow-command file into a
 //! [`command::Command`] (§3.6).
 //!
@@ -17,7 +17,7 @@ use serde::Serialize;
 
 pub use fields::ParseOptions;
 
-/// Largest persona file read, in bytes (SPEC §2.4 `too_large`).
+/// Largest persona file read, in bytes (docs §2.4 `too_large`).
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
 
 /// Longest accepted agent name, in bytes.
@@ -176,7 +176,7 @@ pub fn split_csv(s: &str) -> Vec<String> {
         .collect()
 }
 
-/// One parsed persona (SPEC §2.3). Absent optional fields stay `None`.
+/// One parsed persona (docs §2.3). Absent optional fields stay `None`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Persona {
     /// Exact, case-sensitive identity.
@@ -239,7 +239,7 @@ pub fn parse(bytes: &[u8], path: &str, opts: &ParseOptions) -> Parsed {
     }
 }
 
-/// Parses a Codex TOML agent's bytes (SPEC §2.5). `path` only labels diagnostics. Never panics
+/// Parses a Codex TOML agent's bytes (docs §2.5). `path` only labels diagnostics. Never panics
 /// on any input.
 pub fn parse_toml(bytes: &[u8], path: &str) -> Parsed {
     let mut diags = Vec::new();

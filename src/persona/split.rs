@@ -1,4 +1,4 @@
-//! Splits a file's text into frontmatter and body (SPEC §2.1), keeping track of original line
+//! Splits a file's text into frontmatter and body (docs §2.1), keeping track of original line
 //! numbers so diagnostics point at the line the author sees even after HTML comments (which may
 //! span lines) were removed.
 
@@ -68,7 +68,7 @@ fn strip_comments(text: &str) -> (String, Vec<(usize, u32)>) {
     (out, removed)
 }
 
-/// Splits `text` per SPEC §2.1.
+/// Splits `text` per docs §2.1.
 pub(super) fn split(text: &str) -> Doc {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let normalised;

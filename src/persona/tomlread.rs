@@ -1,4 +1,4 @@
-//! Reads a TOML document (Codex agents, SPEC §2.5; Gemini CLI commands, §3.6) into its top-level
+//! Reads a TOML document (Codex agents, docs §2.5; Gemini CLI commands, §3.6) into its top-level
 //! entries, each with the line it is on, and converts TOML values to JSON for `extra`.
 //!
 //! The `toml` crate does the parsing; this module only keeps the key order and the lines that

@@ -1,4 +1,4 @@
-//! Workflow commands (SPEC §3.6): lookup by exact name (or the base name a nested command
+//! Workflow commands (docs §3.6): lookup by exact name (or the base name a nested command
 //! answers to) and expansion of the template with the caller's arguments.
 
 use std::sync::Arc;

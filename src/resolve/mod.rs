@@ -1,4 +1,4 @@
-//! Lineage, spawn policy and the effective agent (SPEC §5): who is calling, what they may spawn,
+//! Lineage, spawn policy and the effective agent (docs §5): who is calling, what they may spawn,
 //! and exactly what a worker spawned by them gets.
 //!
 //! Pure functions over a [`Snapshot`]; no I/O, no gRPC. Workflow commands are looked up and
@@ -158,7 +158,7 @@ pub enum SchemaSource {
     Parent,
 }
 
-/// Exactly what a worker gets (SPEC §5.3).
+/// Exactly what a worker gets (docs §5.3).
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Effective {
     /// Agent name.
@@ -299,7 +299,7 @@ pub fn effective(
 }
 
 /// A worker's run timeout: the smallest of the request's, the agent's own (`timeout_mins`,
-/// SPEC §2.6) and `executor.timeout`, which is also the default.
+/// docs §2.6) and `executor.timeout`, which is also the default.
 pub fn effective_timeout(
     request: Option<Duration>,
     agent_mins: Option<u32>,
@@ -332,7 +332,7 @@ pub fn catalog<'a>(
         .collect()
 }
 
-/// The catalog as a markdown bullet list (SPEC §5.4).
+/// The catalog as a markdown bullet list (docs §5.4).
 pub fn catalog_markdown(agents: &[&Arc<AgentDef>]) -> String {
     let mut out = String::new();
     for a in agents {
@@ -351,7 +351,7 @@ pub fn catalog_markdown(agents: &[&Arc<AgentDef>]) -> String {
     out
 }
 
-/// Why a spawn is refused, in the check order of SPEC §4.
+/// Why a spawn is refused, in the check order of docs §4.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpawnDenied {
     /// No such agent.
@@ -456,7 +456,7 @@ fn available(names: &[&str], listing: &str) -> String {
     }
 }
 
-/// Checks a spawn in the order of SPEC §4: unknown → remote (§2.6) → reserved → recursion →
+/// Checks a spawn in the order of docs §4: unknown → remote (§2.6) → reserved → recursion →
 /// policy → depth.
 pub fn check_spawn<'a>(
     snapshot: &'a Snapshot,

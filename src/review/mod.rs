@@ -1,4 +1,4 @@
-//! The review gate (SPEC §7): a proposed tool call becomes a proposal text, the configured
+//! The review gate (docs §7): a proposed tool call becomes a proposal text, the configured
 //! reviewer runs on it as a child of the caller, and its output becomes a decision. Anything but
 //! a clear approval is a rejection (fail closed).
 //!

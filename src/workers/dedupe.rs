@@ -1,4 +1,4 @@
-//! Dedupe of identical dispatches (SPEC §6.7): two identical spawns within the TTL run once.
+//! Dedupe of identical dispatches (docs §6.7): two identical spawns within the TTL run once.
 //!
 //! This module owns the key (who asked, under which parent, for which agent, with which prompt
 //! up to whitespace) and the bounded, expiring map from key to the worker that serves it, with
@@ -26,7 +26,7 @@ pub fn canonical_prompt(p: &str) -> String {
     out
 }
 
-/// What makes two dispatches the same (SPEC §6.7): who asked, under which parent, for which
+/// What makes two dispatches the same (docs §6.7): who asked, under which parent, for which
 /// agent, in which mode and workspace, with which effective output schema and prompt. Mode,
 /// workspace and schema belong here because they change what the worker may do: a plan-mode
 /// dispatch must never be answered by a default-mode worker that has every tool.
@@ -123,7 +123,7 @@ pub enum Claim {
 }
 
 /// Which worker serves each recent dispatch key: a bounded moka cache whose entries live
-/// `ttl` after they are written (SPEC §6.7: `dedupe.ttl`, `dedupe.max_entries`).
+/// `ttl` after they are written (docs §6.7: `dedupe.ttl`, `dedupe.max_entries`).
 ///
 /// Lives in memory only: after a restart every dispatch is fresh, which is the safe direction.
 #[derive(Clone)]

@@ -1,4 +1,4 @@
-//! The worker lifecycle: the one pure function that decides which state follows which (SPEC §6.1).
+//! The worker lifecycle: the one pure function that decides which state follows which (docs §6.1).
 //!
 //! ```text
 //! pending → running → completed
@@ -57,7 +57,7 @@ pub enum Outcome {
     /// The worker enters this state; the store bumps the sequence and records an event.
     Moved(WorkerState),
     /// A repeated stop on an already killed worker: nothing changes and nothing is recorded, and
-    /// the caller reports the worker as it is (StopWorker is idempotent, SPEC §6.5).
+    /// the caller reports the worker as it is (StopWorker is idempotent, docs §6.5).
     Absorbed,
 }
 

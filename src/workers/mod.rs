@@ -1,5 +1,5 @@
 //! Workers: the lifecycle state machine, the domain types, the durable store, the executors, the
-//! dedupe cache and the supervisor that ties them together (SPEC §6).
+//! dedupe cache and the supervisor that ties them together (docs §6).
 //!
 //! Owns everything about a worker that is not transport: it must not depend on tonic or the
 //! gRPC layer.

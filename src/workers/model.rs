@@ -1,8 +1,8 @@
 //! The worker domain types: states, ids, the persisted record and the event log entry.
 //!
-//! This module owns the *shape* of a worker (SPEC §6) and the invariants that fit in a type — a
+//! This module owns the *shape* of a worker (docs §6) and the invariants that fit in a type — a
 //! [`WorkerId`] is always well-formed, a [`WorkerState`] is always one of five values — plus the
-//! worker-token helpers of SPEC §8.2. It owns no rules about which state may follow which (that is
+//! worker-token helpers of docs §8.2. It owns no rules about which state may follow which (that is
 //! [`super::lifecycle`]) and no I/O. It must not depend on the store, on tokio or on tonic.
 
 use std::fmt;
@@ -11,7 +11,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-/// Where a worker is in its life (SPEC §6.1).
+/// Where a worker is in its life (docs §6.1).
 ///
 /// Serialized in lowercase (`"pending"`, …) — the same spelling the store writes in its `state`
 /// column, so the JSON snapshot and the SQL row never disagree.
@@ -184,19 +184,19 @@ pub struct WorkerRecord {
     pub workspace: Option<String>,
     /// The worker that spawned this one; `None` when a top-level caller did. Forms the audit tree.
     pub parent_id: Option<WorkerId>,
-    /// 0 would be a top-level caller, so a worker's depth is its parent's + 1 (SPEC §5.2).
+    /// 0 would be a top-level caller, so a worker's depth is its parent's + 1 (docs §5.2).
     pub depth: u32,
     /// Current lifecycle state.
     pub state: WorkerState,
     /// Sequence of the last event; 1 is the `pending` event written at creation. Watchers resume
-    /// after a sequence they have seen (SPEC §6.6).
+    /// after a sequence they have seen (docs §6.6).
     pub sequence: u64,
     /// When the row was created, in unix milliseconds; also the list ordering key.
     pub create_time_ms: i64,
     /// When it entered `running`, in unix milliseconds.
     pub start_time_ms: Option<i64>,
     /// When it became terminal, in unix milliseconds: set on every terminal transition and never
-    /// otherwise (SPEC §6.2).
+    /// otherwise (docs §6.2).
     pub close_time_ms: Option<i64>,
     /// The agent's output (stdout for the exec executor).
     pub result: Option<String>,
@@ -215,7 +215,7 @@ pub struct WorkerRecord {
     /// Hex SHA-256 of the worker's secret token ([`hash_token`]); the token itself is never
     /// stored. Cleared when the worker becomes terminal, which is what ends the token's validity.
     pub token_hash: Option<String>,
-    /// The effective agent the worker got (SPEC §5.3); opaque JSON to the store, so the store does
+    /// The effective agent the worker got (docs §5.3); opaque JSON to the store, so the store does
     /// not change when that view grows a field.
     pub effective: serde_json::Value,
     /// When its latest event (a transition or a progress report) happened, in unix
@@ -272,7 +272,7 @@ pub fn hash_token(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }
 
-/// A new worker token: 128 random bits as 32 lowercase hex digits (SPEC §8.2). Handed once to the
+/// A new worker token: 128 random bits as 32 lowercase hex digits (docs §8.2). Handed once to the
 /// worker's process; only its [`hash_token`] is stored.
 pub fn generate_token() -> String {
     hex::encode(random_128())

@@ -1,4 +1,4 @@
-//! A replica's duties towards the others sharing its store (SPEC §9): renew its lease every
+//! A replica's duties towards the others sharing its store (docs §9): renew its lease every
 //! `replica.lease / 3` on the database clock, sweep the orphans of replicas whose lease expired,
 //! and carry out the stop requests other replicas recorded on its own rows.
 //!
@@ -112,7 +112,7 @@ async fn sweep(sup: &Supervisor) {
 
 /// After a lapsed lease: the local runs whose rows another replica's sweeper already closed
 /// have no row to report to any more, so their processes are stopped rather than left running
-/// behind a terminal row (SPEC §8.2: no process outlives its worker).
+/// behind a terminal row (docs §8.2: no process outlives its worker).
 async fn stop_swept(sup: &Arc<Supervisor>) {
     for id in sup.live_ids() {
         match sup.store().get(&id).await {

@@ -1,7 +1,7 @@
 //! The supervisor: admits spawns (policy, depth, capacity, dedupe, idempotency), writes the row
 //! before anything runs, runs each worker as a task that owns its state, persists every
 //! transition before publishing it, stops workers (descendants first) and closes every row on
-//! every path (SPEC §6).
+//! every path (docs §6).
 //!
 //! Depends on discovery/resolve for the effective agent and on the store and executor traits;
 //! never on tonic.
@@ -232,7 +232,7 @@ pub enum WorkerError {
     Store(#[from] StoreError),
 }
 
-/// Who may see and act on which workers (SPEC §8.2 tenancy).
+/// Who may see and act on which workers (docs §8.2 tenancy).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Visibility {
     /// Every worker: authentication is off, or the caller is an operator.
@@ -259,7 +259,7 @@ impl Visibility {
     }
 }
 
-/// Who is calling, resolved against the service's own records (SPEC §5.1).
+/// Who is calling, resolved against the service's own records (docs §5.1).
 #[derive(Debug, Clone)]
 pub struct Lineage {
     /// Depth, policy and blocked agents after metadata narrowed what the service knows.
@@ -270,7 +270,7 @@ pub struct Lineage {
     pub scope: String,
 }
 
-/// The waiting callers a worker is bound to (SPEC §6.3, §6.7): it is killed when the last one
+/// The waiting callers a worker is bound to (docs §6.3, §6.7): it is killed when the last one
 /// goes away, never when only some of them do.
 #[derive(Debug, Default)]
 struct Waiters {
@@ -779,7 +779,7 @@ impl Supervisor {
         }
 
         // The moka claim above is this process's; with a shared store the database decides
-        // between replicas (SPEC §9). A local hit never gets here.
+        // between replicas (docs §9). A local hit never gets here.
         if let Some(key) = key
             && let Some(holder) = self
                 .store

@@ -1,4 +1,4 @@
-//! Workflow commands through gRPC (SPEC §3.6): sources and precedence, names and aliases,
+//! Workflow commands through gRPC (docs §3.6): sources and precedence, names and aliases,
 //! markdown and Gemini TOML files, expansion, errors, watching, the shared registry version,
 //! pagination, and `agentry check`. Fixtures: `tests/fixtures/dialects/`.
 

@@ -1,4 +1,4 @@
-//! Agents in every dialect a user already has, through gRPC: Codex TOML agents (SPEC §2.5),
+//! Agents in every dialect a user already has, through gRPC: Codex TOML agents (docs §2.5),
 //! Gemini CLI fields and remote agents (§2.6), and the entries of an agents dir that are not
 //! files or whose names are not UTF-8 (§3.2). Fixtures: `tests/fixtures/dialects/`.
 

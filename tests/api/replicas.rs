@@ -1,4 +1,4 @@
-//! Two real agentry processes on one PostgreSQL database (SPEC §9): every worker is visible,
+//! Two real agentry processes on one PostgreSQL database (docs §9): every worker is visible,
 //! watchable and stoppable from either, identical dispatches run once, worker tokens work on
 //! both, a lost replica's workers are closed by the other, and health follows the database.
 //!

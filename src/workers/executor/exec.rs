@@ -1,4 +1,4 @@
-//! The `exec` executor (SPEC §6.4, §6.5): one configured argv, started per worker in its own
+//! The `exec` executor (docs §6.4, §6.5): one configured argv, started per worker in its own
 //! process group, never through a shell.
 //!
 //! This module owns the child process from spawn to reap: feeding stdin, reading stdout (bounded)

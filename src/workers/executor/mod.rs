@@ -63,7 +63,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub struct Job {
     /// The worker this run belongs to; used for log fields, never for control flow.
     pub worker_id: String,
-    /// One JSON document (SPEC §6.4), written to the child's stdin, after which stdin is closed
+    /// One JSON document (docs §6.4), written to the child's stdin, after which stdin is closed
     /// so the agent sees end-of-file. It carries the prompt, which never goes into argv.
     pub stdin: Vec<u8>,
     /// Variables set on top of the inherited environment and the executor's configured
@@ -78,7 +78,7 @@ pub struct Job {
     /// How long a stop waits between SIGTERM and SIGKILL, so an agent can clean up.
     pub kill_grace: Duration,
     /// Upper bound on stdout in bytes. Going over fails the run — output is never silently
-    /// truncated (SPEC §8.2).
+    /// truncated (docs §8.2).
     pub max_output_bytes: usize,
     /// The spec and the worker's identity as values, for executors that do not start a
     /// process (runners); `None` only in executor tests and benchmarks.

@@ -95,7 +95,7 @@ pub trait WorkerStore: Send + Sync + 'static {
     /// before the rows are closed.
     async fn open_workers(&self) -> Result<Vec<WorkerId>, StoreError>;
 
-    /// Renews this process's replica lease (SPEC §9); called every `replica.lease / 3`. A store
+    /// Renews this process's replica lease (docs §9); called every `replica.lease / 3`. A store
     /// with no replicas (SQLite) has nothing to renew. [`Lease::Lapsed`] says the lease had
     /// already expired, so other replicas may have closed this one's runs as orphans.
     async fn renew_lease(&self) -> Result<Lease, StoreError>;
@@ -105,7 +105,7 @@ pub trait WorkerStore: Send + Sync + 'static {
     /// owns the file and orphans are closed once at start-up.
     fn is_shared(&self) -> bool;
 
-    /// Whether the database answers: health follows it (SPEC §9).
+    /// Whether the database answers: health follows it (docs §9).
     async fn ping(&self) -> Result<(), StoreError>;
 
     /// Wake-ups from other processes sharing the store (events committed, stops requested),
@@ -122,7 +122,7 @@ pub trait WorkerStore: Send + Sync + 'static {
     /// reason: the owner's slow poll behind [`Notice::Stop`].
     async fn stop_requests(&self) -> Result<Vec<(WorkerId, String)>, StoreError>;
 
-    /// Claims a dedupe key for `worker` in the store for `ttl` (SPEC §9), unless a live claim
+    /// Claims a dedupe key for `worker` in the store for `ttl` (docs §9), unless a live claim
     /// exists: then returns the worker holding it. A claim whose worker ended `failed` or
     /// `killed`, or that expired, is taken over. SQLite: the in-process cache is the only
     /// claim, so this always succeeds (`None`).
@@ -257,7 +257,7 @@ pub struct ListQuery {
     pub parent: ParentFilter,
     /// Allowed states; empty means every state.
     pub states: Vec<WorkerState>,
-    /// Only workers of this caller scope (tenancy, SPEC §8.2); `None` lists every scope.
+    /// Only workers of this caller scope (tenancy, docs §8.2); `None` lists every scope.
     pub caller_scope: Option<String>,
     /// Keyset cursor: only workers strictly after this `(create_time_ms, id)`, i.e. the last
     /// worker of the previous page. Stable while rows are added, unlike an offset.

@@ -1,4 +1,4 @@
-//! The PostgreSQL schema (SPEC §9): versioned migrations recorded in `agentry_schema`, applied
+//! The PostgreSQL schema (docs §9): versioned migrations recorded in `agentry_schema`, applied
 //! at start-up under an advisory lock so replicas starting together never race, and the refusal
 //! of a database written by a newer binary.
 //!

@@ -1,4 +1,4 @@
-//! The shared backend: PostgreSQL for several replicas (SPEC §9), through `tokio-postgres` with
+//! The shared backend: PostgreSQL for several replicas (docs §9), through `tokio-postgres` with
 //! a `deadpool-postgres` pool.
 //!
 //! The database is the arbiter of every race: a transition locks its row (`FOR UPDATE`), asks
