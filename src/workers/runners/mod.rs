@@ -9,7 +9,7 @@
 //! and a token of an ended or withdrawn lease is refused with a reason, never applied. The hub
 //! never writes a worker row: the supervisor does, through the [`RunnerExecutor`] future that
 //! waits on [`RunEvent`]s, so rows, lineage, dedupe, limits, stop and watch stay the
-//! supervisor's. With a shared PostgreSQL store, the claim in [`State::dispatch`] is what moves
+//! supervisor's. With a shared PostgreSQL store, the claim in `State::dispatch` is what moves
 //! into the store (`FOR UPDATE SKIP LOCKED` over waiting rows); the rest stays per replica.
 //!
 //! Depends on the executor's [`Assignment`] and on the worker model; never on tonic, the store
