@@ -188,6 +188,31 @@ pub enum Notice {
     Resync,
 }
 
+/// The event a backend writes for [`WorkerStore::create`]: `rec` as a new worker (pending,
+/// sequence 1, no outcome, latest activity = creation), whatever lifecycle fields it carried.
+pub(crate) fn creation_event(rec: &WorkerRecord) -> WorkerEvent {
+    let worker = WorkerRecord {
+        state: WorkerState::Pending,
+        sequence: 1,
+        start_time_ms: None,
+        close_time_ms: None,
+        result: None,
+        structured_result: None,
+        error: None,
+        exit_code: None,
+        last_activity_ms: rec.create_time_ms,
+        ..rec.clone()
+    };
+    WorkerEvent {
+        worker_id: worker.id.clone(),
+        sequence: 1,
+        state: WorkerState::Pending,
+        time_ms: worker.create_time_ms,
+        worker,
+        progress: None,
+    }
+}
+
 /// Outcome fields to write together with a transition; `None` leaves the stored value unchanged,
 /// so a kill does not erase a result already recorded.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

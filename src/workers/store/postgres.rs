@@ -22,7 +22,9 @@ use tokio_postgres::{AsyncMessage, IsolationLevel, NoTls, Row};
 use super::pg_schema;
 use super::rows::{Snapshot, advance, to_sql_sequence};
 use super::schema::COLUMNS;
-use super::{Applied, Lease, ListQuery, Notice, ParentFilter, Patch, StoreError, WorkerStore};
+use super::{
+    Applied, Lease, ListQuery, Notice, ParentFilter, Patch, StoreError, WorkerStore, creation_event,
+};
 use crate::workers::lifecycle::Event;
 use crate::workers::model::{Progress, WorkerEvent, WorkerId, WorkerRecord, WorkerState};
 
@@ -561,26 +563,7 @@ fn list_sql(q: &ListQuery) -> (String, Vec<Box<dyn ToSql + Sync + Send>>) {
 #[async_trait::async_trait]
 impl WorkerStore for PostgresStore {
     async fn create(&self, rec: &WorkerRecord) -> Result<WorkerEvent, StoreError> {
-        let worker = WorkerRecord {
-            state: WorkerState::Pending,
-            sequence: 1,
-            start_time_ms: None,
-            close_time_ms: None,
-            result: None,
-            structured_result: None,
-            error: None,
-            exit_code: None,
-            last_activity_ms: rec.create_time_ms,
-            ..rec.clone()
-        };
-        let event = WorkerEvent {
-            worker_id: worker.id.clone(),
-            sequence: 1,
-            state: WorkerState::Pending,
-            time_ms: worker.create_time_ms,
-            worker,
-            progress: None,
-        };
+        let event = creation_event(rec);
         let w = &event.worker;
         let effective = serde_json::to_string(&w.effective)
             .map_err(|e| StoreError::Corrupt(format!("cannot encode effective agent: {e}")))?;

@@ -21,9 +21,12 @@ use super::rows::{
     read_record, select_worker, to_sql_sequence,
 };
 use super::schema::{COLUMNS, check_schema_version, migrate};
-use super::{Applied, Lease, ListQuery, Notice, ORPHANED_ERROR, Patch, StoreError, WorkerStore};
+use super::{
+    Applied, Lease, ListQuery, Notice, ORPHANED_ERROR, Patch, StoreError, WorkerStore,
+    creation_event,
+};
 use crate::workers::lifecycle::Event;
-use crate::workers::model::{Progress, WorkerEvent, WorkerId, WorkerRecord, WorkerState};
+use crate::workers::model::{Progress, WorkerEvent, WorkerId, WorkerRecord};
 
 /// How long a statement waits for another connection's lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -234,26 +237,7 @@ fn write_loop(conn: &Connection, queue: &mpsc::Receiver<WriteOp>) {
 #[async_trait::async_trait]
 impl WorkerStore for SqliteStore {
     async fn create(&self, rec: &WorkerRecord) -> Result<WorkerEvent, StoreError> {
-        let worker = WorkerRecord {
-            state: WorkerState::Pending,
-            sequence: 1,
-            start_time_ms: None,
-            close_time_ms: None,
-            result: None,
-            structured_result: None,
-            error: None,
-            exit_code: None,
-            last_activity_ms: rec.create_time_ms,
-            ..rec.clone()
-        };
-        let event = WorkerEvent {
-            worker_id: worker.id.clone(),
-            sequence: 1,
-            state: WorkerState::Pending,
-            time_ms: worker.create_time_ms,
-            worker,
-            progress: None,
-        };
+        let event = creation_event(rec);
         self.write("create worker", move |tx| {
             if let Some(request_id) = &event.worker.request_id {
                 let existing = tx
@@ -536,6 +520,7 @@ mod tests {
     use rusqlite::{Connection, params_from_iter, types::Value};
 
     use super::*;
+    use crate::workers::model::WorkerState;
     use crate::workers::store::{
         ListQuery, ParentFilter,
         schema::MIGRATIONS,
