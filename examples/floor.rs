@@ -435,7 +435,7 @@ impl AgentRegistryService for Floor {
         Err(not_measured())
     }
 
-    type WatchWorkerStream = agentry::grpc::workers::WatchStream;
+    type WatchWorkerStream = agentry::grpc::service::WatchStream;
 
     async fn watch_worker(
         &self,

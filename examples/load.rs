@@ -211,7 +211,7 @@ impl AgentRegistryService for Echo {
         Err(Status::unimplemented("not measured"))
     }
 
-    type WatchWorkerStream = agentry::grpc::workers::WatchStream;
+    type WatchWorkerStream = agentry::grpc::service::WatchStream;
 
     async fn watch_worker(
         &self,

@@ -51,7 +51,7 @@ use agentry::{
             self, agent_registry_service_client::AgentRegistryServiceClient,
             agent_registry_service_server::AgentRegistryServiceServer,
         },
-        registry::RegistryService,
+        service::Service,
     },
     resolve::Rules,
     workers::{
@@ -263,7 +263,7 @@ impl Running {
     }
 }
 
-/// Diagnostic only: the same `RegistryService` (registry, rules, SQLite store, exec executor,
+/// Diagnostic only: the same `Service` (registry, rules, SQLite store, exec executor,
 /// supervisor) wired the way `agentry::grpc::run` wires it, minus the auth, trace, reflection
 /// layers, but accepting connections with `TCP_NODELAY` on (`TcpIncoming::with_nodelay`), to
 /// show what the suggested one-line fix in `grpc::run` changes.
@@ -288,13 +288,15 @@ async fn start_nodelay(cfg: Config) -> Running {
     )
     .await
     .expect("supervisor");
-    let svc = RegistryService {
+    let svc = Service(agentry::app::App {
         registry,
         rules,
         supervisor: supervisor.clone(),
-        max_prompt_bytes: cfg.limits.max_prompt_bytes,
         operators: std::sync::Arc::new(Vec::new()),
-    };
+        limits: agentry::app::Limits {
+            max_prompt_bytes: cfg.limits.max_prompt_bytes,
+        },
+    });
     let (health, health_svc) = tonic_health::server::health_reporter();
     health
         .set_service_status(SERVICE_NAME, tonic_health::ServingStatus::Serving)

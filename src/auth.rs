@@ -30,18 +30,13 @@ pub const RELOAD_INTERVAL: Duration = Duration::from_secs(1);
 /// Who a request is made on behalf of: the principal its bearer token maps to.
 ///
 /// The auth layer puts it into the request extensions; when no tokens file is configured there
-/// is none, and handlers use [`Principal::anonymous`].
+/// is none, and the caller is [`Principal::ANONYMOUS`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Principal(pub String);
 
 impl Principal {
     /// The name every caller has when authentication is off.
     pub const ANONYMOUS: &'static str = "anonymous";
-
-    /// The principal of an unauthenticated deployment.
-    pub fn anonymous() -> Self {
-        Self(Self::ANONYMOUS.to_owned())
-    }
 }
 
 /// Why a tokens file could not be used.

@@ -20,11 +20,13 @@
 //!
 //! Dependencies point one way: `grpc → {discovery, resolve} → persona`.
 
+pub mod app;
 pub mod auth;
 pub mod check;
 pub mod config;
 pub mod discovery;
 pub mod grpc;
+pub mod paging;
 pub mod persona;
 pub mod resolve;
 pub mod review;

@@ -1,10 +1,19 @@
-//! Domain values → protobuf messages.
+//! Domain values → protobuf messages: one function per message the service answers with.
 
 use super::pb;
 use crate::{
-    discovery::{AgentDef, SourceKind},
+    app::{Resolved, ResolvedCommand},
+    discovery::{AgentDef, CommandDef, SourceKind},
     persona::{Diagnostic, Format, Severity, ThinkingLevel},
-    resolve::{Effective, Mode, SchemaSource, Tools},
+    resolve::{
+        Effective, Mode, SchemaSource, Tools,
+        listing::{AgentPage, CommandPage},
+    },
+    review::{Decision, Verdict},
+    workers::{
+        model::{Progress, ProgressKind, WorkerEvent, WorkerRecord, WorkerState},
+        supervisor::{Spawned, WorkersPage},
+    },
 };
 
 fn list(v: &Option<Vec<String>>) -> Option<pb::StringList> {
@@ -97,18 +106,23 @@ pub fn mode(m: Mode) -> i32 {
     }) as i32
 }
 
-/// The effective agent as the API shows it.
-pub fn effective(e: &Effective) -> pb::EffectiveAgent {
-    let tools = match &e.tools {
+/// The effective tools as the API shows them.
+fn tools(t: &Tools) -> pb::EffectiveTools {
+    let kind = match t {
         Tools::Only(v) => pb::effective_tools::Kind::Only(pb::StringList { values: v.clone() }),
         Tools::AllExcept(v) => {
             pb::effective_tools::Kind::AllExcept(pb::StringList { values: v.clone() })
         }
     };
+    pb::EffectiveTools { kind: Some(kind) }
+}
+
+/// The effective agent as the API shows it.
+pub fn effective(e: &Effective) -> pb::EffectiveAgent {
     pb::EffectiveAgent {
         name: e.name.clone(),
         system_prompt: e.system_prompt.clone(),
-        tools: Some(pb::EffectiveTools { kind: Some(tools) }),
+        tools: Some(tools(&e.tools)),
         spawns: e.spawns.clone(),
         model: e.model.clone(),
         thinking_level: thinking(e.thinking_level),
@@ -124,5 +138,196 @@ pub fn effective(e: &Effective) -> pb::EffectiveAgent {
         mode: mode(e.mode),
         depth: e.depth,
         at_max_depth: e.at_max_depth,
+    }
+}
+
+/// A `ListAgents` page.
+pub fn agent_page(p: &AgentPage) -> pb::ListAgentsResponse {
+    pb::ListAgentsResponse {
+        agents: p.agents.iter().map(|a| agent(a)).collect(),
+        shadowed: p.shadowed.iter().map(|a| agent(a)).collect(),
+        diagnostics: if p.with_diagnostics {
+            p.snapshot.diagnostics.iter().map(diagnostic).collect()
+        } else {
+            Vec::new()
+        },
+        registry_version: p.snapshot.version.clone(),
+        catalog_markdown: p.catalog_markdown.clone(),
+        next_page_token: p.next_page_token.clone(),
+        total_size: i32::try_from(p.total).unwrap_or(i32::MAX),
+    }
+}
+
+/// A `ResolveAgent` answer.
+pub fn resolved(r: &Resolved) -> pb::ResolveAgentResponse {
+    pb::ResolveAgentResponse {
+        agent: Some(agent(&r.agent)),
+        effective: Some(effective(&r.effective)),
+        registry_version: r.snapshot.version.clone(),
+    }
+}
+
+/// A command as the API shows it.
+pub fn command(c: &CommandDef) -> pb::Command {
+    let cmd = &c.command;
+    pb::Command {
+        name: c.name.clone(),
+        aliases: c.aliases.clone(),
+        description: cmd.description.clone(),
+        template: cmd.template.clone(),
+        argument_hint: cmd.argument_hint.clone(),
+        model: cmd.model.clone(),
+        allowed_tools: list(&cmd.allowed_tools),
+        extra_json: serde_json::Value::Object(cmd.extra.clone()).to_string(),
+        source: source(c.source),
+        family: c.family.clone(),
+        file_path: c.file_path.clone(),
+        shadowed_by: c.shadowed_by.clone().unwrap_or_default(),
+        content_sha256: c.content_sha256.clone(),
+        format: format(cmd.format),
+    }
+}
+
+/// A `ListCommands` page.
+pub fn command_page(p: &CommandPage) -> pb::ListCommandsResponse {
+    pb::ListCommandsResponse {
+        commands: p.commands.iter().map(|c| command(c)).collect(),
+        shadowed: p.shadowed.iter().map(|c| command(c)).collect(),
+        diagnostics: if p.with_diagnostics {
+            p.snapshot
+                .command_diagnostics
+                .iter()
+                .map(diagnostic)
+                .collect()
+        } else {
+            Vec::new()
+        },
+        registry_version: p.snapshot.version.clone(),
+        next_page_token: p.next_page_token.clone(),
+        total_size: i32::try_from(p.total).unwrap_or(i32::MAX),
+    }
+}
+
+/// A `ResolveCommand` answer.
+pub fn resolved_command(r: &ResolvedCommand) -> pb::ResolveCommandResponse {
+    pb::ResolveCommandResponse {
+        command: Some(command(&r.command)),
+        expanded: r.expanded.clone(),
+        registry_version: r.snapshot.version.clone(),
+    }
+}
+
+/// A protobuf timestamp of unix milliseconds.
+pub fn ts(ms: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: i32::try_from(ms.rem_euclid(1000) * 1_000_000).unwrap_or(0),
+    }
+}
+
+/// Proto state of a domain state.
+pub fn state(s: WorkerState) -> i32 {
+    (match s {
+        WorkerState::Pending => pb::WorkerState::Pending,
+        WorkerState::Running => pb::WorkerState::Running,
+        WorkerState::Completed => pb::WorkerState::Completed,
+        WorkerState::Failed => pb::WorkerState::Failed,
+        WorkerState::Killed => pb::WorkerState::Killed,
+    }) as i32
+}
+
+/// A worker as the API shows it.
+pub fn worker(w: &WorkerRecord) -> pb::Worker {
+    let eff: Option<Effective> = serde_json::from_value(w.effective.clone()).ok();
+    let (tools, spawns, model, mode) = match &eff {
+        Some(e) => (
+            Some(tools(&e.tools)),
+            e.spawns.clone(),
+            e.model.clone(),
+            mode(e.mode),
+        ),
+        None => (None, String::new(), Vec::new(), 0),
+    };
+    pb::Worker {
+        id: w.id.to_string(),
+        agent: w.agent.clone(),
+        description: w.description.clone(),
+        parent_id: w
+            .parent_id
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+        depth: w.depth,
+        state: state(w.state),
+        create_time: Some(ts(w.create_time_ms)),
+        start_time: w.start_time_ms.map(ts),
+        close_time: w.close_time_ms.map(ts),
+        result: w.result.clone(),
+        structured_result: w.structured_result.clone(),
+        error: w.error.clone(),
+        exit_code: w.exit_code,
+        tools,
+        spawns,
+        model,
+        caller: w.caller_scope.clone(),
+        workspace: w.workspace.clone().unwrap_or_default(),
+        mode,
+        sequence: w.sequence,
+        last_activity_time: Some(ts(w.last_activity_ms)),
+    }
+}
+
+/// A `SpawnWorker` answer.
+pub fn spawned(s: &Spawned) -> pb::SpawnWorkerResponse {
+    pb::SpawnWorkerResponse {
+        worker: Some(worker(&s.worker)),
+        deduplicated: s.deduplicated,
+        hint: s.hint.clone(),
+    }
+}
+
+/// A `ListWorkers` page.
+pub fn workers_page(p: &WorkersPage) -> pb::ListWorkersResponse {
+    pb::ListWorkersResponse {
+        workers: p.workers.iter().map(worker).collect(),
+        next_page_token: p.next_page_token.clone(),
+    }
+}
+
+/// One `WatchWorker` event.
+pub fn event(ev: &WorkerEvent) -> pb::WatchWorkerResponse {
+    pb::WatchWorkerResponse {
+        sequence: ev.sequence,
+        state: state(ev.state),
+        worker: Some(worker(&ev.worker)),
+        time: Some(ts(ev.time_ms)),
+        progress: ev.progress.as_ref().map(progress),
+    }
+}
+
+/// The proto form of a progress report.
+pub fn progress(p: &Progress) -> pb::Progress {
+    pb::Progress {
+        kind: (match p.kind {
+            ProgressKind::Text => pb::ProgressKind::Text,
+            ProgressKind::ToolCall => pb::ProgressKind::ToolCall,
+            ProgressKind::ToolResult => pb::ProgressKind::ToolResult,
+            ProgressKind::Status => pb::ProgressKind::Status,
+        }) as i32,
+        text: p.text.clone(),
+        data_json: p.data_json.clone().unwrap_or_default(),
+    }
+}
+
+/// A `Review` verdict.
+pub fn verdict(v: Verdict) -> pb::ReviewResponse {
+    pb::ReviewResponse {
+        decision: match v.decision {
+            Decision::Approve => pb::Decision::Approve,
+            Decision::Reject => pb::Decision::Reject,
+        } as i32,
+        reason: v.reason,
+        reviewed: v.reviewed,
+        reviewer_worker_id: v.worker_id.unwrap_or_default(),
     }
 }

@@ -1,19 +1,14 @@
 //! gRPC: generated types, the service implementations (translation only) and the server wiring
 //! (health, reflection v1 + v1alpha, graceful shutdown on a pre-bound listener).
 
-pub mod commands;
 pub mod convert;
 pub mod layers;
 pub mod listen;
 pub mod metadata;
-pub mod page;
-pub mod progress;
-pub mod registry;
 pub mod request;
-pub mod review;
 pub mod runners;
+pub mod service;
 pub mod status;
-pub mod workers;
 
 use std::{future::Future, sync::Arc};
 
@@ -174,13 +169,15 @@ pub async fn run(
         hub: hub.clone(),
         max_output_bytes: cfg.executor.max_output_bytes,
     };
-    let svc = registry::RegistryService {
+    let svc = service::Service(crate::app::App {
         registry: registry.clone(),
         rules,
         supervisor: supervisor.clone(),
-        max_prompt_bytes: cfg.limits.max_prompt_bytes,
         operators: Arc::new(cfg.auth.operators.clone()),
-    };
+        limits: crate::app::Limits {
+            max_prompt_bytes: cfg.limits.max_prompt_bytes,
+        },
+    });
 
     // Serving = first discovery done, the database answers, and not shutting down (docs §8,
     // §9). One task owns the status so the three never race.

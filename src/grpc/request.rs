@@ -1,15 +1,116 @@
-//! Request limits and the checks every handler shares: bounded, printable text fields, worker
-//! ids, and quoting of caller-supplied values in error messages (docs/operations.md §8.2).
+//! Requests → domain values: every `TryFrom` conversion of a request message, the bounds it
+//! checks, who is calling (from metadata and the request's principal), and quoting of
+//! caller-supplied values in error messages (docs/operations.md §8.2).
 //!
-//! A leaf of `grpc/`: it depends only on the domain's id type and on [`Violations`].
+//! A leaf of `grpc/`: it depends on the domain's request types, on [`metadata`] and on
+//! [`Violations`]. A conversion collects every problem of the request, so one
+//! `INVALID_ARGUMENT` names them all.
 
-use super::status::{Violations, invalid};
-use crate::workers::model::WorkerId;
+use std::time::Duration;
+
+use tonic::Request;
+
+use super::{metadata, pb, status::Violations};
+use crate::{
+    app::{CommandRequest, Limits, ResolveQuery, StopRequest, WatchRequest},
+    paging::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, PageRequest},
+    persona::MAX_NAME_BYTES,
+    resolve::{
+        Mode,
+        listing::{AgentQuery, CommandQuery, View},
+    },
+    review::{Proposal, ToolClass},
+    workers::{
+        model::{Progress, ProgressKind, WorkerId, WorkerState},
+        store::ParentFilter,
+        supervisor::{Identity, SpawnRequest, WorkersQuery},
+    },
+};
 
 /// Longest accepted worker id, in bytes (`wkr_` and 32 hex digits are 36).
 pub const MAX_ID_BYTES: usize = 64;
 /// Most bytes of a caller's value an error message quotes.
 pub const MAX_QUOTED_BYTES: usize = 128;
+/// Longest accepted workspace path, in bytes.
+pub const MAX_WORKSPACE_BYTES: usize = 4096;
+/// Largest accepted request output schema, in bytes.
+pub const MAX_SCHEMA_BYTES: usize = 256 * 1024;
+/// Longest accepted description (and stop reason), in bytes.
+pub const MAX_DESCRIPTION_BYTES: usize = 4096;
+/// Longest accepted request id, in bytes.
+pub const MAX_REQUEST_ID_BYTES: usize = 256;
+/// Longest accepted per-request timeout.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+/// Longest accepted text field of a review proposal, in bytes.
+pub const MAX_FIELD_BYTES: usize = 4096;
+/// Longest accepted `arguments_json` of a review proposal, in bytes.
+pub const MAX_ARGUMENTS_BYTES: usize = 64 * 1024;
+/// Largest accepted progress `text`, in bytes.
+pub const MAX_TEXT_BYTES: usize = 64 * 1024;
+/// Largest accepted progress `data_json`, in bytes.
+pub const MAX_DATA_JSON_BYTES: usize = 64 * 1024;
+/// Longest accepted value of `x-agentry-worker-token` and `traceparent`, in bytes.
+pub const MAX_TOKEN_BYTES: usize = 512;
+
+/// A request message with the configured limits it is checked against (prompts, arguments).
+pub struct Limited<M>(pub M, pub Limits);
+
+/// Splits a call into who is calling and its validated domain request; every problem of the
+/// metadata and of the message is reported at once.
+pub fn parse<M, D>(req: Request<M>) -> Result<(Identity, D), tonic::Status>
+where
+    D: TryFrom<M, Error = Violations>,
+{
+    let mut v = Violations::default();
+    let id = identity(&req, &mut v);
+    match D::try_from(req.into_inner()) {
+        Ok(d) => v.check().map(|()| (id, d)),
+        Err(more) => {
+            v.extend(more);
+            Err(v.into_status())
+        }
+    }
+}
+
+/// [`parse`] for a message checked against the configured limits.
+pub fn parse_limited<M, D>(req: Request<M>, limits: Limits) -> Result<(Identity, D), tonic::Status>
+where
+    D: TryFrom<Limited<M>, Error = Violations>,
+{
+    parse(req.map(|m| Limited(m, limits)))
+}
+
+/// Who is calling: the authenticated principal (when authentication is on) and what the
+/// metadata declares; problems are added to `v`.
+pub fn identity<M>(req: &Request<M>, v: &mut Violations) -> Identity {
+    let md = req.metadata();
+    let principal = req
+        .extensions()
+        .get::<crate::auth::Principal>()
+        .map(|p| p.0.clone());
+    let declared = metadata::declared(md, v);
+    let text = |key: &str, v: &mut Violations| -> Option<String> {
+        let val = md.get(key)?;
+        match val.to_str() {
+            Ok(s) if s.len() <= MAX_TOKEN_BYTES => Some(s.to_owned()),
+            Ok(_) => {
+                v.add(key, format!("is longer than {MAX_TOKEN_BYTES} bytes"));
+                None
+            }
+            Err(_) => {
+                v.add(key, "must be printable ASCII");
+                None
+            }
+        }
+    };
+    Identity {
+        authenticated: principal.is_some(),
+        principal: principal.unwrap_or_else(|| crate::auth::Principal::ANONYMOUS.to_owned()),
+        worker_token: text("x-agentry-worker-token", v),
+        declared,
+        traceparent: text("traceparent", v),
+    }
+}
 
 /// `value` as an error message may show it: at most [`MAX_QUOTED_BYTES`] bytes (cut on a
 /// character boundary, with `…` when cut), control characters escaped, in double quotes.
@@ -60,23 +161,502 @@ pub fn check_line(field: &str, value: &str, max: usize, v: &mut Violations) -> b
 }
 
 /// Reads a required worker id: bounded, printable, well-formed.
-pub fn worker_id(field: &str, s: &str) -> Result<WorkerId, tonic::Status> {
+pub fn worker_id(field: &str, s: &str, v: &mut Violations) -> Option<WorkerId> {
     if s.is_empty() {
-        return Err(invalid(field, "must not be empty"));
+        v.add(field, "must not be empty");
+        return None;
     }
+    if !check_line(field, s, MAX_ID_BYTES, v) {
+        return None;
+    }
+    match WorkerId::parse(s) {
+        Ok(id) => Some(id),
+        Err(_) => {
+            v.add(
+                field,
+                format!(
+                    "{} is not a worker id (expected wkr_ followed by 32 hex digits)",
+                    quote(s)
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// A worker id outside a request conversion (runner messages): the same checks, as a status.
+pub fn required_worker_id(field: &str, s: &str) -> Result<WorkerId, tonic::Status> {
     let mut v = Violations::default();
-    if !check_line(field, s, MAX_ID_BYTES, &mut v) {
-        v.check()?;
+    match worker_id(field, s, &mut v) {
+        Some(id) => Ok(id),
+        None => Err(v.into_status()),
     }
-    WorkerId::parse(s).map_err(|_| {
-        invalid(
+}
+
+/// Checks a request workspace: bounded, absolute when given.
+pub fn check_workspace(ws: &str, v: &mut Violations) {
+    if ws.len() > MAX_WORKSPACE_BYTES {
+        v.add(
+            "workspace",
+            format!("is {} bytes; the limit is {MAX_WORKSPACE_BYTES}", ws.len()),
+        );
+    } else if !ws.is_empty() && !ws.starts_with('/') {
+        v.add("workspace", format!("must be an absolute path, got {ws:?}"));
+    } else if ws.contains('\0') {
+        v.add("workspace", "must not contain NUL");
+    }
+}
+
+/// Checks a required agent or command name.
+fn check_name(field: &str, name: &str, v: &mut Violations) {
+    if name.is_empty() {
+        v.add(field, "must not be empty");
+    } else {
+        check_line(field, name, MAX_NAME_BYTES, v);
+    }
+}
+
+/// Parses a request output schema: JSON text, bounded, and a usable JSON Schema — the same
+/// check for `ResolveAgent` and `SpawnWorker`, so what one accepts the other runs.
+fn parse_schema(field: &str, s: &str, v: &mut Violations) -> Option<serde_json::Value> {
+    if s.len() > MAX_SCHEMA_BYTES {
+        v.add(
+            field,
+            format!("is {} bytes; the limit is {MAX_SCHEMA_BYTES}", s.len()),
+        );
+        return None;
+    }
+    match crate::schema::check_schema(s) {
+        Ok(val) => Some(val),
+        Err(e) => {
+            v.add(field, e.to_string());
+            None
+        }
+    }
+}
+
+/// Reads the mode enum.
+fn parse_mode(m: i32, v: &mut Violations) -> Mode {
+    match pb::Mode::try_from(m) {
+        Ok(pb::Mode::Plan) => Mode::Plan,
+        Ok(_) => Mode::Default,
+        Err(_) => {
+            v.add("mode", format!("unknown mode {m}"));
+            Mode::Default
+        }
+    }
+}
+
+/// Reads `page_size` (0 = the default, 1..=max) and `page_token`.
+fn page(size: i32, token: String, v: &mut Violations) -> PageRequest {
+    let size = match usize::try_from(size) {
+        Ok(0) => DEFAULT_PAGE_SIZE,
+        Ok(n) if n <= MAX_PAGE_SIZE => n,
+        _ => {
+            v.add(
+                "page_size",
+                format!("must be between 0 and {MAX_PAGE_SIZE}, got {size}"),
+            );
+            DEFAULT_PAGE_SIZE
+        }
+    };
+    PageRequest { size, token }
+}
+
+/// Checks a prompt-sized field against `limits.max_prompt_bytes`.
+fn check_prompt_bytes(field: &str, s: &str, limits: Limits, v: &mut Violations) {
+    let max = limits.max_prompt_bytes;
+    if s.len() > max {
+        v.add(
             field,
             format!(
-                "{} is not a worker id (expected wkr_ followed by 32 hex digits)",
-                quote(s)
+                "is {} bytes; the limit (limits.max_prompt_bytes) is {max}",
+                s.len()
             ),
-        )
-    })
+        );
+    }
+}
+
+/// Reads a per-request timeout: positive, at most [`MAX_TIMEOUT`].
+fn timeout(d: Option<prost_types::Duration>, v: &mut Violations) -> Option<Duration> {
+    let d = d?;
+    if d.seconds < 0 || d.nanos < 0 {
+        v.add("timeout", "must not be negative");
+        return None;
+    }
+    if d.seconds == 0 && d.nanos == 0 {
+        v.add(
+            "timeout",
+            "must be positive (omit it for the configured default)",
+        );
+        return None;
+    }
+    let dur = Duration::new(d.seconds as u64, d.nanos.clamp(0, 999_999_999) as u32);
+    if dur > MAX_TIMEOUT {
+        v.add(
+            "timeout",
+            format!(
+                "must be at most {}",
+                humantime::format_duration(MAX_TIMEOUT)
+            ),
+        );
+        return None;
+    }
+    Some(dur)
+}
+
+impl TryFrom<pb::ListAgentsRequest> for AgentQuery {
+    type Error = Violations;
+
+    fn try_from(r: pb::ListAgentsRequest) -> Result<Self, Violations> {
+        let mut v = Violations::default();
+        check_workspace(&r.workspace, &mut v);
+        let view = match pb::AgentView::try_from(r.view) {
+            Ok(pb::AgentView::Catalog) => View::Catalog,
+            Ok(_) => View::Full,
+            Err(_) => {
+                v.add("view", format!("unknown view {}", r.view));
+                View::Full
+            }
+        };
+        let page = page(r.page_size, r.page_token, &mut v);
+        v.or(Self {
+            workspace: r.workspace,
+            view,
+            include_shadowed: r.include_shadowed,
+            page,
+        })
+    }
+}
+
+impl TryFrom<pb::ResolveAgentRequest> for ResolveQuery {
+    type Error = Violations;
+
+    fn try_from(r: pb::ResolveAgentRequest) -> Result<Self, Violations> {
+        let mut v = Violations::default();
+        check_name("name", &r.name, &mut v);
+        check_workspace(&r.workspace, &mut v);
+        let mode = parse_mode(r.mode, &mut v);
+        let output_schema = r
+            .output_schema
+            .as_deref()
+            .and_then(|s| parse_schema("output_schema", s, &mut v));
+        v.or(Self {
+            name: r.name,
+            workspace: r.workspace,
+            mode,
+            output_schema,
+        })
+    }
+}
+
+/// The workspace a `ReloadAgents` rebuilds.
+pub struct Workspace(pub String);
+
+impl TryFrom<pb::ReloadAgentsRequest> for Workspace {
+    type Error = Violations;
+
+    fn try_from(r: pb::ReloadAgentsRequest) -> Result<Self, Violations> {
+        let mut v = Violations::default();
+        check_workspace(&r.workspace, &mut v);
+        v.or(Self(r.workspace))
+    }
+}
+
+impl TryFrom<Limited<pb::SpawnWorkerRequest>> for SpawnRequest {
+    type Error = Violations;
+
+    fn try_from(Limited(r, limits): Limited<pb::SpawnWorkerRequest>) -> Result<Self, Violations> {
+        let mut v = Violations::default();
+        check_name("agent", &r.agent, &mut v);
+        if r.prompt.trim().is_empty() {
+            v.add("prompt", "must not be empty");
+        } else {
+            check_prompt_bytes("prompt", &r.prompt, limits, &mut v);
+        }
+        check_line("description", &r.description, MAX_DESCRIPTION_BYTES, &mut v);
+        check_workspace(&r.workspace, &mut v);
+        let mode = parse_mode(r.mode, &mut v);
+        let output_schema = r
+            .output_schema
+            .as_deref()
+            .and_then(|s| parse_schema("output_schema", s, &mut v));
+        check_line("request_id", &r.request_id, MAX_REQUEST_ID_BYTES, &mut v);
+        let timeout = timeout(r.timeout, &mut v);
+        v.or(Self {
+            agent: r.agent,
+            description: r.description,
+            prompt: r.prompt,
+            workspace: r.workspace,
+            mode,
+            output_schema,
+            wait: r.wait,
+            request_id: (!r.request_id.is_empty()).then_some(r.request_id),
+            timeout,
+        })
+    }
+}
+
+impl TryFrom<pb::StopWorkerRequest> for StopRequest {
+    type Error = Violations;
+
+    fn try_from(r: pb::StopWorkerRequest) -> Result<Self, Violations> {
+        let mut v = Violations::default();
+        let id = worker_id("worker_id", &r.worker_id, &mut v);
+        if r.reason.len() > MAX_DESCRIPTION_BYTES {
+            v.add(
+                "reason",
+                format!("is longer than {MAX_DESCRIPTION_BYTES} bytes"),
+            );
+        } else if r.reason.contains('\0') {
+            v.add("reason", "must not contain NUL");
+        }
+        match id {
+            Some(worker_id) => v.or(Self {
+                worker_id,
+                reason: r.reason,
+            }),
+            None => Err(v),
+        }
+    }
+}
+
+impl TryFrom<pb::GetWorkerRequest> for WorkerId {
+    type Error = Violations;
+
+    fn try_from(r: pb::GetWorkerRequest) -> Result<Self, Violations> {
+        let mut v = Violations::default();
+        worker_id("worker_id", &r.worker_id, &mut v).ok_or(v)
+    }
+}
+
+impl TryFrom<pb::WatchWorkerRequest> for WatchRequest {
+    type Error = Violations;
+
+    fn try_from(r: pb::WatchWorkerRequest) -> Result<Self, Violations> {
+        let mut v = Violations::default();
+        match worker_id("worker_id", &r.worker_id, &mut v) {
+            Some(worker_id) => Ok(Self {
+                worker_id,
+                after_sequence: r.after_sequence,
+            }),
+            None => Err(v),
+        }
+    }
+}
+
+/// Reads a proto worker state; `None` for unspecified or unknown values.
+fn worker_state(s: i32) -> Option<WorkerState> {
+    match pb::WorkerState::try_from(s).ok()? {
+        pb::WorkerState::Pending => Some(WorkerState::Pending),
+        pb::WorkerState::Running => Some(WorkerState::Running),
+        pb::WorkerState::Completed => Some(WorkerState::Completed),
+        pb::WorkerState::Failed => Some(WorkerState::Failed),
+        pb::WorkerState::Killed => Some(WorkerState::Killed),
+        pb::WorkerState::Unspecified => None,
+    }
+}
+
+impl TryFrom<pb::ListWorkersRequest> for WorkersQuery {
+    type Error = Violations;
+
+    fn try_from(r: pb::ListWorkersRequest) -> Result<Self, Violations> {
+        let mut v = Violations::default();
+        let parent = if r.parent_id.is_empty() {
+            ParentFilter::Any
+        } else {
+            match WorkerId::parse(&r.parent_id) {
+                Ok(id) => ParentFilter::Worker(id),
+                Err(_) => {
+                    v.add(
+                        "parent_id",
+                        format!("{} is not a worker id", quote(&r.parent_id)),
+                    );
+                    ParentFilter::Any
+                }
+            }
+        };
+        let mut states = Vec::new();
+        for s in &r.states {
+            match worker_state(*s) {
+                Some(state) => states.push(state),
+                None => v.add("states", format!("unknown or unspecified state {s}")),
+            }
+        }
+        let page = page(r.page_size, r.page_token, &mut v);
+        v.or(Self {
+            parent,
+            states,
+            page,
+        })
+    }
+}
+
+impl TryFrom<pb::ReviewRequest> for Proposal {
+    type Error = Violations;
+
+    fn try_from(r: pb::ReviewRequest) -> Result<Self, Violations> {
+        let mut v = Violations::default();
+        let class = match pb::ToolClass::try_from(r.tool_class) {
+            Ok(pb::ToolClass::Unspecified | pb::ToolClass::Read) => ToolClass::Read,
+            Ok(pb::ToolClass::Write) => ToolClass::Write,
+            Ok(pb::ToolClass::Destructive) => ToolClass::Destructive,
+            Err(_) => {
+                v.add("tool_class", format!("unknown tool class {}", r.tool_class));
+                ToolClass::Read
+            }
+        };
+        for (field, value) in [
+            ("tool", &r.tool),
+            ("action", &r.action),
+            ("target", &r.target),
+            ("reason", &r.reason),
+            ("blast_radius", &r.blast_radius),
+            ("operator", &r.operator),
+        ] {
+            if value.len() > MAX_FIELD_BYTES {
+                v.add(
+                    field,
+                    format!("is {} bytes; the limit is {MAX_FIELD_BYTES}", value.len()),
+                );
+            }
+        }
+        if class != ToolClass::Read && r.tool.trim().is_empty() {
+            v.add("tool", "must not be empty for write and destructive tools");
+        }
+        let arguments = if r.arguments_json.len() > MAX_ARGUMENTS_BYTES {
+            v.add(
+                "arguments_json",
+                format!(
+                    "is {} bytes; the limit is {MAX_ARGUMENTS_BYTES}",
+                    r.arguments_json.len()
+                ),
+            );
+            None
+        } else if r.arguments_json.trim().is_empty() {
+            None
+        } else {
+            match serde_json::from_str::<serde_json::Value>(&r.arguments_json) {
+                Ok(val) => Some(val),
+                Err(e) => {
+                    v.add("arguments_json", format!("is not JSON: {e}"));
+                    None
+                }
+            }
+        };
+        check_workspace(&r.workspace, &mut v);
+        v.or(Self {
+            tool: r.tool,
+            class,
+            action: r.action,
+            target: r.target,
+            reason: r.reason,
+            blast_radius: r.blast_radius,
+            operator: r.operator,
+            arguments,
+            workspace: r.workspace,
+        })
+    }
+}
+
+impl TryFrom<pb::ListCommandsRequest> for CommandQuery {
+    type Error = Violations;
+
+    fn try_from(r: pb::ListCommandsRequest) -> Result<Self, Violations> {
+        let mut v = Violations::default();
+        check_workspace(&r.workspace, &mut v);
+        let page = page(r.page_size, r.page_token, &mut v);
+        v.or(Self {
+            workspace: r.workspace,
+            include_shadowed: r.include_shadowed,
+            page,
+        })
+    }
+}
+
+impl TryFrom<Limited<pb::ResolveCommandRequest>> for CommandRequest {
+    type Error = Violations;
+
+    fn try_from(
+        Limited(r, limits): Limited<pb::ResolveCommandRequest>,
+    ) -> Result<Self, Violations> {
+        let mut v = Violations::default();
+        check_name("name", &r.name, &mut v);
+        check_workspace(&r.workspace, &mut v);
+        check_prompt_bytes("arguments", &r.arguments, limits, &mut v);
+        v.or(Self {
+            name: r.name,
+            workspace: r.workspace,
+            arguments: r.arguments,
+        })
+    }
+}
+
+impl TryFrom<pb::ReportProgressRequest> for Progress {
+    type Error = Violations;
+
+    fn try_from(r: pb::ReportProgressRequest) -> Result<Self, Violations> {
+        let mut v = Violations::default();
+        let p = progress("", r.kind, r.text, r.data_json, &mut v);
+        v.or(p)
+    }
+}
+
+/// Validates the fields of a progress report (kind, text, data_json) into the domain value;
+/// every problem is added to `v` under `prefix` + the field name. `ReportProgress` and a
+/// runner's `progress` message (docs/runners.md §10) share it.
+pub fn progress(
+    prefix: &str,
+    kind: i32,
+    text: String,
+    data_json: String,
+    v: &mut Violations,
+) -> Progress {
+    let field = |name: &str| format!("{prefix}{name}");
+    let kind = match pb::ProgressKind::try_from(kind) {
+        Ok(pb::ProgressKind::Text) => ProgressKind::Text,
+        Ok(pb::ProgressKind::ToolCall) => ProgressKind::ToolCall,
+        Ok(pb::ProgressKind::ToolResult) => ProgressKind::ToolResult,
+        Ok(pb::ProgressKind::Status) => ProgressKind::Status,
+        Ok(pb::ProgressKind::Unspecified) => {
+            v.add(
+                &field("kind"),
+                "must be set (PROGRESS_KIND_TEXT, _TOOL_CALL, _TOOL_RESULT or _STATUS)",
+            );
+            ProgressKind::Text
+        }
+        Err(_) => {
+            v.add(&field("kind"), format!("unknown progress kind {kind}"));
+            ProgressKind::Text
+        }
+    };
+    if text.len() > MAX_TEXT_BYTES {
+        v.add(
+            &field("text"),
+            format!(
+                "is {} bytes; the limit is {MAX_TEXT_BYTES} bytes",
+                text.len()
+            ),
+        );
+    }
+    if data_json.len() > MAX_DATA_JSON_BYTES {
+        v.add(
+            &field("data_json"),
+            format!(
+                "is {} bytes; the limit is {MAX_DATA_JSON_BYTES} bytes",
+                data_json.len()
+            ),
+        );
+    } else if !data_json.is_empty()
+        && let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&data_json)
+    {
+        v.add(&field("data_json"), format!("is not valid JSON: {e}"));
+    }
+    Progress {
+        kind,
+        text,
+        data_json: (!data_json.is_empty()).then_some(data_json),
+    }
 }
 
 #[cfg(test)]
@@ -104,10 +684,10 @@ mod tests {
 
     #[test]
     fn worker_ids_are_bounded_before_they_are_quoted() {
-        let err = worker_id("worker_id", &"x".repeat(1_000_000)).unwrap_err();
+        let err = required_worker_id("worker_id", &"x".repeat(1_000_000)).unwrap_err();
         assert!(err.message().len() < 300, "{}", err.message().len());
         assert!(err.message().contains("the limit is 64 bytes"));
-        let err = worker_id("worker_id", "wkr_\u{1b}[31m").unwrap_err();
+        let err = required_worker_id("worker_id", "wkr_\u{1b}[31m").unwrap_err();
         assert!(
             err.message().contains("control characters"),
             "{}",

@@ -10,10 +10,10 @@ use tokio_stream::{Stream, wrappers::ReceiverStream};
 use tonic::{Code, Request, Response, Status, Streaming};
 
 use super::{
+    convert::ts,
     pb::{self, connect_request::Msg as In, connect_response::Msg as Out},
-    progress, request,
+    request,
     status::{Violations, with_info},
-    workers::ts,
 };
 use crate::{
     resolve::Tools,
@@ -262,7 +262,7 @@ async fn handle(s: &Session, m: pb::ConnectRequest, max_output: usize) {
         In::Accepted(a) => s.accepted(&a.worker_id, &a.lease_token).await,
         In::Progress(p) => {
             let mut v = Violations::default();
-            let report = progress::progress("progress.", p.kind, p.text, p.data_json, &mut v);
+            let report = request::progress("progress.", p.kind, p.text, p.data_json, &mut v);
             let report = match v.check() {
                 Ok(()) => Ok(report),
                 Err(status) => Err(status.message().to_owned()),

@@ -6,7 +6,13 @@ use std::collections::HashMap;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, FieldViolation, StatusExt};
 
-use crate::{discovery::DiscoveryError, resolve::SpawnDenied};
+use crate::{
+    app,
+    discovery::DiscoveryError,
+    paging::PageError,
+    resolve::{SpawnDenied, command::CommandError},
+    workers::supervisor::WorkerError,
+};
 
 /// The `ErrorInfo.domain` of every agentry error.
 pub const DOMAIN: &str = "agentry.dev";
@@ -39,12 +45,31 @@ impl Violations {
         self.0.push(FieldViolation::new(field, description));
     }
 
+    /// Appends the problems of another part of the same request.
+    pub fn extend(&mut self, more: Violations) {
+        self.0.extend(more.0);
+    }
+
+    /// `value` when nothing was recorded, else these violations.
+    pub fn or<T>(self, value: T) -> Result<T, Violations> {
+        if self.0.is_empty() {
+            Ok(value)
+        } else {
+            Err(self)
+        }
+    }
+
     /// `Ok` when nothing was recorded, else `INVALID_ARGUMENT` naming every field.
     pub fn check(self) -> Result<(), Status> {
         if self.0.is_empty() {
             return Ok(());
         }
         Err(bad_request(self.0))
+    }
+
+    /// `INVALID_ARGUMENT` naming every recorded field.
+    pub fn into_status(self) -> Status {
+        bad_request(self.0)
     }
 }
 
@@ -126,6 +151,109 @@ impl From<SpawnDenied> for Status {
                     ("depth", &depth.to_string()),
                     ("max_recursion_depth", &max.to_string()),
                 ],
+            ),
+        }
+    }
+}
+
+impl From<PageError> for Status {
+    fn from(e: PageError) -> Self {
+        match &e {
+            PageError::NotOurs | PageError::OtherQuery => invalid("page_token", e.to_string()),
+            PageError::Changed { to, .. } => with_info(
+                Code::Aborted,
+                "REGISTRY_CHANGED",
+                e.to_string(),
+                &[("registry_version", to)],
+            ),
+        }
+    }
+}
+
+impl From<CommandError> for Status {
+    fn from(e: CommandError) -> Self {
+        let msg = e.to_string();
+        match &e {
+            CommandError::NotFound { name, .. } => with_info(
+                Code::NotFound,
+                "COMMAND_NOT_FOUND",
+                msg,
+                &[("command", name)],
+            ),
+            CommandError::TooLarge { .. } => invalid("arguments", msg),
+        }
+    }
+}
+
+impl From<WorkerError> for Status {
+    fn from(e: WorkerError) -> Self {
+        let msg = e.to_string();
+        match e {
+            WorkerError::Denied(d) => d.into(),
+            WorkerError::Discovery(d) => d.into(),
+            WorkerError::Page(p) => p.into(),
+            WorkerError::UnknownToken => with_info(
+                Code::Unauthenticated,
+                "UNKNOWN_WORKER_TOKEN",
+                "x-agentry-worker-token is not the token of a running worker",
+                &[],
+            ),
+            WorkerError::Capacity(_) => with_info(Code::ResourceExhausted, "CAPACITY", msg, &[]),
+            WorkerError::RequestIdReused { .. } => invalid("request_id", msg),
+            WorkerError::NotFound(id) => with_info(
+                Code::NotFound,
+                "WORKER_NOT_FOUND",
+                msg,
+                &[("worker_id", &id)],
+            ),
+            WorkerError::NotCancelable { id, state } => with_info(
+                Code::FailedPrecondition,
+                "NOT_CANCELABLE",
+                msg,
+                &[("worker_id", &id), ("state", state.as_str())],
+            ),
+            WorkerError::ShuttingDown => with_info(Code::Unavailable, "SHUTTING_DOWN", msg, &[]),
+            WorkerError::NotRunning { id, state } => with_info(
+                Code::FailedPrecondition,
+                "NOT_RUNNING",
+                msg,
+                &[("worker_id", &id), ("state", state.as_str())],
+            ),
+            WorkerError::TooManyEvents { id, max } => with_info(
+                Code::ResourceExhausted,
+                "TOO_MANY_EVENTS",
+                msg,
+                &[
+                    ("worker_id", &id),
+                    ("max_events_per_worker", &max.to_string()),
+                ],
+            ),
+            WorkerError::Store(e) => {
+                tracing::error!(error = %e, "worker store failure");
+                with_info(
+                    Code::Internal,
+                    "STORE",
+                    format!("worker store failure: {e}"),
+                    &[],
+                )
+            }
+        }
+    }
+}
+
+impl From<app::Error> for Status {
+    fn from(e: app::Error) -> Self {
+        match e {
+            app::Error::Worker(e) => e.into(),
+            app::Error::Discovery(e) => e.into(),
+            app::Error::Denied(e) => e.into(),
+            app::Error::Page(e) => e.into(),
+            app::Error::Command(e) => e.into(),
+            app::Error::WorkerTokenRequired => with_info(
+                Code::Unauthenticated,
+                "WORKER_TOKEN_REQUIRED",
+                e.to_string(),
+                &[],
             ),
         }
     }

@@ -6,6 +6,7 @@
 
 pub mod command;
 pub mod lineage;
+pub mod listing;
 
 use std::{sync::Arc, time::Duration};
 

@@ -266,6 +266,23 @@ pub struct WorkerEvent {
     pub progress: Option<Progress>,
 }
 
+impl WorkerEvent {
+    /// The worker as it stands, as one event: what a watch without `after_sequence` starts with.
+    pub fn snapshot(worker: WorkerRecord) -> Self {
+        Self {
+            worker_id: worker.id.clone(),
+            sequence: worker.sequence,
+            state: worker.state,
+            time_ms: worker
+                .close_time_ms
+                .or(worker.start_time_ms)
+                .unwrap_or(worker.create_time_ms),
+            worker,
+            progress: None,
+        }
+    }
+}
+
 /// Hex SHA-256 of a worker token: what the store keeps and looks workers up by, so a leaked
 /// database does not leak live credentials.
 pub fn hash_token(token: &str) -> String {

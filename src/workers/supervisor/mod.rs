@@ -26,11 +26,17 @@ use super::{
     spec::WorkerSpec,
     store::{Applied, ListQuery, Patch, StoreError, WorkerStore},
 };
+mod listing;
 mod progress;
+mod watching;
+
+pub use listing::{WorkersPage, WorkersQuery};
+pub use watching::EventStream;
 
 use crate::{
     config::Config,
     discovery::{DiscoveryError, Registry},
+    paging::PageError,
     resolve::{self, Caller, Declared, Mode, Rules, SpawnDenied},
 };
 
@@ -108,6 +114,8 @@ impl Settings {
 pub struct Identity {
     /// The authenticated principal or `anonymous`.
     pub principal: String,
+    /// Whether `principal` came from a bearer token (authentication is on).
+    pub authenticated: bool,
     /// The secret of a calling worker (`x-agentry-worker-token`), if any.
     pub worker_token: Option<String>,
     /// What the caller declared in metadata.
@@ -227,6 +235,9 @@ pub enum WorkerError {
         /// The bound.
         max: u64,
     },
+    /// A page token was refused.
+    #[error("page_token {0}")]
+    Page(#[from] PageError),
     /// Persistence failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -1289,11 +1300,6 @@ impl Supervisor {
         }
     }
 
-    /// One page of workers (the query carries the caller's scope when it is restricted).
-    pub async fn list(&self, q: &ListQuery) -> Result<Vec<WorkerRecord>, WorkerError> {
-        Ok(self.store.list(q).await?)
-    }
-
     /// Stops a worker: descendants first, then SIGTERM → grace → SIGKILL; returns once it is
     /// gone and recorded `killed`.
     pub async fn stop(
@@ -1637,6 +1643,7 @@ mod tests {
         .unwrap();
         let id = Identity {
             principal: "anonymous".into(),
+            authenticated: false,
             worker_token: None,
             declared: Declared::default(),
             traceparent: None,

@@ -1,0 +1,288 @@
+//! The service's operations in domain terms: every RPC of `AgentRegistryService` is one call
+//! here, taking who is calling ([`Identity`]) and a validated request, and returning a domain
+//! value or an [`Error`]. `grpc` only translates to and from the wire.
+//!
+//! Every operation first resolves the caller's lineage (docs/lineage.md §5.1): a worker token
+//! that is not a live worker's is refused on every RPC, so a worker sees one lineage everywhere.
+
+use std::sync::Arc;
+
+use crate::{
+    discovery::{AgentDef, CommandDef, DiscoveryError, Registry, Snapshot},
+    paging::PageError,
+    resolve::{
+        self, Effective, Mode, Rules, SpawnDenied,
+        command::CommandError,
+        listing::{self, AgentPage, AgentQuery, CommandPage, CommandQuery},
+    },
+    review::{self, Proposal, Verdict},
+    workers::{
+        model::{Progress, WorkerId, WorkerRecord},
+        supervisor::{
+            EventStream, Identity, Lineage, SpawnRequest, Spawned, Supervisor, Visibility,
+            WorkerError, WorkersPage, WorkersQuery,
+        },
+    },
+};
+
+/// Why an operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A worker operation failed (including lineage: an unknown worker token).
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+    /// The workspace was refused or the bundled agents are broken.
+    #[error(transparent)]
+    Discovery(#[from] DiscoveryError),
+    /// No such agent, or it may not be resolved.
+    #[error(transparent)]
+    Denied(#[from] SpawnDenied),
+    /// A page token was refused.
+    #[error("page_token {0}")]
+    Page(#[from] PageError),
+    /// No such command, or its expansion is too large.
+    #[error(transparent)]
+    Command(#[from] CommandError),
+    /// `ReportProgress` without the calling worker's token.
+    #[error("ReportProgress needs the calling worker's own x-agentry-worker-token")]
+    WorkerTokenRequired,
+}
+
+/// Limits on requests that come from the configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// `limits.max_prompt_bytes`: prompts and command arguments.
+    pub max_prompt_bytes: usize,
+}
+
+/// A `ResolveAgent` request.
+#[derive(Debug, Clone)]
+pub struct ResolveQuery {
+    /// The agent.
+    pub name: String,
+    /// The workspace whose snapshot it is resolved in (empty: none).
+    pub workspace: String,
+    /// Default or plan mode.
+    pub mode: Mode,
+    /// A request output schema (already checked to be a usable JSON Schema).
+    pub output_schema: Option<serde_json::Value>,
+}
+
+/// What `ResolveAgent` answers.
+#[derive(Debug)]
+pub struct Resolved {
+    /// The snapshot it was resolved in (its version).
+    pub snapshot: Arc<Snapshot>,
+    /// The definition.
+    pub agent: Arc<AgentDef>,
+    /// What a worker of it gets, for this caller.
+    pub effective: Effective,
+}
+
+/// A `StopWorker` request.
+#[derive(Debug, Clone)]
+pub struct StopRequest {
+    /// The worker.
+    pub worker_id: WorkerId,
+    /// Why, recorded with the kill.
+    pub reason: String,
+}
+
+/// A `WatchWorker` request.
+#[derive(Debug, Clone)]
+pub struct WatchRequest {
+    /// The worker.
+    pub worker_id: WorkerId,
+    /// Resume after this sequence; 0 starts with a snapshot.
+    pub after_sequence: u64,
+}
+
+/// A `ResolveCommand` request.
+#[derive(Debug, Clone)]
+pub struct CommandRequest {
+    /// The command's name or the base name it also answers to.
+    pub name: String,
+    /// The workspace whose snapshot it is looked up in (empty: none).
+    pub workspace: String,
+    /// What `$ARGUMENTS` expands to.
+    pub arguments: String,
+}
+
+/// What `ResolveCommand` answers.
+#[derive(Debug)]
+pub struct ResolvedCommand {
+    /// The snapshot it was found in (its version).
+    pub snapshot: Arc<Snapshot>,
+    /// The command.
+    pub command: Arc<CommandDef>,
+    /// Its template with the arguments expanded.
+    pub expanded: String,
+}
+
+/// The service: discovery, resolution and the worker supervisor behind one set of operations.
+pub struct App {
+    /// Snapshots per workspace.
+    pub registry: Arc<Registry>,
+    /// Resolution settings.
+    pub rules: Arc<Rules>,
+    /// The worker supervisor.
+    pub supervisor: Arc<Supervisor>,
+    /// `auth.operators`: principals that see and stop every worker.
+    pub operators: Arc<Vec<String>>,
+    /// Request limits from the configuration.
+    pub limits: Limits,
+}
+
+impl App {
+    /// The caller's lineage: a worker token is looked up (unknown or ended → `UnknownToken`).
+    async fn lineage(&self, id: &Identity) -> Result<Lineage, Error> {
+        Ok(self.supervisor.lineage(id).await?)
+    }
+
+    /// Which workers the caller may see (docs/operations.md §8.2): all without authentication
+    /// or for an operator, else only its own principal's. A worker token it sends must be live.
+    async fn visibility(&self, id: &Identity) -> Result<Visibility, Error> {
+        self.lineage(id).await?;
+        Ok(
+            if !id.authenticated || self.operators.contains(&id.principal) {
+                Visibility::All
+            } else {
+                Visibility::Principal(id.principal.clone())
+            },
+        )
+    }
+
+    /// `ListAgents`: one page of the merged definitions, or of the caller's catalog.
+    pub async fn list_agents(&self, id: &Identity, q: AgentQuery) -> Result<AgentPage, Error> {
+        let caller = self.lineage(id).await?.caller;
+        let snapshot = self.registry.snapshot(&q.workspace).await?;
+        Ok(listing::agents(snapshot, &caller, &self.rules, &q)?)
+    }
+
+    /// `ResolveAgent`: what a worker of the agent would get, for this caller.
+    pub async fn resolve_agent(&self, id: &Identity, q: ResolveQuery) -> Result<Resolved, Error> {
+        let caller = self.lineage(id).await?.caller;
+        let snapshot = self.registry.snapshot(&q.workspace).await?;
+        let agent = snapshot
+            .get(&q.name)
+            .ok_or_else(|| resolve::unknown_agent(&snapshot, &q.name))?
+            .clone();
+        let effective = resolve::effective(
+            &agent,
+            &snapshot,
+            &caller,
+            q.mode,
+            q.output_schema.as_ref(),
+            &self.rules,
+        );
+        Ok(Resolved {
+            snapshot,
+            agent,
+            effective,
+        })
+    }
+
+    /// `ReloadAgents`: rebuilds the workspace's snapshot now.
+    pub async fn reload_agents(
+        &self,
+        id: &Identity,
+        workspace: &str,
+    ) -> Result<Arc<Snapshot>, Error> {
+        self.lineage(id).await?;
+        let snap = self.registry.reload(workspace).await?;
+        tracing::info!(
+            version = %snap.version,
+            agents = snap.agents.len(),
+            commands = snap.commands.len(),
+            diagnostics = snap.all_diagnostics().count(),
+            "agents reloaded"
+        );
+        Ok(snap)
+    }
+
+    /// `SpawnWorker` (the supervisor resolves the lineage itself, as the spawn's parent).
+    pub async fn spawn_worker(&self, id: &Identity, r: SpawnRequest) -> Result<Spawned, Error> {
+        Ok(self.supervisor.spawn(id, r).await?)
+    }
+
+    /// `StopWorker`.
+    pub async fn stop_worker(&self, id: &Identity, r: StopRequest) -> Result<WorkerRecord, Error> {
+        let vis = self.visibility(id).await?;
+        Ok(self.supervisor.stop(&r.worker_id, &r.reason, &vis).await?)
+    }
+
+    /// `GetWorker`.
+    pub async fn get_worker(
+        &self,
+        id: &Identity,
+        worker: &WorkerId,
+    ) -> Result<WorkerRecord, Error> {
+        let vis = self.visibility(id).await?;
+        Ok(self.supervisor.get(worker, &vis).await?)
+    }
+
+    /// `ListWorkers`.
+    pub async fn list_workers(&self, id: &Identity, q: WorkersQuery) -> Result<WorkersPage, Error> {
+        let vis = self.visibility(id).await?;
+        Ok(self.supervisor.list(&vis, &q).await?)
+    }
+
+    /// `WatchWorker`.
+    pub async fn watch_worker(&self, id: &Identity, r: WatchRequest) -> Result<EventStream, Error> {
+        let vis = self.visibility(id).await?;
+        Ok(self
+            .supervisor
+            .watch(&r.worker_id, &vis, r.after_sequence)
+            .await?)
+    }
+
+    /// `Review`: the gate's verdict (it never fails; a gate that cannot run rejects).
+    pub async fn review(&self, id: &Identity, p: Proposal) -> Verdict {
+        review::review(&self.supervisor, id, p).await
+    }
+
+    /// `ListCommands`.
+    pub async fn list_commands(
+        &self,
+        id: &Identity,
+        q: CommandQuery,
+    ) -> Result<CommandPage, Error> {
+        self.lineage(id).await?;
+        let snapshot = self.registry.snapshot(&q.workspace).await?;
+        Ok(listing::commands(snapshot, &q)?)
+    }
+
+    /// `ResolveCommand`.
+    pub async fn resolve_command(
+        &self,
+        id: &Identity,
+        r: CommandRequest,
+    ) -> Result<ResolvedCommand, Error> {
+        self.lineage(id).await?;
+        let snapshot = self.registry.snapshot(&r.workspace).await?;
+        let (command, expanded) = resolve::command::resolve(
+            &snapshot,
+            &r.name,
+            &r.arguments,
+            self.limits.max_prompt_bytes,
+        )?;
+        Ok(ResolvedCommand {
+            command: command.clone(),
+            expanded,
+            snapshot,
+        })
+    }
+
+    /// `ReportProgress`: appends to the calling worker's log; returns the event's sequence.
+    pub async fn report_progress(&self, id: &Identity, p: Progress) -> Result<u64, Error> {
+        let token = id
+            .worker_token
+            .as_deref()
+            .ok_or(Error::WorkerTokenRequired)?;
+        Ok(self
+            .supervisor
+            .report_progress_by_token(token, p)
+            .await?
+            .sequence)
+    }
+}

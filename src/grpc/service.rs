@@ -1,0 +1,142 @@
+//! `AgentRegistryService`: translation only. Each method converts the request into who is
+//! calling and a domain request ([`request`]), makes one call on [`App`], and converts the
+//! answer ([`convert`]) or the error ([`super::status`]) back.
+
+use std::pin::Pin;
+
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status};
+
+use super::{
+    convert, pb,
+    request::{self, Workspace},
+};
+use crate::app::App;
+
+/// The stream type of WatchWorker.
+pub type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchWorkerResponse, Status>> + Send>>;
+
+/// The gRPC face of [`App`].
+pub struct Service(pub App);
+
+#[tonic::async_trait]
+impl pb::agent_registry_service_server::AgentRegistryService for Service {
+    async fn list_agents(
+        &self,
+        req: Request<pb::ListAgentsRequest>,
+    ) -> Result<Response<pb::ListAgentsResponse>, Status> {
+        let (id, q) = request::parse(req)?;
+        let page = self.0.list_agents(&id, q).await?;
+        Ok(Response::new(convert::agent_page(&page)))
+    }
+
+    async fn resolve_agent(
+        &self,
+        req: Request<pb::ResolveAgentRequest>,
+    ) -> Result<Response<pb::ResolveAgentResponse>, Status> {
+        let (id, q) = request::parse(req)?;
+        let resolved = self.0.resolve_agent(&id, q).await?;
+        Ok(Response::new(convert::resolved(&resolved)))
+    }
+
+    async fn reload_agents(
+        &self,
+        req: Request<pb::ReloadAgentsRequest>,
+    ) -> Result<Response<pb::ReloadAgentsResponse>, Status> {
+        let (id, Workspace(ws)) = request::parse(req)?;
+        let snap = self.0.reload_agents(&id, &ws).await?;
+        Ok(Response::new(pb::ReloadAgentsResponse {
+            registry_version: snap.version.clone(),
+            diagnostics: snap.all_diagnostics().map(convert::diagnostic).collect(),
+        }))
+    }
+
+    async fn spawn_worker(
+        &self,
+        req: Request<pb::SpawnWorkerRequest>,
+    ) -> Result<Response<pb::SpawnWorkerResponse>, Status> {
+        let (id, r) = request::parse_limited(req, self.0.limits)?;
+        let spawned = self.0.spawn_worker(&id, r).await?;
+        Ok(Response::new(convert::spawned(&spawned)))
+    }
+
+    async fn stop_worker(
+        &self,
+        req: Request<pb::StopWorkerRequest>,
+    ) -> Result<Response<pb::StopWorkerResponse>, Status> {
+        let (id, r) = request::parse(req)?;
+        let w = self.0.stop_worker(&id, r).await?;
+        Ok(Response::new(pb::StopWorkerResponse {
+            worker: Some(convert::worker(&w)),
+        }))
+    }
+
+    async fn get_worker(
+        &self,
+        req: Request<pb::GetWorkerRequest>,
+    ) -> Result<Response<pb::GetWorkerResponse>, Status> {
+        let (id, worker) = request::parse(req)?;
+        let w = self.0.get_worker(&id, &worker).await?;
+        Ok(Response::new(pb::GetWorkerResponse {
+            worker: Some(convert::worker(&w)),
+        }))
+    }
+
+    async fn list_workers(
+        &self,
+        req: Request<pb::ListWorkersRequest>,
+    ) -> Result<Response<pb::ListWorkersResponse>, Status> {
+        let (id, q) = request::parse(req)?;
+        let page = self.0.list_workers(&id, q).await?;
+        Ok(Response::new(convert::workers_page(&page)))
+    }
+
+    async fn review(
+        &self,
+        req: Request<pb::ReviewRequest>,
+    ) -> Result<Response<pb::ReviewResponse>, Status> {
+        let (id, p) = request::parse(req)?;
+        let verdict = self.0.review(&id, p).await;
+        Ok(Response::new(convert::verdict(verdict)))
+    }
+
+    async fn list_commands(
+        &self,
+        req: Request<pb::ListCommandsRequest>,
+    ) -> Result<Response<pb::ListCommandsResponse>, Status> {
+        let (id, q) = request::parse(req)?;
+        let page = self.0.list_commands(&id, q).await?;
+        Ok(Response::new(convert::command_page(&page)))
+    }
+
+    async fn resolve_command(
+        &self,
+        req: Request<pb::ResolveCommandRequest>,
+    ) -> Result<Response<pb::ResolveCommandResponse>, Status> {
+        let (id, r) = request::parse_limited(req, self.0.limits)?;
+        let resolved = self.0.resolve_command(&id, r).await?;
+        Ok(Response::new(convert::resolved_command(&resolved)))
+    }
+
+    async fn report_progress(
+        &self,
+        req: Request<pb::ReportProgressRequest>,
+    ) -> Result<Response<pb::ReportProgressResponse>, Status> {
+        let (id, p) = request::parse(req)?;
+        let sequence = self.0.report_progress(&id, p).await?;
+        Ok(Response::new(pb::ReportProgressResponse { sequence }))
+    }
+
+    type WatchWorkerStream = WatchStream;
+
+    async fn watch_worker(
+        &self,
+        req: Request<pb::WatchWorkerRequest>,
+    ) -> Result<Response<Self::WatchWorkerStream>, Status> {
+        let (id, r) = request::parse(req)?;
+        let events = self.0.watch_worker(&id, r).await?;
+        Ok(Response::new(Box::pin(events.map(|ev| {
+            ev.map(|ev| convert::event(&ev)).map_err(Status::from)
+        }))))
+    }
+}

@@ -1,0 +1,80 @@
+//! `ListWorkers` as a domain operation: the audit tree filtered by parent and state, as the
+//! caller may see it, paged by a keyset cursor (`create_time:id` of the last worker returned),
+//! which stays stable while workers are added, unlike an offset.
+
+use super::{Supervisor, Visibility, WorkerError};
+use crate::{
+    paging::{self, PageRequest, PageToken},
+    workers::{
+        model::{WorkerId, WorkerRecord, WorkerState},
+        store::{ListQuery, ParentFilter},
+    },
+};
+
+/// A `ListWorkers` request.
+#[derive(Debug, Clone)]
+pub struct WorkersQuery {
+    /// Which parent the workers must have.
+    pub parent: ParentFilter,
+    /// Allowed states; empty means every state.
+    pub states: Vec<WorkerState>,
+    /// Which page.
+    pub page: PageRequest,
+}
+
+/// One page of workers.
+#[derive(Debug)]
+pub struct WorkersPage {
+    /// Oldest first.
+    pub workers: Vec<WorkerRecord>,
+    /// The token of the next page, empty on the last.
+    pub next_page_token: String,
+}
+
+impl Supervisor {
+    /// One page of the workers `vis` may see.
+    pub async fn list(
+        &self,
+        vis: &Visibility,
+        q: &WorkersQuery,
+    ) -> Result<WorkersPage, WorkerError> {
+        // A token is bound to the filters, the page size and the caller's scope.
+        let query = paging::query_hash(&[
+            &format!("{:?}", q.parent),
+            &format!("{:?}", q.states),
+            &q.page.size.to_string(),
+            vis.scope().unwrap_or("*"),
+        ]);
+        let after = q.page.cursor(&query)?.and_then(|t| {
+            let (ms, id) = t.at.split_once(':')?;
+            Some((ms.parse::<i64>().ok()?, WorkerId::parse(id).ok()?))
+        });
+        let limit = q.page.size;
+        let mut workers = self
+            .store()
+            .list(&ListQuery {
+                parent: q.parent.clone(),
+                states: q.states.clone(),
+                caller_scope: vis.scope().map(str::to_owned),
+                after,
+                limit: limit + 1,
+            })
+            .await?;
+        let next_page_token = if workers.len() > limit {
+            workers.truncate(limit);
+            let last = workers.last().expect("a page holds at least one worker");
+            PageToken {
+                offset: 0,
+                at: format!("{}:{}", last.create_time_ms, last.id),
+                query,
+            }
+            .encode()
+        } else {
+            String::new()
+        };
+        Ok(WorkersPage {
+            workers,
+            next_page_token,
+        })
+    }
+}
