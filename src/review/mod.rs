@@ -9,9 +9,14 @@ use std::{fmt::Write as _, sync::Arc};
 
 use serde_json::json;
 
-use crate::workers::{
-    model::{WorkerRecord, WorkerState},
-    supervisor::{Identity, Supervisor, seconds},
+use crate::{
+    resolve::Mode,
+    workers::{
+        model::{WorkerRecord, WorkerState},
+        supervisor::{
+            Admitted, Identity, Purpose, SpawnRequest, Supervisor, Visibility, WorkerError, seconds,
+        },
+    },
 };
 
 /// Longest reason returned, in characters (not bytes).
@@ -264,6 +269,70 @@ pub fn verdict_of(worker: &WorkerRecord, timed_out: bool, timeout: std::time::Du
     }
 }
 
+/// A finished review run.
+#[derive(Debug, Clone)]
+pub struct Reviewed {
+    /// The reviewer worker's final record (the audit row).
+    pub worker: WorkerRecord,
+    /// The review deadline passed and the reviewer was stopped.
+    pub timed_out: bool,
+}
+
+/// Runs the configured reviewer (`review.agent`) on `prompt` as a child of the caller and
+/// waits for it, at most `review.timeout`; past that it is stopped (recorded `killed`) and
+/// gone before this returns. Like a spawn, except: reserved agents may run, there is no dedupe
+/// (every review runs), and the output schema is not enforced — [`summarise`] fills the
+/// structured result of a completed run instead. Dropping the future stops the reviewer.
+pub async fn run_reviewer(
+    sup: &Arc<Supervisor>,
+    id: &Identity,
+    description: String,
+    prompt: String,
+    workspace: String,
+) -> Result<Reviewed, WorkerError> {
+    let deadline = sup.review_timeout();
+    let req = SpawnRequest {
+        agent: sup.review_agent().to_owned(),
+        description,
+        prompt,
+        workspace,
+        mode: Mode::Default,
+        output_schema: None,
+        wait: true,
+        request_id: None,
+        timeout: None,
+    };
+    let purpose = Purpose::Review {
+        summarise: Arc::new(summarise),
+        deadline,
+    };
+    let started = match sup.admit(id, req, purpose).await? {
+        Admitted::Started(s) => s,
+        // Reviews are never deduplicated, so nothing is reused.
+        Admitted::Reused(s) => {
+            return Ok(Reviewed {
+                worker: s.worker,
+                timed_out: false,
+            });
+        }
+    };
+    let worker_id = started.record.id.clone();
+    let mut done = started.done.clone();
+    let finished = tokio::time::timeout(deadline, async {
+        let _ = done.wait_for(Option::is_some).await;
+    })
+    .await;
+    if finished.is_err() {
+        let reason = format!("review timed out after {}", seconds(deadline));
+        // Finished in the meantime is fine: the final record says how.
+        let _ = sup.stop(&worker_id, &reason, &Visibility::All).await;
+    }
+    Ok(Reviewed {
+        worker: started.finish().await,
+        timed_out: finished.is_err(),
+    })
+}
+
 /// Runs the gate: read-class calls pass at once; anything else is reviewed by the configured
 /// reviewer as a child of the caller, and every failure is a rejection.
 pub async fn review(sup: &Arc<Supervisor>, id: &Identity, p: Proposal) -> Verdict {
@@ -288,15 +357,7 @@ async fn run_gate(sup: &Arc<Supervisor>, id: &Identity, p: Proposal) -> Verdict 
         };
     }
     let description = format!("review of {} ({})", p.tool, p.class.as_str());
-    let run = sup
-        .run_reviewer(
-            id,
-            description,
-            p.prompt(),
-            p.workspace.clone(),
-            Arc::new(summarise),
-        )
-        .await;
+    let run = run_reviewer(sup, id, description, p.prompt(), p.workspace.clone()).await;
     match run {
         Ok(r) => {
             let v = verdict_of(&r.worker, r.timed_out, sup.review_timeout());

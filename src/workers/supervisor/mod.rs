@@ -8,28 +8,29 @@
 
 use std::{
     collections::HashMap,
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicUsize, Ordering},
-    },
+    sync::{Arc, Mutex},
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use tokio::sync::{Semaphore, broadcast, oneshot, watch};
+use tokio::sync::{Semaphore, broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    dedupe::{Claim, DedupeCache, DedupeKey, Dispatch},
-    executor::{Assignment, Executor, Job, Outcome},
-    lifecycle::Event,
-    model::{WorkerEvent, WorkerId, WorkerRecord, WorkerState, generate_token, hash_token},
-    spec::WorkerSpec,
-    store::{Applied, ListQuery, Patch, StoreError, WorkerStore},
+    dedupe::DedupeCache,
+    executor::Executor,
+    model::{WorkerEvent, WorkerId, WorkerRecord, WorkerState, hash_token},
+    store::{StoreError, WorkerStore},
 };
+mod admission;
 mod listing;
+mod outcome;
 mod progress;
+mod run;
+mod stop;
+mod waiting;
 mod watching;
 
+pub use admission::{Admitted, Purpose, Started};
 pub use listing::{WorkersPage, WorkersQuery};
 pub use watching::EventStream;
 
@@ -46,12 +47,6 @@ const RECENT_CACHE_BYTES: u64 = 256 << 20;
 /// How long a worker token found in the shared store (a worker of another replica) is trusted
 /// without reading the store again.
 const REMOTE_TOKEN_TTL: Duration = Duration::from_secs(1);
-
-/// How often a caller waiting for another replica's worker re-reads it, between notices.
-const REMOTE_POLL: Duration = Duration::from_millis(250);
-
-/// How long a dispatch that lost the store's dedupe claim waits for the winner's row to appear.
-const REMOTE_CLAIM_WAIT: Duration = Duration::from_secs(10);
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
@@ -162,24 +157,6 @@ pub struct Spawned {
 /// the decision in the worker row instead of enforcing the reviewer's output schema.
 pub type Summarise = Arc<dyn Fn(&str) -> serde_json::Value + Send + Sync>;
 
-/// How a review run differs from an ordinary spawn: reserved agents allowed, no dedupe, no
-/// output schema enforcement, its own deadline.
-struct ReviewRun {
-    /// Bound on the whole run, pending included.
-    timeout: Duration,
-    /// Fills `structured_result` of a completed run.
-    summarise: Summarise,
-}
-
-/// A finished review run.
-#[derive(Debug, Clone)]
-pub struct Reviewed {
-    /// The reviewer worker's final record (the audit row).
-    pub worker: WorkerRecord,
-    /// The review deadline passed and the reviewer was stopped.
-    pub timed_out: bool,
-}
-
 /// Why a supervisor call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
@@ -281,60 +258,6 @@ pub struct Lineage {
     pub scope: String,
 }
 
-/// The waiting callers a worker is bound to (docs §6.3, §6.7): it is killed when the last one
-/// goes away, never when only some of them do.
-#[derive(Debug, Default)]
-struct Waiters {
-    /// Callers waiting right now.
-    count: usize,
-    /// The service owns the run (a background dispatch shares it): waiters no longer bind it.
-    detached: bool,
-}
-
-/// One waiting caller's hold on a worker; dropping the last one cancels the worker.
-struct WaitGuard {
-    waiters: Arc<Mutex<Waiters>>,
-    cancel: CancellationToken,
-    /// Cleared once the wait finished normally.
-    armed: bool,
-}
-
-impl WaitGuard {
-    /// Joins the callers waiting for a bound worker; `None` when the worker is not bound to its
-    /// waiters (a background run, or nobody is waiting any more and it is being cancelled).
-    fn join(waiters: &Arc<Mutex<Waiters>>, cancel: &CancellationToken) -> Option<Self> {
-        let mut w = waiters.lock().expect("waiters poisoned");
-        if w.detached || w.count == 0 {
-            return None;
-        }
-        w.count += 1;
-        Some(Self {
-            waiters: waiters.clone(),
-            cancel: cancel.clone(),
-            armed: true,
-        })
-    }
-
-    /// The wait ended with the worker's final record: nothing to cancel.
-    fn disarm(mut self) {
-        self.armed = false;
-        self.waiters.lock().expect("waiters poisoned").count -= 1;
-    }
-}
-
-impl Drop for WaitGuard {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let mut w = self.waiters.lock().expect("waiters poisoned");
-        w.count -= 1;
-        if w.count == 0 && !w.detached {
-            self.cancel.cancel();
-        }
-    }
-}
-
 /// Pending and running workers, by id and by token hash (a caller lookup is a map access).
 #[derive(Default)]
 struct LiveSet {
@@ -387,8 +310,8 @@ struct Live {
     done: watch::Receiver<Option<WorkerRecord>>,
     /// Token hash, for caller lookup.
     token_hash: String,
-    /// The callers waiting for it (`wait = true`), which bind its life.
-    waiters: Arc<Mutex<Waiters>>,
+    /// Who its life is bound to: its waiting callers, or the service.
+    binding: waiting::Binding,
     /// What the service knows about it as a caller, from its typed effective agent at spawn:
     /// a call with its token starts from this (before metadata narrows it).
     lineage: Caller,
@@ -409,8 +332,10 @@ pub struct Supervisor {
     creating: Mutex<HashMap<WorkerId, watch::Receiver<bool>>>,
     /// Recently finished workers (dedupe reuse and cheap reads), kept for the dedupe TTL.
     recent: moka::sync::Cache<WorkerId, WorkerRecord>,
+    /// Run slots (`limits.max_running`).
     slots: Arc<Semaphore>,
-    pending: AtomicUsize,
+    /// Places for workers waiting for a run slot (`limits.max_pending`).
+    pending: Arc<Semaphore>,
     shutdown: CancellationToken,
     tasks: tokio_util::task::TaskTracker,
     /// Why a worker is being stopped, recorded as its error once it is gone.
@@ -421,24 +346,6 @@ pub struct Supervisor {
     /// a remote worker's calls do not each read the database. Entries live one second, which
     /// bounds how long a token stays usable here after its worker ended elsewhere.
     remote_tokens: moka::sync::Cache<String, WorkerRecord>,
-}
-
-/// A reserved pending slot, handed back on drop unless the worker was created.
-struct PendingSlot<'a>(Option<&'a AtomicUsize>);
-
-impl PendingSlot<'_> {
-    /// The worker exists: its run task now owns the slot.
-    fn keep(&mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for PendingSlot<'_> {
-    fn drop(&mut self) {
-        if let Some(p) = self.0 {
-            p.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
 }
 
 impl Supervisor {
@@ -488,7 +395,7 @@ impl Supervisor {
                 .time_to_live(settings.dedupe_ttl)
                 .build(),
             slots: Arc::new(Semaphore::new(settings.max_running)),
-            pending: AtomicUsize::new(0),
+            pending: Arc::new(Semaphore::new(settings.max_pending)),
             live: Mutex::new(LiveSet::default()),
             creating: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
@@ -535,6 +442,11 @@ impl Supervisor {
 
     fn live(&self) -> std::sync::MutexGuard<'_, LiveSet> {
         self.live.lock().expect("live workers poisoned")
+    }
+
+    /// Runs `f` on live worker `id` under the lock; `None` when it is not live here.
+    fn live_mut<T>(&self, id: &WorkerId, f: impl FnOnce(&mut Live) -> T) -> Option<T> {
+        self.live().get_mut(id).map(f)
     }
 
     /// The caller's effective lineage: what the service knows from a worker token, narrowed by
@@ -617,669 +529,12 @@ impl Supervisor {
         Ok(found)
     }
 
-    /// Admits and starts (or reuses) a worker. With `wait`, returns when it is terminal and the
-    /// worker is cancelled if this future is dropped first.
-    pub async fn spawn(
-        self: &Arc<Self>,
-        id: &Identity,
-        req: SpawnRequest,
-    ) -> Result<Spawned, WorkerError> {
-        self.spawn_inner(id, req, None).await.map(|(s, _)| s)
-    }
-
-    /// Runs the configured reviewer (`review.agent`) on `prompt` as a child of the caller and
-    /// waits for it, at most `review.timeout`; past that it is stopped (recorded `killed`) and
-    /// gone before this returns. Like a spawn, except: reserved agents may run, there is no
-    /// dedupe (every review runs), and the output schema is not enforced — `summarise` fills the
-    /// structured result of a completed run instead.
-    pub async fn run_reviewer(
-        self: &Arc<Self>,
-        id: &Identity,
-        description: String,
-        prompt: String,
-        workspace: String,
-        summarise: Summarise,
-    ) -> Result<Reviewed, WorkerError> {
-        let req = SpawnRequest {
-            agent: self.settings.review_agent.clone(),
-            description,
-            prompt,
-            workspace,
-            mode: Mode::Default,
-            output_schema: None,
-            wait: true,
-            request_id: None,
-            timeout: None,
-        };
-        let run = ReviewRun {
-            timeout: self.settings.review_timeout,
-            summarise,
-        };
-        let (s, timed_out) = self.spawn_inner(id, req, Some(run)).await?;
-        Ok(Reviewed {
-            worker: s.worker,
-            timed_out,
-        })
-    }
-
-    /// The shared path of [`Self::spawn`] and [`Self::run_reviewer`]; the flag says whether a
-    /// review deadline passed.
-    async fn spawn_inner(
-        self: &Arc<Self>,
-        id: &Identity,
-        req: SpawnRequest,
-        review: Option<ReviewRun>,
-    ) -> Result<(Spawned, bool), WorkerError> {
-        if self.shutdown.is_cancelled() {
-            return Err(WorkerError::ShuttingDown);
-        }
-        let Lineage {
-            caller,
-            parent,
-            scope,
-        } = self.lineage(id).await?;
-
-        let snap = self.registry.snapshot(&req.workspace).await?;
-        let checked = if review.is_some() {
-            resolve::check_review(&snap, &caller, &req.agent)
-        } else {
-            resolve::check_spawn(&snap, &caller, &req.agent, &self.rules)
-        };
-        let def = match checked {
-            Ok(def) => def,
-            Err(denied) => {
-                self.metrics
-                    .worker_spawned(&req.agent, &format!("denied_{}", denied.reason()));
-                return Err(denied.into());
-            }
-        };
-        let eff = resolve::effective(
-            def,
-            &snap,
-            &caller,
-            req.mode,
-            req.output_schema.as_ref(),
-            &self.rules,
-        );
-        let parent_id = parent.as_ref().map(|p| p.id.clone());
-        // Reviews are never deduplicated: each one gates a different moment.
-        let key = review.is_none().then(|| {
-            DedupeKey::new(&Dispatch {
-                caller_scope: &scope,
-                parent_worker_id: parent_id.as_ref().map_or("", WorkerId::as_str),
-                agent: &req.agent,
-                mode: eff.mode.as_str(),
-                workspace: &req.workspace,
-                output_schema: eff.output_schema.as_ref(),
-                prompt: &req.prompt,
-            })
-        });
-
-        if let Some(rid) = &req.request_id
-            && let Some(existing) = self.store.find_by_request_id(&scope, rid).await?
-        {
-            // The same request_id names the same dispatch: agent, prompt, mode, workspace and
-            // effective schema must all agree, or it is a different request reusing the key.
-            if key.is_none_or(|k| dispatch_key(&existing) != Some(k))
-                || existing.prompt != req.prompt
-            {
-                return Err(WorkerError::RequestIdReused {
-                    request_id: rid.clone(),
-                    existing: existing.id.to_string(),
-                });
-            }
-            let worker = self.finish_wait(existing, req.wait).await?;
-            return Ok((
-                Spawned {
-                    hint: format!(
-                        "request_id {rid:?} was already used for worker {}; returning it",
-                        worker.id
-                    ),
-                    worker,
-                    deduplicated: true,
-                },
-                false,
-            ));
-        }
-
-        // Reserve a pending slot atomically; it is handed back on every early return below.
-        let max_pending = self.settings.max_pending;
-        if self
-            .pending
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < max_pending).then_some(n + 1)
-            })
-            .is_err()
-        {
-            self.metrics.worker_spawned(&req.agent, "denied_capacity");
-            return Err(WorkerError::Capacity(format!(
-                "{max_pending} workers are already waiting for a run slot (limits.max_pending); retry later"
-            )));
-        }
-        let mut slot = PendingSlot(Some(&self.pending));
-
-        let new_id = WorkerId::generate();
-        if let Some(key) = key {
-            let claim = self.dedupe.claim(key, new_id.as_str(), |existing| {
-                WorkerId::parse(existing).is_ok_and(|w| self.reusable(&w))
-            });
-            if let Claim::Existing { worker_id, age } = claim {
-                let wid = WorkerId::parse(&worker_id).expect("dedupe holds valid ids");
-                let creating = self.creating_lock().get(&wid).cloned();
-                if let Some(mut created) = creating {
-                    let _ = created.wait_for(|done| *done).await;
-                }
-                if let Some(rec) = self.cached(&wid) {
-                    self.metrics.dedupe_hit();
-                    let worker = self.finish_wait(rec, req.wait).await?;
-                    return Ok((
-                        Spawned {
-                            hint: format!(
-                                "an identical dispatch of {} with the same prompt was made {}s ago as worker {}; its result is returned instead of starting a duplicate",
-                                req.agent,
-                                age.as_secs(),
-                                worker.id
-                            ),
-                            worker,
-                            deduplicated: true,
-                        },
-                        false,
-                    ));
-                }
-            }
-        }
-
-        // The moka claim above is this process's; with a shared store the database decides
-        // between replicas (docs §9). A local hit never gets here.
-        if let Some(key) = key
-            && let Some(holder) = self
-                .store
-                .claim_dedupe(&key.to_string(), &new_id, self.settings.dedupe_ttl)
-                .await
-                .inspect_err(|_| self.dedupe.forget(key, new_id.as_str()))?
-        {
-            self.dedupe.forget(key, new_id.as_str());
-            if let Some(rec) = self.wait_for_row(&holder).await? {
-                self.metrics.dedupe_hit();
-                let age = Duration::from_millis(
-                    u64::try_from(now_ms().saturating_sub(rec.create_time_ms)).unwrap_or(0),
-                );
-                let worker = self.finish_wait(rec, req.wait).await?;
-                return Ok((
-                    Spawned {
-                        hint: format!(
-                            "an identical dispatch of {} with the same prompt was made {}s ago as worker {}; its result is returned instead of starting a duplicate",
-                            req.agent,
-                            age.as_secs(),
-                            worker.id
-                        ),
-                        worker,
-                        deduplicated: true,
-                    },
-                    false,
-                ));
-            }
-        }
-
-        let token = generate_token();
-        let mut blocked = caller.blocked.clone();
-        if !blocked.contains(&req.agent) {
-            blocked.insert(0, req.agent.clone());
-        }
-        let created_at = now_ms();
-        let record = WorkerRecord {
-            id: new_id.clone(),
-            agent: req.agent.clone(),
-            description: req.description.clone(),
-            prompt: req.prompt.clone(),
-            workspace: (!req.workspace.is_empty()).then(|| req.workspace.clone()),
-            parent_id,
-            depth: eff.depth,
-            state: WorkerState::Pending,
-            sequence: 1,
-            create_time_ms: created_at,
-            last_activity_ms: created_at,
-            start_time_ms: None,
-            close_time_ms: None,
-            result: None,
-            structured_result: None,
-            error: None,
-            exit_code: None,
-            caller_scope: scope,
-            request_id: req.request_id.clone(),
-            token_hash: Some(hash_token(&token)),
-            effective: serde_json::to_value(&eff).expect("effective agent serialises"),
-        };
-        let (created_tx, created_rx) = watch::channel(false);
-        self.creating_lock().insert(new_id.clone(), created_rx);
-        // Whatever happens below, waiters on the creation are released and the entry goes.
-        let creation = CreationGuard {
-            sup: self,
-            id: new_id.clone(),
-            tx: created_tx,
-        };
-        let created = match self.store.create(&record).await {
-            Ok(ev) => ev,
-            Err(e) => {
-                if let Some(key) = key {
-                    self.dedupe.forget(key, new_id.as_str());
-                    let _ = self.store.release_dedupe(&key.to_string(), &new_id).await;
-                }
-                return Err(e.into());
-            }
-        };
-        let record = created.worker.clone();
-        // Transitions and progress reports; a lagging watcher re-reads the store.
-        let (events, _) = broadcast::channel(64);
-        let (done_tx, done_rx) = watch::channel(None);
-        let cancel = self.shutdown.child_token();
-        // A sync caller binds the worker's life; a background run belongs to the service.
-        let waiters = Arc::new(Mutex::new(Waiters {
-            count: usize::from(req.wait),
-            detached: !req.wait,
-        }));
-        slot.keep();
-        self.live().insert(
-            new_id.clone(),
-            Live {
-                record: record.clone(),
-                cancel: cancel.clone(),
-                events: events.clone(),
-                done: done_rx.clone(),
-                token_hash: hash_token(&token),
-                waiters: waiters.clone(),
-                lineage: resolve::lineage::of_worker(&req.agent, &eff),
-            },
-        );
-        drop(creation);
-        let _ = events.send(created);
-        self.metrics.worker_state(None, "pending");
-        tracing::info!(worker = %new_id, agent = %req.agent, depth = record.depth, parent = ?record.parent_id.as_ref().map(WorkerId::as_str), "worker created");
-
-        let spec = WorkerSpec::new(
-            new_id.as_str(),
-            &eff,
-            &req.prompt,
-            &req.description,
-            record.workspace.as_deref(),
-        );
-        let assignment = Arc::new(Assignment {
-            worker_token: token.clone(),
-            caller_scope: record.caller_scope.clone(),
-            spec,
-        });
-        let job = Job {
-            worker_id: new_id.to_string(),
-            stdin: assignment.spec.to_json(),
-            env: vec![
-                ("AGENTRY_ADDR".into(), self.settings.addr.clone()),
-                ("AGENTRY_WORKER_ID".into(), new_id.to_string()),
-                ("AGENTRY_WORKER_TOKEN".into(), token),
-                ("AGENTRY_AGENT".into(), req.agent.clone()),
-                ("AGENTRY_DEPTH".into(), eff.depth.to_string()),
-                ("AGENTRY_SPAWNS".into(), eff.spawns.clone()),
-                ("AGENTRY_BLOCKED_AGENT".into(), blocked.join(",")),
-                (
-                    "TRACEPARENT".into(),
-                    crate::telemetry::current_traceparent()
-                        .or_else(|| id.traceparent.clone())
-                        .unwrap_or_default(),
-                ),
-            ],
-            cwd: record.workspace.as_ref().map(Into::into),
-            // A review has its own deadline (enforced below); the executor bound is only a
-            // backstop behind it, so the row records the review's stop reason.
-            timeout: match &review {
-                Some(r) => r.timeout + self.settings.kill_grace + Duration::from_secs(1),
-                None => resolve::effective_timeout(
-                    req.timeout,
-                    def.persona.timeout_mins,
-                    self.settings.timeout,
-                ),
-            },
-            kill_grace: self.settings.kill_grace,
-            max_output_bytes: self.settings.max_output_bytes,
-            assignment: Some(assignment),
-        };
-        let (schema, summarise, deadline) = match review {
-            Some(r) => (None, Some(r.summarise), Some(r.timeout)),
-            None => (eff.output_schema.clone(), None, None),
-        };
-        let ctx = RunCtx {
-            id: new_id.clone(),
-            schema,
-            summarise,
-            cancel: cancel.clone(),
-            events,
-            done: done_tx,
-        };
-        // The run belongs to the service; a sync caller only holds a guard that cancels it.
-        let guard = req.wait.then(|| WaitGuard {
-            waiters,
-            cancel,
-            armed: true,
-        });
-        let this = self.clone();
-        let span = tracing::info_span!(
-            "worker",
-            worker = %new_id,
-            agent = %req.agent,
-            parent = record.parent_id.as_ref().map_or("", WorkerId::as_str),
-            depth = record.depth,
-            outcome = tracing::field::Empty,
-        );
-        self.tasks
-            .spawn(tracing::Instrument::instrument(this.drive(ctx, job), span));
-        let mut timed_out = false;
-        let worker = if req.wait {
-            let rec = match deadline {
-                None => wait_done(done_rx).await,
-                Some(t) => match tokio::time::timeout(t, wait_done(done_rx.clone())).await {
-                    Ok(rec) => rec,
-                    Err(_) => {
-                        timed_out = true;
-                        let reason = format!("review timed out after {}", seconds(t));
-                        // Finished in the meantime is fine: the final record says how.
-                        let _ = self.stop(&new_id, &reason, &Visibility::All).await;
-                        wait_done(done_rx).await
-                    }
-                },
-            };
-            if let Some(g) = guard {
-                g.disarm();
-            }
-            rec
-        } else {
-            record
-        };
-        Ok((
-            Spawned {
-                worker,
-                deduplicated: false,
-                hint: String::new(),
-            },
-            timed_out,
-        ))
-    }
-
-    fn creating_lock(&self) -> std::sync::MutexGuard<'_, HashMap<WorkerId, watch::Receiver<bool>>> {
-        self.creating.lock().expect("creating workers poisoned")
-    }
-
-    /// Whether a cached dispatch may be reused: being created, live, or finished `completed`.
-    fn reusable(&self, id: &WorkerId) -> bool {
-        if self.live().contains_key(id) || self.creating_lock().contains_key(id) {
-            return true;
-        }
-        self.recent
-            .get(id)
-            .is_some_and(|r| r.state == WorkerState::Completed)
-    }
-
     /// The latest record from memory (live or recently finished), never the disk.
     fn cached(&self, id: &WorkerId) -> Option<WorkerRecord> {
         if let Some(l) = self.live().get(id) {
             return Some(l.record.clone());
         }
         self.recent.get(id)
-    }
-
-    /// For a reused worker: wait for it when asked (joining the callers it is bound to, so it
-    /// lives until the last of them goes away), else return it as it is — and a background
-    /// dispatch sharing a bound worker hands it to the service.
-    async fn finish_wait(
-        &self,
-        rec: WorkerRecord,
-        wait: bool,
-    ) -> Result<WorkerRecord, WorkerError> {
-        if rec.state.is_terminal() {
-            return Ok(rec);
-        }
-        let handles = self
-            .live()
-            .get(&rec.id)
-            .map(|l| (l.done.clone(), l.waiters.clone(), l.cancel.clone()));
-        let Some((done, waiters, cancel)) = handles else {
-            // Run by another replica (shared store): it belongs to that replica's service, so
-            // waiting never binds it; follow its row until it is terminal.
-            if wait && self.store.is_shared() {
-                return self.wait_terminal(&rec.id).await;
-            }
-            return self.get(&rec.id, &Visibility::All).await;
-        };
-        if !wait {
-            waiters.lock().expect("waiters poisoned").detached = true;
-            return Ok(rec);
-        }
-        let guard = WaitGuard::join(&waiters, &cancel);
-        let rec = wait_done(done).await;
-        if let Some(g) = guard {
-            g.disarm();
-        }
-        Ok(rec)
-    }
-
-    /// Runs one worker to a terminal state; every path closes the row.
-    async fn drive(self: Arc<Self>, ctx: RunCtx, job: Job) {
-        let id = ctx.id.clone();
-        let inner = {
-            let this = self.clone();
-            let ctx = ctx.clone_handles();
-            tokio::spawn(tracing::Instrument::instrument(
-                async move { this.run_once(ctx, job).await },
-                tracing::Span::current(),
-            ))
-        };
-        let final_patch = match inner.await {
-            Ok(outcome) => outcome,
-            Err(e) => {
-                tracing::error!(worker = %id, error = %e, "worker task panicked");
-                (
-                    Event::Fail,
-                    Patch {
-                        error: Some(format!("executor panicked: {e}")),
-                        ..Patch::default()
-                    },
-                )
-            }
-        };
-        let (event, patch) = final_patch;
-        // Still pending here means it never started: leave the pending count now.
-        let was_pending = self
-            .live()
-            .get(&id)
-            .is_some_and(|l| l.record.state == WorkerState::Pending);
-        if was_pending {
-            self.pending.fetch_sub(1, Ordering::SeqCst);
-        }
-        let rec = match self.transition(&ctx, event, patch).await {
-            Ok(r) => r,
-            Err(e) => {
-                // Never leave the row open: close it as failed, saying why.
-                tracing::error!(worker = %id, error = %e, "cannot record the final transition");
-                let close = Patch {
-                    error: Some(format!("internal error recording the outcome: {e}")),
-                    ..Patch::default()
-                };
-                match self.transition(&ctx, Event::Fail, close).await {
-                    Ok(rec) => rec,
-                    Err(_) => match self.store.get(&id).await {
-                        Ok(Some(rec)) => rec,
-                        _ => self.cached(&id).expect("live worker"),
-                    },
-                }
-            }
-        };
-        tracing::Span::current().record("outcome", rec.state.as_str());
-        self.metrics.worker_spawned(&rec.agent, rec.state.as_str());
-        self.recent.insert(id.clone(), rec.clone());
-        self.live().remove(&id);
-        tracing::info!(worker = %id, agent = %rec.agent, state = %rec.state, error = ?rec.error, "worker finished");
-        let _ = ctx.done.send(Some(rec));
-    }
-
-    /// Waits for a slot, runs the executor, and decides the final event. Persists `running`.
-    async fn run_once(self: Arc<Self>, ctx: RunCtx, job: Job) -> (Event, Patch) {
-        let permit = tokio::select! {
-            p = self.slots.clone().acquire_owned() => p.expect("slots never closed"),
-            () = ctx.cancel.cancelled() => {
-                return (Event::Kill, Patch { error: Some(self.kill_reason(&ctx.id)), ..Patch::default() });
-            }
-        };
-        let (started_tx, started_rx) = oneshot::channel();
-        let run = self.executor.run(job, ctx.cancel.clone(), started_tx);
-        tokio::pin!(run);
-        let mut started_rx = Some(started_rx);
-        let outcome = loop {
-            tokio::select! {
-                // Start first: a fast process may have started and ended by the same poll.
-                biased;
-                s = async { started_rx.as_mut().expect("polled once").await }, if started_rx.is_some() => {
-                    started_rx = None;
-                    if s.is_ok() {
-                        self.record_start(&ctx).await;
-                    }
-                }
-                o = &mut run => break o,
-            }
-        };
-        // The run can end before the start signal was observed; never lose `running`.
-        if let Some(mut rx) = started_rx.take()
-            && rx.try_recv().is_ok()
-        {
-            self.record_start(&ctx).await;
-        }
-        drop(permit);
-        match outcome {
-            Outcome::Completed { stdout } if ctx.summarise.is_some() => {
-                let summarise = ctx.summarise.as_ref().expect("checked above");
-                (
-                    Event::Complete,
-                    Patch {
-                        structured_result: Some(summarise(&stdout).to_string()),
-                        result: Some(stdout),
-                        exit_code: Some(0),
-                        ..Patch::default()
-                    },
-                )
-            }
-            Outcome::Completed { stdout } => match &ctx.schema {
-                Some(schema) => match crate::schema::validate_output(schema, &stdout) {
-                    Ok(v) => (
-                        Event::Complete,
-                        Patch {
-                            structured_result: Some(v.to_string()),
-                            result: Some(stdout),
-                            ..Patch::default()
-                        },
-                    ),
-                    Err(e) => (
-                        Event::Fail,
-                        Patch {
-                            result: Some(stdout),
-                            error: Some(e),
-                            exit_code: Some(0),
-                            ..Patch::default()
-                        },
-                    ),
-                },
-                None => (
-                    Event::Complete,
-                    Patch {
-                        result: Some(stdout),
-                        exit_code: Some(0),
-                        ..Patch::default()
-                    },
-                ),
-            },
-            Outcome::Failed {
-                exit_code,
-                stderr_tail,
-                reason,
-                ..
-            } => (
-                Event::Fail,
-                Patch {
-                    error: Some(if stderr_tail.trim().is_empty() {
-                        reason
-                    } else {
-                        format!("{reason}; stderr: {}", stderr_tail.trim_end())
-                    }),
-                    exit_code,
-                    ..Patch::default()
-                },
-            ),
-            Outcome::TimedOut { after, stderr_tail } => (
-                Event::Fail,
-                Patch {
-                    error: Some(format!(
-                        "timed out after {}{}",
-                        humantime::format_duration(after),
-                        if stderr_tail.trim().is_empty() {
-                            String::new()
-                        } else {
-                            format!("; stderr: {}", stderr_tail.trim_end())
-                        }
-                    )),
-                    ..Patch::default()
-                },
-            ),
-            Outcome::Killed => (
-                Event::Kill,
-                Patch {
-                    error: Some(self.kill_reason(&ctx.id)),
-                    ..Patch::default()
-                },
-            ),
-            Outcome::CouldNotStart { reason } => (
-                Event::Fail,
-                Patch {
-                    error: Some(reason),
-                    ..Patch::default()
-                },
-            ),
-        }
-    }
-
-    /// The executor started the worker: it leaves the pending count and is persisted `running`.
-    async fn record_start(&self, ctx: &RunCtx) {
-        self.pending.fetch_sub(1, Ordering::SeqCst);
-        if let Err(e) = self.transition(ctx, Event::Start, Patch::default()).await {
-            tracing::error!(worker = %ctx.id, error = %e, "cannot record start");
-        }
-    }
-
-    fn kill_reason(&self, id: &WorkerId) -> String {
-        let reasons = self.stop_reasons.lock().expect("stop reasons poisoned");
-        reasons.get(id).cloned().unwrap_or_else(|| {
-            if self.shutdown.is_cancelled() {
-                "killed: service shutting down".to_owned()
-            } else {
-                "killed: the waiting caller went away".to_owned()
-            }
-        })
-    }
-
-    /// Persists a transition, then publishes it and updates the live record.
-    async fn transition(
-        &self,
-        ctx: &RunCtx,
-        event: Event,
-        patch: Patch,
-    ) -> Result<WorkerRecord, WorkerError> {
-        match self.store.apply(&ctx.id, event, patch, now_ms()).await? {
-            Applied::Moved(ev) => {
-                let rec = ev.worker.clone();
-                if let Some(l) = self.live().get_mut(&ctx.id) {
-                    self.metrics
-                        .worker_state(Some(l.record.state.as_str()), rec.state.as_str());
-                    l.record = rec.clone();
-                }
-                let _ = ctx.events.send(ev);
-                Ok(rec)
-            }
-            Applied::Absorbed(rec) => Ok(rec),
-        }
     }
 
     /// The worker as it is now: memory first, then the store. A worker the caller may not see
@@ -1297,122 +552,6 @@ impl Supervisor {
             Ok(rec)
         } else {
             Err(WorkerError::NotFound(id.to_string()))
-        }
-    }
-
-    /// Stops a worker: descendants first, then SIGTERM → grace → SIGKILL; returns once it is
-    /// gone and recorded `killed`.
-    pub async fn stop(
-        &self,
-        id: &WorkerId,
-        reason: &str,
-        vis: &Visibility,
-    ) -> Result<WorkerRecord, WorkerError> {
-        let rec = self.get(id, vis).await?;
-        match rec.state {
-            WorkerState::Killed => return Ok(rec),
-            WorkerState::Completed | WorkerState::Failed => {
-                return Err(WorkerError::NotCancelable {
-                    id: id.to_string(),
-                    state: rec.state,
-                });
-            }
-            WorkerState::Pending | WorkerState::Running => {}
-        }
-        let mut children: Vec<WorkerId> = self
-            .live()
-            .values()
-            .filter(|l| l.record.parent_id.as_ref() == Some(id))
-            .map(|l| l.record.id.clone())
-            .collect();
-        if self.store.is_shared() {
-            // Children run by other replicas are stopped through their owners.
-            children.extend(self.open_children(id).await?);
-            children.sort();
-            children.dedup();
-        }
-        for c in children {
-            let reason = format!("killed: parent {id} was stopped");
-            let _ = Box::pin(self.stop(&c, &reason, &Visibility::All)).await;
-        }
-        let handles = self
-            .live()
-            .get(id)
-            .map(|l| (l.cancel.clone(), l.done.clone()));
-        let Some((cancel, done)) = handles else {
-            // Run by another replica: record the request for its owner and wait until the row
-            // is terminal (the owner kills it, or the sweeper closes it if the owner is lost).
-            if self.store.is_shared() && self.store.request_stop(id, reason.trim()).await? {
-                let rec = self.wait_terminal(id).await?;
-                return match rec.state {
-                    WorkerState::Killed => Ok(rec),
-                    state => Err(WorkerError::NotCancelable {
-                        id: id.to_string(),
-                        state,
-                    }),
-                };
-            }
-            // Finished in the meantime.
-            return self.stop_finished(id).await;
-        };
-        let reason = if reason.trim().is_empty() {
-            "killed: stopped by StopWorker".to_owned()
-        } else {
-            format!("killed: {}", reason.trim())
-        };
-        self.stop_reasons
-            .lock()
-            .expect("stop reasons poisoned")
-            .insert(id.clone(), reason);
-        cancel.cancel();
-        let rec = wait_done(done).await;
-        self.stop_reasons
-            .lock()
-            .expect("stop reasons poisoned")
-            .remove(id);
-        match rec.state {
-            WorkerState::Killed => Ok(rec),
-            state => Err(WorkerError::NotCancelable {
-                id: id.to_string(),
-                state,
-            }),
-        }
-    }
-
-    /// The open direct children of `id` in the store.
-    async fn open_children(&self, id: &WorkerId) -> Result<Vec<WorkerId>, WorkerError> {
-        let q = ListQuery {
-            parent: super::store::ParentFilter::Worker(id.clone()),
-            states: vec![WorkerState::Pending, WorkerState::Running],
-            caller_scope: None,
-            after: None,
-            limit: 10_000,
-        };
-        Ok(self
-            .store
-            .list(&q)
-            .await?
-            .into_iter()
-            .map(|r| r.id)
-            .collect())
-    }
-
-    /// Waits (reading the store, woken by its notices) until the worker's row is terminal.
-    async fn wait_terminal(&self, id: &WorkerId) -> Result<WorkerRecord, WorkerError> {
-        let mut notices = self.store.notices();
-        loop {
-            let rec = self
-                .store
-                .get(id)
-                .await?
-                .ok_or_else(|| WorkerError::NotFound(id.to_string()))?;
-            if rec.state.is_terminal() {
-                return Ok(rec);
-            }
-            if self.shutdown.is_cancelled() {
-                return Err(WorkerError::ShuttingDown);
-            }
-            self.store_changed(id, &mut notices, REMOTE_POLL).await;
         }
     }
 
@@ -1450,34 +589,6 @@ impl Supervisor {
         self.store.notices()
     }
 
-    /// The row of a worker another replica claimed a dedupe key for, once it exists (the
-    /// winner writes it right after its claim); `None` if it never appears.
-    async fn wait_for_row(&self, id: &WorkerId) -> Result<Option<WorkerRecord>, WorkerError> {
-        let deadline = tokio::time::Instant::now() + REMOTE_CLAIM_WAIT;
-        let mut notices = self.store.notices();
-        loop {
-            if let Some(rec) = self.store.get(id).await? {
-                return Ok(Some(rec));
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Ok(None);
-            }
-            self.store_changed(id, &mut notices, Duration::from_millis(50))
-                .await;
-        }
-    }
-
-    async fn stop_finished(&self, id: &WorkerId) -> Result<WorkerRecord, WorkerError> {
-        let rec = self.get(id, &Visibility::All).await?;
-        match rec.state {
-            WorkerState::Killed => Ok(rec),
-            state => Err(WorkerError::NotCancelable {
-                id: id.to_string(),
-                state,
-            }),
-        }
-    }
-
     /// Subscribes to a worker's events. Returns the receiver (None when the worker is already
     /// terminal) — subscribe first, then read the store, so nothing falls between.
     pub fn subscribe(&self, id: &WorkerId) -> Option<broadcast::Receiver<WorkerEvent>> {
@@ -1494,6 +605,11 @@ impl Supervisor {
             Err(StoreError::NotFound(_)) => Err(WorkerError::NotFound(id.to_string())),
             other => Ok(other?),
         }
+    }
+
+    /// The reviewer agent (`review.agent`).
+    pub fn review_agent(&self) -> &str {
+        &self.settings.review_agent
     }
 
     /// The review deadline (`review.timeout`).
@@ -1519,38 +635,6 @@ impl Supervisor {
     }
 }
 
-/// The dedupe key a stored worker was admitted under, from its own record (None when the
-/// record predates the fields it needs).
-fn dispatch_key(rec: &WorkerRecord) -> Option<DedupeKey> {
-    let eff = &rec.effective;
-    let mode = eff.get("mode")?.as_str()?;
-    let schema = eff.get("output_schema").filter(|s| !s.is_null());
-    Some(DedupeKey::new(&Dispatch {
-        caller_scope: &rec.caller_scope,
-        parent_worker_id: rec.parent_id.as_ref().map_or("", WorkerId::as_str),
-        agent: &rec.agent,
-        mode,
-        workspace: rec.workspace.as_deref().unwrap_or(""),
-        output_schema: schema,
-        prompt: &rec.prompt,
-    }))
-}
-
-/// Ends a worker's "being created" phase: removes its entry and wakes the dispatches waiting on
-/// it, on success (the worker is live by then) and on every early return alike.
-struct CreationGuard<'a> {
-    sup: &'a Supervisor,
-    id: WorkerId,
-    tx: watch::Sender<bool>,
-}
-
-impl Drop for CreationGuard<'_> {
-    fn drop(&mut self) {
-        self.sup.creating_lock().remove(&self.id);
-        let _ = self.tx.send(true);
-    }
-}
-
 /// A duration as whole seconds (`60s`) or, below a second or fractional, milliseconds (`500ms`).
 pub fn seconds(d: Duration) -> String {
     if d.subsec_millis() == 0 && d.as_secs() > 0 {
@@ -1560,49 +644,16 @@ pub fn seconds(d: Duration) -> String {
     }
 }
 
-/// Waits until the worker's final record is published.
-async fn wait_done(mut rx: watch::Receiver<Option<WorkerRecord>>) -> WorkerRecord {
-    loop {
-        if let Some(r) = rx.borrow_and_update().clone() {
-            return r;
-        }
-        if rx.changed().await.is_err() {
-            // Sender gone without a value cannot happen (drive always sends); be safe.
-            if let Some(r) = rx.borrow().clone() {
-                return r;
-            }
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
-/// What the run task needs.
-struct RunCtx {
-    id: WorkerId,
-    schema: Option<serde_json::Value>,
-    summarise: Option<Summarise>,
-    cancel: CancellationToken,
-    events: broadcast::Sender<WorkerEvent>,
-    done: watch::Sender<Option<WorkerRecord>>,
-}
-
-impl RunCtx {
-    fn clone_handles(&self) -> RunCtx {
-        RunCtx {
-            id: self.id.clone(),
-            schema: self.schema.clone(),
-            summarise: self.summarise.clone(),
-            cancel: self.cancel.clone(),
-            events: self.events.clone(),
-            done: watch::channel(None).0,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workers::{executor::BoxFuture, store::SqliteStore};
+    use tokio::sync::oneshot;
+
+    use crate::workers::{
+        executor::{BoxFuture, Job, Outcome},
+        model::WorkerState,
+        store::SqliteStore,
+    };
 
     /// An executor whose process "starts and exits within one poll": it fires `started` and
     /// returns at once — the race a real `/bin/true` hits under load.
@@ -1664,6 +715,10 @@ mod tests {
             assert_eq!(w.state, WorkerState::Completed, "run {i}: {w:?}");
             assert_eq!(w.sequence, 3, "pending, running, completed");
         }
-        assert_eq!(sup.pending.load(Ordering::SeqCst), 0);
+        assert_eq!(
+            sup.pending.available_permits(),
+            sup.settings.max_pending,
+            "every pending place was given back"
+        );
     }
 }

@@ -1,0 +1,474 @@
+//! Admitting a dispatch (docs/workers.md §6.1, §6.5): who is calling, the spawn policy, an
+//! earlier dispatch with the same `request_id` or the same dedupe key (in this process, then in
+//! the shared store), the pending capacity, then the row — written before anything runs — and
+//! the run task.
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::sync::{broadcast, watch};
+
+use super::{
+    Identity, Lineage, Live, SpawnRequest, Spawned, Supervisor, WorkerError, now_ms,
+    outcome::OutputRule,
+    run::RunCtx,
+    waiting::{Binding, Hold, wait_done},
+};
+use crate::{
+    discovery::AgentDef,
+    resolve::{self, Effective},
+    workers::{
+        dedupe::{Claim, DedupeKey, Dispatch},
+        executor::{Assignment, Job},
+        model::{WorkerId, WorkerRecord, WorkerState, generate_token, hash_token},
+        spec::WorkerSpec,
+    },
+};
+
+/// What a dispatch is for.
+#[derive(Clone)]
+pub enum Purpose {
+    /// A worker the caller asked for: spawn policy, dedupe, output schema, its own timeout.
+    Spawn,
+    /// The review gate's reviewer (docs/review.md §7): reserved agents may run, no dedupe
+    /// (every review gates a different moment), stdout summarised instead of a schema enforced,
+    /// and the executor's bound only a backstop behind `deadline`, which the gate enforces.
+    Review {
+        /// Fills the structured result of a completed run.
+        summarise: super::Summarise,
+        /// The review deadline.
+        deadline: Duration,
+    },
+}
+
+/// An admitted dispatch.
+pub enum Admitted {
+    /// An earlier dispatch answers it (same `request_id`, or the same dedupe key).
+    Reused(Spawned),
+    /// A new worker was created and its run started.
+    Started(Started),
+}
+
+/// A worker this dispatch created.
+pub struct Started {
+    /// Its record as created (`pending`).
+    pub record: WorkerRecord,
+    /// Becomes `Some` with the final record.
+    pub done: watch::Receiver<Option<WorkerRecord>>,
+    /// The caller's hold when it waits: dropping it before the end cancels the worker.
+    pub hold: Option<Hold>,
+}
+
+impl Started {
+    /// Waits for the final record, holding the worker meanwhile.
+    pub async fn finish(self) -> WorkerRecord {
+        let rec = wait_done(self.done).await;
+        drop(self.hold);
+        rec
+    }
+}
+
+impl Supervisor {
+    /// Admits and starts (or reuses) a worker. With `wait`, returns when it is terminal and the
+    /// worker is cancelled if this future is dropped first (unless other callers still wait).
+    pub async fn spawn(
+        self: &Arc<Self>,
+        id: &Identity,
+        req: SpawnRequest,
+    ) -> Result<Spawned, WorkerError> {
+        let wait = req.wait;
+        match self.admit(id, req, Purpose::Spawn).await? {
+            Admitted::Reused(s) => Ok(s),
+            Admitted::Started(started) => Ok(Spawned {
+                worker: if wait {
+                    started.finish().await
+                } else {
+                    started.record
+                },
+                deduplicated: false,
+                hint: String::new(),
+            }),
+        }
+    }
+
+    /// Admits a dispatch: reuses an earlier one when it may, else creates the worker and starts
+    /// its run.
+    pub async fn admit(
+        self: &Arc<Self>,
+        id: &Identity,
+        req: SpawnRequest,
+        purpose: Purpose,
+    ) -> Result<Admitted, WorkerError> {
+        if self.shutdown.is_cancelled() {
+            return Err(WorkerError::ShuttingDown);
+        }
+        let lineage = self.lineage(id).await?;
+        let snap = self.registry.snapshot(&req.workspace).await?;
+        let checked = match purpose {
+            Purpose::Review { .. } => resolve::check_review(&snap, &lineage.caller, &req.agent),
+            Purpose::Spawn => resolve::check_spawn(&snap, &lineage.caller, &req.agent, &self.rules),
+        };
+        let def = checked.inspect_err(|denied| {
+            self.metrics
+                .worker_spawned(&req.agent, &format!("denied_{}", denied.reason()));
+        })?;
+        let eff = resolve::effective(
+            def,
+            &snap,
+            &lineage.caller,
+            req.mode,
+            req.output_schema.as_ref(),
+            &self.rules,
+        );
+        let parent_id = lineage.parent.as_ref().map(|p| p.id.clone());
+        // Reviews are never deduplicated: each one gates a different moment.
+        let key = matches!(purpose, Purpose::Spawn).then(|| {
+            DedupeKey::new(&Dispatch {
+                caller_scope: &lineage.scope,
+                parent_worker_id: parent_id.as_ref().map_or("", WorkerId::as_str),
+                agent: &req.agent,
+                mode: eff.mode.as_str(),
+                workspace: &req.workspace,
+                output_schema: eff.output_schema.as_ref(),
+                prompt: &req.prompt,
+            })
+        });
+        if let Some(rid) = &req.request_id
+            && let Some(existing) = self.store.find_by_request_id(&lineage.scope, rid).await?
+        {
+            return self.reuse_request_id(rid, existing, key, &req).await;
+        }
+        let pending = self.pending.clone().try_acquire_owned().map_err(|_| {
+            self.metrics.worker_spawned(&req.agent, "denied_capacity");
+            WorkerError::Capacity(format!(
+                "{} workers are already waiting for a run slot (limits.max_pending); retry later",
+                self.settings.max_pending
+            ))
+        })?;
+        let new_id = WorkerId::generate();
+        if let Some(key) = key
+            && let Some(reused) = self.reuse_dispatch(key, &new_id, &req).await?
+        {
+            return Ok(Admitted::Reused(reused));
+        }
+        let started = self
+            .create(id, &req, &purpose, lineage, def, eff, new_id, key, pending)
+            .await?;
+        Ok(Admitted::Started(started))
+    }
+
+    /// The same `request_id` names the same dispatch: agent, prompt, mode, workspace and
+    /// effective schema must all agree, or it is a different request reusing the key.
+    async fn reuse_request_id(
+        &self,
+        rid: &str,
+        existing: WorkerRecord,
+        key: Option<DedupeKey>,
+        req: &SpawnRequest,
+    ) -> Result<Admitted, WorkerError> {
+        if key.is_none_or(|k| dispatch_key(&existing) != Some(k)) || existing.prompt != req.prompt {
+            return Err(WorkerError::RequestIdReused {
+                request_id: rid.to_owned(),
+                existing: existing.id.to_string(),
+            });
+        }
+        let worker = self.finish_wait(existing, req.wait).await?;
+        Ok(Admitted::Reused(Spawned {
+            hint: format!(
+                "request_id {rid:?} was already used for worker {}; returning it",
+                worker.id
+            ),
+            worker,
+            deduplicated: true,
+        }))
+    }
+
+    /// An identical dispatch made within the dedupe window: this process's claim first, then
+    /// (shared store) the database's, which decides between replicas (docs §9). `None` when
+    /// this dispatch now holds the key and must create the worker.
+    async fn reuse_dispatch(
+        &self,
+        key: DedupeKey,
+        new_id: &WorkerId,
+        req: &SpawnRequest,
+    ) -> Result<Option<Spawned>, WorkerError> {
+        let claim = self.dedupe.claim(key, new_id.as_str(), |existing| {
+            WorkerId::parse(existing).is_ok_and(|w| self.reusable(&w))
+        });
+        if let Claim::Existing { worker_id, age } = claim {
+            let wid = WorkerId::parse(&worker_id).expect("dedupe holds valid ids");
+            let creating = self.creating_lock().get(&wid).cloned();
+            if let Some(mut created) = creating {
+                let _ = created.wait_for(|done| *done).await;
+            }
+            if let Some(rec) = self.cached(&wid) {
+                return self.reused(rec, age, req).await.map(Some);
+            }
+        }
+        let holder = self
+            .store
+            .claim_dedupe(&key.to_string(), new_id, self.settings.dedupe_ttl)
+            .await
+            .inspect_err(|_| self.dedupe.forget(key, new_id.as_str()))?;
+        let Some(holder) = holder else {
+            return Ok(None);
+        };
+        self.dedupe.forget(key, new_id.as_str());
+        let Some(rec) = self.wait_for_row(&holder).await? else {
+            return Ok(None);
+        };
+        let age = Duration::from_millis(
+            u64::try_from(now_ms().saturating_sub(rec.create_time_ms)).unwrap_or(0),
+        );
+        self.reused(rec, age, req).await.map(Some)
+    }
+
+    /// Answers a dispatch with the identical one made `age` ago.
+    async fn reused(
+        &self,
+        rec: WorkerRecord,
+        age: Duration,
+        req: &SpawnRequest,
+    ) -> Result<Spawned, WorkerError> {
+        self.metrics.dedupe_hit();
+        let worker = self.finish_wait(rec, req.wait).await?;
+        Ok(Spawned {
+            hint: format!(
+                "an identical dispatch of {} with the same prompt was made {}s ago as worker {}; its result is returned instead of starting a duplicate",
+                req.agent,
+                age.as_secs(),
+                worker.id
+            ),
+            worker,
+            deduplicated: true,
+        })
+    }
+
+    /// Writes the row, makes the worker live and starts its run task.
+    #[allow(clippy::too_many_arguments)]
+    async fn create(
+        self: &Arc<Self>,
+        id: &Identity,
+        req: &SpawnRequest,
+        purpose: &Purpose,
+        lineage: Lineage,
+        def: &AgentDef,
+        eff: Effective,
+        new_id: WorkerId,
+        key: Option<DedupeKey>,
+        pending: tokio::sync::OwnedSemaphorePermit,
+    ) -> Result<Started, WorkerError> {
+        let token = generate_token();
+        let created_at = now_ms();
+        let record = WorkerRecord {
+            id: new_id.clone(),
+            agent: req.agent.clone(),
+            description: req.description.clone(),
+            prompt: req.prompt.clone(),
+            workspace: (!req.workspace.is_empty()).then(|| req.workspace.clone()),
+            parent_id: lineage.parent.as_ref().map(|p| p.id.clone()),
+            depth: eff.depth,
+            state: WorkerState::Pending,
+            sequence: 1,
+            create_time_ms: created_at,
+            last_activity_ms: created_at,
+            start_time_ms: None,
+            close_time_ms: None,
+            result: None,
+            structured_result: None,
+            error: None,
+            exit_code: None,
+            caller_scope: lineage.scope.clone(),
+            request_id: req.request_id.clone(),
+            token_hash: Some(hash_token(&token)),
+            effective: serde_json::to_value(&eff).expect("effective agent serialises"),
+        };
+        let (created_tx, created_rx) = watch::channel(false);
+        self.creating_lock().insert(new_id.clone(), created_rx);
+        // Whatever happens below, waiters on the creation are released and the entry goes.
+        let creation = CreationGuard {
+            sup: self,
+            id: new_id.clone(),
+            tx: created_tx,
+        };
+        let created = match self.store.create(&record).await {
+            Ok(ev) => ev,
+            Err(e) => {
+                if let Some(key) = key {
+                    self.dedupe.forget(key, new_id.as_str());
+                    let _ = self.store.release_dedupe(&key.to_string(), &new_id).await;
+                }
+                return Err(e.into());
+            }
+        };
+        let record = created.worker.clone();
+        // Transitions and progress reports; a lagging watcher re-reads the store.
+        let (events, _) = broadcast::channel(64);
+        let (done_tx, done_rx) = watch::channel(None);
+        let cancel = self.shutdown.child_token();
+        // A waiting caller binds the worker's life; a background run belongs to the service.
+        let (binding, hold) = Binding::new(&cancel, req.wait);
+        self.live().insert(
+            new_id.clone(),
+            Live {
+                record: record.clone(),
+                cancel: cancel.clone(),
+                events: events.clone(),
+                done: done_rx.clone(),
+                token_hash: hash_token(&token),
+                binding,
+                lineage: resolve::lineage::of_worker(&req.agent, &eff),
+            },
+        );
+        drop(creation);
+        let _ = events.send(created);
+        self.metrics.worker_state(None, "pending");
+        tracing::info!(worker = %new_id, agent = %req.agent, depth = record.depth, parent = ?record.parent_id.as_ref().map(WorkerId::as_str), "worker created");
+
+        let job = self.job(id, req, purpose, def, &eff, &record, &lineage, token);
+        let ctx = RunCtx {
+            id: new_id.clone(),
+            output: match purpose {
+                Purpose::Review { summarise, .. } => OutputRule::Summarise(summarise.clone()),
+                Purpose::Spawn => eff
+                    .output_schema
+                    .clone()
+                    .map_or(OutputRule::Plain, OutputRule::Schema),
+            },
+            cancel,
+            events,
+            done: done_tx,
+            pending: Some(pending),
+        };
+        let span = tracing::info_span!(
+            "worker",
+            worker = %new_id,
+            agent = %req.agent,
+            parent = record.parent_id.as_ref().map_or("", WorkerId::as_str),
+            depth = record.depth,
+            outcome = tracing::field::Empty,
+        );
+        self.tasks.spawn(tracing::Instrument::instrument(
+            self.clone().drive(ctx, job),
+            span,
+        ));
+        Ok(Started {
+            record,
+            done: done_rx,
+            hold,
+        })
+    }
+
+    /// What the executor gets: the worker spec on stdin, its environment, its bounds.
+    #[allow(clippy::too_many_arguments)]
+    fn job(
+        &self,
+        id: &Identity,
+        req: &SpawnRequest,
+        purpose: &Purpose,
+        def: &AgentDef,
+        eff: &Effective,
+        record: &WorkerRecord,
+        lineage: &Lineage,
+        token: String,
+    ) -> Job {
+        let mut blocked = lineage.caller.blocked.clone();
+        if !blocked.contains(&req.agent) {
+            blocked.insert(0, req.agent.clone());
+        }
+        let spec = WorkerSpec::new(
+            record.id.as_str(),
+            eff,
+            &req.prompt,
+            &req.description,
+            record.workspace.as_deref(),
+        );
+        let assignment = Arc::new(Assignment {
+            worker_token: token.clone(),
+            caller_scope: record.caller_scope.clone(),
+            spec,
+        });
+        Job {
+            worker_id: record.id.to_string(),
+            stdin: assignment.spec.to_json(),
+            env: vec![
+                ("AGENTRY_ADDR".into(), self.settings.addr.clone()),
+                ("AGENTRY_WORKER_ID".into(), record.id.to_string()),
+                ("AGENTRY_WORKER_TOKEN".into(), token),
+                ("AGENTRY_AGENT".into(), req.agent.clone()),
+                ("AGENTRY_DEPTH".into(), eff.depth.to_string()),
+                ("AGENTRY_SPAWNS".into(), eff.spawns.clone()),
+                ("AGENTRY_BLOCKED_AGENT".into(), blocked.join(",")),
+                (
+                    "TRACEPARENT".into(),
+                    crate::telemetry::current_traceparent()
+                        .or_else(|| id.traceparent.clone())
+                        .unwrap_or_default(),
+                ),
+            ],
+            cwd: record.workspace.as_ref().map(Into::into),
+            // A review has its own deadline (enforced by the gate); the executor bound is only
+            // a backstop behind it, so the row records the review's stop reason.
+            timeout: match purpose {
+                Purpose::Review { deadline, .. } => {
+                    *deadline + self.settings.kill_grace + Duration::from_secs(1)
+                }
+                Purpose::Spawn => resolve::effective_timeout(
+                    req.timeout,
+                    def.persona.timeout_mins,
+                    self.settings.timeout,
+                ),
+            },
+            kill_grace: self.settings.kill_grace,
+            max_output_bytes: self.settings.max_output_bytes,
+            assignment: Some(assignment),
+        }
+    }
+
+    fn creating_lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<WorkerId, watch::Receiver<bool>>> {
+        self.creating.lock().expect("creating workers poisoned")
+    }
+
+    /// Whether a cached dispatch may be reused: being created, live, or finished `completed`.
+    fn reusable(&self, id: &WorkerId) -> bool {
+        if self.live().contains_key(id) || self.creating_lock().contains_key(id) {
+            return true;
+        }
+        self.recent
+            .get(id)
+            .is_some_and(|r| r.state == WorkerState::Completed)
+    }
+}
+
+/// The dedupe key a stored worker was admitted under, from its own record (None when the
+/// record predates the fields it needs).
+fn dispatch_key(rec: &WorkerRecord) -> Option<DedupeKey> {
+    let eff = &rec.effective;
+    let mode = eff.get("mode")?.as_str()?;
+    let schema = eff.get("output_schema").filter(|s| !s.is_null());
+    Some(DedupeKey::new(&Dispatch {
+        caller_scope: &rec.caller_scope,
+        parent_worker_id: rec.parent_id.as_ref().map_or("", WorkerId::as_str),
+        agent: &rec.agent,
+        mode,
+        workspace: rec.workspace.as_deref().unwrap_or(""),
+        output_schema: schema,
+        prompt: &rec.prompt,
+    }))
+}
+
+/// Ends a worker's "being created" phase: removes its entry and wakes the dispatches waiting on
+/// it, on success (the worker is live by then) and on every early return alike.
+struct CreationGuard<'a> {
+    sup: &'a Supervisor,
+    id: WorkerId,
+    tx: watch::Sender<bool>,
+}
+
+impl Drop for CreationGuard<'_> {
+    fn drop(&mut self) {
+        self.sup.creating_lock().remove(&self.id);
+        let _ = self.tx.send(true);
+    }
+}

@@ -1,0 +1,192 @@
+//! Running one worker (docs/workers.md §6.2): wait for a run slot, run the executor, persist
+//! `running` when it starts, settle the outcome ([`super::outcome`]) and persist the terminal
+//! transition — on every path, a panic of the run included, so no row stays open.
+
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, broadcast, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    Supervisor, WorkerError, now_ms,
+    outcome::{self, OutputRule},
+};
+use crate::workers::{
+    executor::Job,
+    lifecycle::Event,
+    model::{WorkerEvent, WorkerId, WorkerRecord},
+    store::{Applied, Patch},
+};
+
+/// What the run task of one worker holds.
+pub(super) struct RunCtx {
+    /// The worker.
+    pub(super) id: WorkerId,
+    /// What its output must satisfy.
+    pub(super) output: OutputRule,
+    /// Its stop request.
+    pub(super) cancel: CancellationToken,
+    /// Where its transitions are published.
+    pub(super) events: broadcast::Sender<WorkerEvent>,
+    /// Receives the final record.
+    pub(super) done: watch::Sender<Option<WorkerRecord>>,
+    /// Its place among the workers waiting for a run slot (`limits.max_pending`), given back
+    /// once it starts or, at the latest, when the run ends.
+    pub(super) pending: Option<OwnedSemaphorePermit>,
+}
+
+impl Supervisor {
+    /// Runs one worker to a terminal state; every path closes the row.
+    pub(super) async fn drive(self: Arc<Self>, mut ctx: RunCtx, job: Job) {
+        let id = ctx.id.clone();
+        let inner = {
+            let this = self.clone();
+            let (id, output, cancel, events) = (
+                ctx.id.clone(),
+                ctx.output.clone(),
+                ctx.cancel.clone(),
+                ctx.events.clone(),
+            );
+            let pending = ctx.pending.take();
+            tokio::spawn(tracing::Instrument::instrument(
+                async move {
+                    this.run_once(&id, &output, &cancel, &events, pending, job)
+                        .await
+                },
+                tracing::Span::current(),
+            ))
+        };
+        let (event, patch) = match inner.await {
+            Ok(settled) => settled,
+            Err(e) => {
+                tracing::error!(worker = %id, error = %e, "worker task panicked");
+                (
+                    Event::Fail,
+                    Patch {
+                        error: Some(format!("executor panicked: {e}")),
+                        ..Patch::default()
+                    },
+                )
+            }
+        };
+        let rec = match self.transition(&id, &ctx.events, event, patch).await {
+            Ok(r) => r,
+            Err(e) => {
+                // Never leave the row open: close it as failed, saying why.
+                tracing::error!(worker = %id, error = %e, "cannot record the final transition");
+                let close = Patch {
+                    error: Some(format!("internal error recording the outcome: {e}")),
+                    ..Patch::default()
+                };
+                match self.transition(&id, &ctx.events, Event::Fail, close).await {
+                    Ok(rec) => rec,
+                    Err(_) => match self.store.get(&id).await {
+                        Ok(Some(rec)) => rec,
+                        _ => self.cached(&id).expect("live worker"),
+                    },
+                }
+            }
+        };
+        tracing::Span::current().record("outcome", rec.state.as_str());
+        self.metrics.worker_spawned(&rec.agent, rec.state.as_str());
+        self.recent.insert(id.clone(), rec.clone());
+        self.live().remove(&id);
+        tracing::info!(worker = %id, agent = %rec.agent, state = %rec.state, error = ?rec.error, "worker finished");
+        let _ = ctx.done.send(Some(rec));
+    }
+
+    /// Waits for a run slot, runs the executor, and settles the outcome. Persists `running`
+    /// when the executor says the worker started, and gives its pending place back then.
+    async fn run_once(
+        &self,
+        id: &WorkerId,
+        output: &OutputRule,
+        cancel: &CancellationToken,
+        events: &broadcast::Sender<WorkerEvent>,
+        mut pending: Option<OwnedSemaphorePermit>,
+        job: Job,
+    ) -> (Event, Patch) {
+        let slot = tokio::select! {
+            p = self.slots.clone().acquire_owned() => p.expect("slots never closed"),
+            () = cancel.cancelled() => {
+                return (Event::Kill, Patch { error: Some(self.kill_reason(id)), ..Patch::default() });
+            }
+        };
+        let (started_tx, started_rx) = oneshot::channel();
+        let run = self.executor.run(job, cancel.clone(), started_tx);
+        tokio::pin!(run);
+        let mut started_rx = Some(started_rx);
+        let outcome = loop {
+            tokio::select! {
+                // Start first: a fast process may have started and ended by the same poll.
+                biased;
+                s = async { started_rx.as_mut().expect("polled once").await }, if started_rx.is_some() => {
+                    started_rx = None;
+                    if s.is_ok() {
+                        self.record_start(id, events, &mut pending).await;
+                    }
+                }
+                o = &mut run => break o,
+            }
+        };
+        // The run can end before the start signal was observed; never lose `running`.
+        if let Some(mut rx) = started_rx.take()
+            && rx.try_recv().is_ok()
+        {
+            self.record_start(id, events, &mut pending).await;
+        }
+        drop(slot);
+        outcome::settle(outcome, output, || self.kill_reason(id))
+    }
+
+    /// The executor started the worker: it leaves the pending ones and is persisted `running`.
+    async fn record_start(
+        &self,
+        id: &WorkerId,
+        events: &broadcast::Sender<WorkerEvent>,
+        pending: &mut Option<OwnedSemaphorePermit>,
+    ) {
+        drop(pending.take());
+        if let Err(e) = self
+            .transition(id, events, Event::Start, Patch::default())
+            .await
+        {
+            tracing::error!(worker = %id, error = %e, "cannot record start");
+        }
+    }
+
+    /// Why a killed worker was stopped: the StopWorker reason, shutdown, or its caller leaving.
+    fn kill_reason(&self, id: &WorkerId) -> String {
+        let reasons = self.stop_reasons.lock().expect("stop reasons poisoned");
+        reasons.get(id).cloned().unwrap_or_else(|| {
+            if self.shutdown.is_cancelled() {
+                "killed: service shutting down".to_owned()
+            } else {
+                "killed: the waiting caller went away".to_owned()
+            }
+        })
+    }
+
+    /// Persists a transition, then publishes it and updates the live record.
+    async fn transition(
+        &self,
+        id: &WorkerId,
+        events: &broadcast::Sender<WorkerEvent>,
+        event: Event,
+        patch: Patch,
+    ) -> Result<WorkerRecord, WorkerError> {
+        match self.store.apply(id, event, patch, now_ms()).await? {
+            Applied::Moved(ev) => {
+                let rec = ev.worker.clone();
+                if let Some(l) = self.live().get_mut(id) {
+                    self.metrics
+                        .worker_state(Some(l.record.state.as_str()), rec.state.as_str());
+                    l.record = rec.clone();
+                }
+                let _ = events.send(ev);
+                Ok(rec)
+            }
+            Applied::Absorbed(rec) => Ok(rec),
+        }
+    }
+}

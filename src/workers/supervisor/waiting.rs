@@ -1,0 +1,161 @@
+//! Callers waiting for a worker (docs/workers.md §6.3, §6.7). A `wait` spawn binds the worker's
+//! life to its caller; callers that reuse it (dedupe, `request_id`) join that binding, and the
+//! worker is cancelled when the **last** of them goes away, never when only some do. A
+//! background dispatch that reuses a bound worker hands it to the service instead.
+//!
+//! The binding is tokio-util's [`DropGuard`] of the worker's cancellation token, shared: each
+//! waiting caller holds a strong reference, the worker keeps a weak one.
+
+use std::{
+    sync::{Arc, Weak},
+    time::Duration,
+};
+
+use tokio::sync::watch;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use super::{Supervisor, Visibility, WorkerError};
+use crate::workers::model::{WorkerId, WorkerRecord};
+
+/// How often a caller waiting for another replica's worker re-reads it, between notices.
+const REMOTE_POLL: Duration = Duration::from_millis(250);
+
+/// How long a dispatch that lost the store's dedupe claim waits for the winner's row to appear.
+const REMOTE_CLAIM_WAIT: Duration = Duration::from_secs(10);
+
+/// One waiting caller's hold on a worker.
+pub(super) type Hold = Arc<DropGuard>;
+
+/// Who a live worker's life is bound to.
+pub(super) struct Binding {
+    /// The holds of the waiting callers; dead once the last one was dropped (the worker was
+    /// cancelled then) or when nobody ever waited.
+    bound: Weak<DropGuard>,
+    /// Set when the service took the worker over: waiters no longer bind it.
+    kept: Option<Hold>,
+}
+
+impl Binding {
+    /// The binding of a new worker, and the spawning caller's hold when it waits.
+    pub(super) fn new(cancel: &CancellationToken, wait: bool) -> (Self, Option<Hold>) {
+        if !wait {
+            let unbound = Self {
+                bound: Weak::new(),
+                kept: None,
+            };
+            return (unbound, None);
+        }
+        let hold = Arc::new(cancel.clone().drop_guard());
+        let binding = Self {
+            bound: Arc::downgrade(&hold),
+            kept: None,
+        };
+        (binding, Some(hold))
+    }
+
+    /// Joins the callers waiting for a bound worker; `None` when it is not bound to its waiters
+    /// (a background run, or nobody is waiting any more and it is being cancelled).
+    fn join(&self) -> Option<Hold> {
+        if self.kept.is_some() {
+            return None;
+        }
+        self.bound.upgrade()
+    }
+
+    /// The service takes the worker over: it lives until it ends, whoever stops waiting.
+    fn detach(&mut self) {
+        if let Some(hold) = self.bound.upgrade() {
+            self.kept = Some(hold);
+        }
+    }
+}
+
+/// Waits until the worker's final record is published.
+pub(super) async fn wait_done(mut rx: watch::Receiver<Option<WorkerRecord>>) -> WorkerRecord {
+    loop {
+        if let Some(r) = rx.borrow_and_update().clone() {
+            return r;
+        }
+        if rx.changed().await.is_err() {
+            // Sender gone without a value cannot happen (the run always sends); be safe.
+            if let Some(r) = rx.borrow().clone() {
+                return r;
+            }
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Supervisor {
+    /// For a reused worker: wait for it when asked (joining the callers it is bound to, so it
+    /// lives until the last of them goes away), else return it as it is — and a background
+    /// dispatch sharing a bound worker hands it to the service.
+    pub(super) async fn finish_wait(
+        &self,
+        rec: WorkerRecord,
+        wait: bool,
+    ) -> Result<WorkerRecord, WorkerError> {
+        if rec.state.is_terminal() {
+            return Ok(rec);
+        }
+        let handles = self.live_mut(&rec.id, |l| {
+            if wait {
+                Some((l.done.clone(), l.binding.join()))
+            } else {
+                l.binding.detach();
+                None
+            }
+        });
+        match handles {
+            Some(Some((done, hold))) => {
+                let rec = wait_done(done).await;
+                drop(hold);
+                Ok(rec)
+            }
+            Some(None) => Ok(rec),
+            // Run by another replica (shared store): it belongs to that replica's service, so
+            // waiting never binds it; follow its row until it is terminal.
+            None if wait && self.store.is_shared() => self.wait_terminal(&rec.id).await,
+            None => self.get(&rec.id, &Visibility::All).await,
+        }
+    }
+
+    /// Waits (reading the store, woken by its notices) until the worker's row is terminal.
+    pub(super) async fn wait_terminal(&self, id: &WorkerId) -> Result<WorkerRecord, WorkerError> {
+        let mut notices = self.store.notices();
+        loop {
+            let rec = self
+                .store
+                .get(id)
+                .await?
+                .ok_or_else(|| WorkerError::NotFound(id.to_string()))?;
+            if rec.state.is_terminal() {
+                return Ok(rec);
+            }
+            if self.shutdown.is_cancelled() {
+                return Err(WorkerError::ShuttingDown);
+            }
+            self.store_changed(id, &mut notices, REMOTE_POLL).await;
+        }
+    }
+
+    /// The row of a worker another replica claimed a dedupe key for, once it exists (the
+    /// winner writes it right after its claim); `None` if it never appears.
+    pub(super) async fn wait_for_row(
+        &self,
+        id: &WorkerId,
+    ) -> Result<Option<WorkerRecord>, WorkerError> {
+        let deadline = tokio::time::Instant::now() + REMOTE_CLAIM_WAIT;
+        let mut notices = self.store.notices();
+        loop {
+            if let Some(rec) = self.store.get(id).await? {
+                return Ok(Some(rec));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            self.store_changed(id, &mut notices, Duration::from_millis(50))
+                .await;
+        }
+    }
+}
