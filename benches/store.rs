@@ -11,10 +11,14 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use agentry::workers::lifecycle::Event;
-use agentry::workers::model::{WorkerId, WorkerRecord, WorkerState, generate_token, hash_token};
+use std::sync::Arc;
+
+use agentry::resolve::{Effective, Mode, Tools};
+use agentry::workers::model::{
+    SpawnSpec, WorkerId, WorkerRecord, WorkerState, generate_token, hash_token,
+};
 use agentry::workers::store::{Patch, SqliteStore, WorkerStore};
 use rusqlite::{Connection, Transaction, TransactionBehavior, params};
-use serde_json::json;
 
 /// Operations per measurement.
 const N: usize = 5_000;
@@ -23,17 +27,37 @@ const N: usize = 5_000;
 fn record(i: usize) -> WorkerRecord {
     WorkerRecord {
         id: WorkerId::generate(),
-        agent: "explore".to_owned(),
-        description: format!("bench worker {i}"),
-        prompt: "Find where the configuration is loaded, list every key it reads and say which \
-                 ones have no default. Report file paths and line numbers. "
-            .repeat(2),
-        workspace: Some("/work/project".to_owned()),
-        parent_id: None,
-        depth: 1,
+        spec: Arc::new(SpawnSpec {
+            agent: "explore".to_owned(),
+            description: format!("bench worker {i}"),
+            prompt: "Find where the configuration is loaded, list every key it reads and say \
+                     which ones have no default. Report file paths and line numbers. "
+                .repeat(2),
+            workspace: Some("/work/project".to_owned()),
+            parent_id: None,
+            depth: 1,
+            create_time_ms: 1_700_000_000_000 + i as i64,
+            caller_scope: "anonymous".to_owned(),
+            request_id: Some(format!("req-{i}")),
+            effective: Effective {
+                name: "explore".to_owned(),
+                system_prompt: "You are a careful code explorer. Read before you answer."
+                    .to_owned(),
+                tools: Tools::AllExcept(vec!["task".into(), "write".into(), "edit".into()]),
+                spawns: String::new(),
+                model: vec!["small".to_owned()],
+                thinking_level: None,
+                max_turns: Some(20),
+                permission_mode: None,
+                output_schema: None,
+                output_schema_source: None,
+                mode: Mode::Default,
+                depth: 1,
+                at_max_depth: false,
+            },
+        }),
         state: WorkerState::Pending,
         sequence: 1,
-        create_time_ms: 1_700_000_000_000 + i as i64,
         last_activity_ms: 1_700_000_000_000 + i as i64,
         start_time_ms: None,
         close_time_ms: None,
@@ -41,17 +65,7 @@ fn record(i: usize) -> WorkerRecord {
         structured_result: None,
         error: None,
         exit_code: None,
-        caller_scope: "anonymous".to_owned(),
-        request_id: Some(format!("req-{i}")),
         token_hash: Some(hash_token(&generate_token())),
-        effective: json!({
-            "name": "explore",
-            "system_prompt": "You are a careful code explorer. Read before you answer.",
-            "tools": {"all_but": ["task", "write", "edit"]},
-            "spawns": "",
-            "model": "small",
-            "max_turns": 20,
-        }),
     }
 }
 
@@ -72,7 +86,7 @@ async fn bench_create(path: &Path, records: &[WorkerRecord]) -> Duration {
 
 /// One create + start + complete run.
 async fn lifecycle(store: &SqliteStore, i: usize, rec: &WorkerRecord) {
-    let now = rec.create_time_ms;
+    let now = rec.spec.create_time_ms;
     store.create(rec).await.expect("create");
     store
         .apply(&rec.id, Event::Start, Patch::default(), now + 1)
@@ -145,7 +159,8 @@ fn main() {
     let payloads: Vec<_> = (0..N)
         .map(|i| {
             let rec = record(i);
-            let payload = serde_json::to_string(&rec).expect("encode");
+            // A payload the size of the record's fields (its debug form is close to its JSON).
+            let payload = format!("{rec:?}");
             (rec.id.to_string(), payload)
         })
         .collect();

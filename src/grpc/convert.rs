@@ -238,40 +238,32 @@ pub fn state(s: WorkerState) -> i32 {
 
 /// A worker as the API shows it.
 pub fn worker(w: &WorkerRecord) -> pb::Worker {
-    let eff: Option<Effective> = serde_json::from_value(w.effective.clone()).ok();
-    let (tools, spawns, model, mode) = match &eff {
-        Some(e) => (
-            Some(tools(&e.tools)),
-            e.spawns.clone(),
-            e.model.clone(),
-            mode(e.mode),
-        ),
-        None => (None, String::new(), Vec::new(), 0),
-    };
+    let spec = &w.spec;
+    let eff = &spec.effective;
     pb::Worker {
         id: w.id.to_string(),
-        agent: w.agent.clone(),
-        description: w.description.clone(),
-        parent_id: w
+        agent: spec.agent.clone(),
+        description: spec.description.clone(),
+        parent_id: spec
             .parent_id
             .as_ref()
             .map(ToString::to_string)
             .unwrap_or_default(),
-        depth: w.depth,
+        depth: spec.depth,
         state: state(w.state),
-        create_time: Some(ts(w.create_time_ms)),
+        create_time: Some(ts(spec.create_time_ms)),
         start_time: w.start_time_ms.map(ts),
         close_time: w.close_time_ms.map(ts),
         result: w.result.clone(),
         structured_result: w.structured_result.clone(),
         error: w.error.clone(),
         exit_code: w.exit_code,
-        tools,
-        spawns,
-        model,
-        caller: w.caller_scope.clone(),
-        workspace: w.workspace.clone().unwrap_or_default(),
-        mode,
+        tools: Some(tools(&eff.tools)),
+        spawns: eff.spawns.clone(),
+        model: eff.model.clone(),
+        caller: spec.caller_scope.clone(),
+        workspace: spec.workspace.clone().unwrap_or_default(),
+        mode: mode(eff.mode),
         sequence: w.sequence,
         last_activity_time: Some(ts(w.last_activity_ms)),
     }

@@ -306,7 +306,7 @@ pub async fn run(
                         .await
                         .ok()
                         .flatten()
-                        .map(|r| crate::auth::Principal(r.caller_scope)))
+                        .map(|r| crate::auth::Principal(r.spec.caller_scope.clone())))
                 })
             })
         }))

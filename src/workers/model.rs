@@ -5,11 +5,12 @@
 //! worker-token helpers of docs §8.2. It owns no rules about which state may follow which (that is
 //! [`super::lifecycle`]) and no I/O. It must not depend on the store, on tokio or on tonic.
 
-use std::fmt;
-use std::str::FromStr;
+use std::{fmt, str::FromStr, sync::Arc};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+
+use crate::resolve::Effective;
 
 /// Where a worker is in its life (docs §6.1).
 ///
@@ -164,16 +165,11 @@ impl From<WorkerId> for String {
     }
 }
 
-/// Everything the service knows about one worker: the persisted row, and the snapshot carried by
-/// every [`WorkerEvent`].
-///
-/// Fields that a state transition changes (`state`, `sequence`, the times, the outcome fields and
-/// `token_hash`) are written by the store when it applies a lifecycle event; the caller fills the
-/// rest once, at creation.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct WorkerRecord {
-    /// The worker's identity; primary key of the row and of its event stream.
-    pub id: WorkerId,
+/// What a worker was spawned as: fixed at creation and never changed afterwards. Shared
+/// (`Arc`) by every copy of the record, so an event, a cached record or a watcher's snapshot
+/// does not copy the prompt and the effective agent again.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpawnSpec {
     /// Name of the agent (persona) it runs, as the caller asked for it.
     pub agent: String,
     /// The short task description the caller gave, shown in audits and lists.
@@ -186,13 +182,35 @@ pub struct WorkerRecord {
     pub parent_id: Option<WorkerId>,
     /// 0 would be a top-level caller, so a worker's depth is its parent's + 1 (docs §5.2).
     pub depth: u32,
+    /// The authenticated principal that spawned it, or `"anonymous"`; scopes dedupe and
+    /// `request_id`.
+    pub caller_scope: String,
+    /// The client's idempotency key: unique per `caller_scope`, so a retried spawn finds this
+    /// worker instead of starting another.
+    pub request_id: Option<String>,
+    /// The effective agent the worker got (docs §5.3). The store keeps it as JSON text and
+    /// refuses a row whose text does not read back as one.
+    pub effective: Effective,
+    /// When the row was created, in unix milliseconds; also the list ordering key.
+    pub create_time_ms: i64,
+}
+
+/// Everything the service knows about one worker: the persisted row, and the snapshot carried by
+/// every [`WorkerEvent`] — its [`SpawnSpec`], fixed at creation, and its lifecycle status.
+///
+/// The status fields (`state`, `sequence`, the times, the outcome fields and `token_hash`) are
+/// written by the store when it applies a lifecycle event; the spec is written once, at creation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkerRecord {
+    /// The worker's identity; primary key of the row and of its event stream.
+    pub id: WorkerId,
+    /// What it was spawned as.
+    pub spec: Arc<SpawnSpec>,
     /// Current lifecycle state.
     pub state: WorkerState,
     /// Sequence of the last event; 1 is the `pending` event written at creation. Watchers resume
     /// after a sequence they have seen (docs §6.6).
     pub sequence: u64,
-    /// When the row was created, in unix milliseconds; also the list ordering key.
-    pub create_time_ms: i64,
     /// When it entered `running`, in unix milliseconds.
     pub start_time_ms: Option<i64>,
     /// When it became terminal, in unix milliseconds: set on every terminal transition and never
@@ -206,18 +224,9 @@ pub struct WorkerRecord {
     pub error: Option<String>,
     /// The process exit code, when a process ran and exited.
     pub exit_code: Option<i32>,
-    /// The authenticated principal that spawned it, or `"anonymous"`; scopes dedupe and
-    /// `request_id`.
-    pub caller_scope: String,
-    /// The client's idempotency key: unique per `caller_scope`, so a retried spawn finds this
-    /// worker instead of starting another.
-    pub request_id: Option<String>,
     /// Hex SHA-256 of the worker's secret token ([`hash_token`]); the token itself is never
     /// stored. Cleared when the worker becomes terminal, which is what ends the token's validity.
     pub token_hash: Option<String>,
-    /// The effective agent the worker got (docs §5.3); opaque JSON to the store, so the store does
-    /// not change when that view grows a field.
-    pub effective: serde_json::Value,
     /// When its latest event (a transition or a progress report) happened, in unix
     /// milliseconds: lets a coordinator tell a slow worker from a stuck one (docs/workers.md
     /// §6.9).
@@ -250,7 +259,7 @@ pub struct Progress {
 }
 
 /// One persisted transition: what a watcher receives, and what it can resume after.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct WorkerEvent {
     /// The worker this event belongs to.
     pub worker_id: WorkerId,
@@ -276,7 +285,7 @@ impl WorkerEvent {
             time_ms: worker
                 .close_time_ms
                 .or(worker.start_time_ms)
-                .unwrap_or(worker.create_time_ms),
+                .unwrap_or(worker.spec.create_time_ms),
             worker,
             progress: None,
         }

@@ -200,14 +200,14 @@ pub(crate) fn creation_event(rec: &WorkerRecord) -> WorkerEvent {
         structured_result: None,
         error: None,
         exit_code: None,
-        last_activity_ms: rec.create_time_ms,
+        last_activity_ms: rec.spec.create_time_ms,
         ..rec.clone()
     };
     WorkerEvent {
         worker_id: worker.id.clone(),
         sequence: 1,
         state: WorkerState::Pending,
-        time_ms: worker.create_time_ms,
+        time_ms: worker.spec.create_time_ms,
         worker,
         progress: None,
     }

@@ -10,6 +10,7 @@
 //! [`Notice::Resync`] after every (re)connect, and readers poll as well.
 
 use std::str::FromStr;
+use std::sync::Arc;
 
 use std::time::Duration;
 
@@ -26,7 +27,9 @@ use super::{
     Applied, Lease, ListQuery, Notice, ParentFilter, Patch, StoreError, WorkerStore, creation_event,
 };
 use crate::workers::lifecycle::Event;
-use crate::workers::model::{Progress, WorkerEvent, WorkerId, WorkerRecord, WorkerState};
+use crate::workers::model::{
+    Progress, SpawnSpec, WorkerEvent, WorkerId, WorkerRecord, WorkerState,
+};
 
 /// Connections in the pool.
 const POOL_SIZE: usize = 16;
@@ -343,30 +346,32 @@ fn read_record(row: &Row) -> Result<WorkerRecord, StoreError> {
     let get = |e: tokio_postgres::Error| corrupt("column", &e);
     Ok(WorkerRecord {
         id: id(0)?,
-        agent: row.try_get(1).map_err(get)?,
-        description: row.try_get(2).map_err(get)?,
-        prompt: row.try_get(3).map_err(get)?,
-        workspace: row.try_get(4).map_err(get)?,
-        parent_id: parent
-            .map(WorkerId::parse)
-            .transpose()
-            .map_err(|e| corrupt("parent_id", &e))?,
-        depth: u32::try_from(row.try_get::<_, i64>(6).map_err(get)?)
-            .map_err(|e| corrupt("depth", &e))?,
+        spec: Arc::new(SpawnSpec {
+            agent: row.try_get(1).map_err(get)?,
+            description: row.try_get(2).map_err(get)?,
+            prompt: row.try_get(3).map_err(get)?,
+            workspace: row.try_get(4).map_err(get)?,
+            parent_id: parent
+                .map(WorkerId::parse)
+                .transpose()
+                .map_err(|e| corrupt("parent_id", &e))?,
+            depth: u32::try_from(row.try_get::<_, i64>(6).map_err(get)?)
+                .map_err(|e| corrupt("depth", &e))?,
+            create_time_ms: row.try_get(9).map_err(get)?,
+            caller_scope: row.try_get(16).map_err(get)?,
+            request_id: row.try_get(17).map_err(get)?,
+            effective: serde_json::from_str(effective).map_err(|e| corrupt("effective", &e))?,
+        }),
         state: state.parse().map_err(|e| corrupt("state", &e))?,
         sequence: u64::try_from(row.try_get::<_, i64>(8).map_err(get)?)
             .map_err(|e| corrupt("sequence", &e))?,
-        create_time_ms: row.try_get(9).map_err(get)?,
         start_time_ms: row.try_get(10).map_err(get)?,
         close_time_ms: row.try_get(11).map_err(get)?,
         result: row.try_get(12).map_err(get)?,
         structured_result: row.try_get(13).map_err(get)?,
         error: row.try_get(14).map_err(get)?,
         exit_code: row.try_get(15).map_err(get)?,
-        caller_scope: row.try_get(16).map_err(get)?,
-        request_id: row.try_get(17).map_err(get)?,
         token_hash: row.try_get(18).map_err(get)?,
-        effective: serde_json::from_str(effective).map_err(|e| corrupt("effective", &e))?,
         last_activity_ms: row.try_get(20).map_err(get)?,
     })
 }
@@ -565,7 +570,7 @@ impl WorkerStore for PostgresStore {
     async fn create(&self, rec: &WorkerRecord) -> Result<WorkerEvent, StoreError> {
         let event = creation_event(rec);
         let w = &event.worker;
-        let effective = serde_json::to_string(&w.effective)
+        let effective = serde_json::to_string(&w.spec.effective)
             .map_err(|e| StoreError::Corrupt(format!("cannot encode effective agent: {e}")))?;
         let mut client = self.client().await?;
         let tx = client.transaction().await.pg("create worker: begin")?;
@@ -578,23 +583,23 @@ impl WorkerStore for PostgresStore {
                 ),
                 &[
                     &w.id.as_str(),
-                    &w.agent,
-                    &w.description,
-                    &w.prompt,
-                    &w.workspace,
-                    &w.parent_id.as_ref().map(WorkerId::as_str),
-                    &i64::from(w.depth),
+                    &w.spec.agent,
+                    &w.spec.description,
+                    &w.spec.prompt,
+                    &w.spec.workspace,
+                    &w.spec.parent_id.as_ref().map(WorkerId::as_str),
+                    &i64::from(w.spec.depth),
                     &w.state.as_str(),
                     &to_sql_sequence(w.sequence),
-                    &w.create_time_ms,
+                    &w.spec.create_time_ms,
                     &w.start_time_ms,
                     &w.close_time_ms,
                     &w.result,
                     &w.structured_result,
                     &w.error,
                     &w.exit_code,
-                    &w.caller_scope,
-                    &w.request_id,
+                    &w.spec.caller_scope,
+                    &w.spec.request_id,
                     &w.token_hash,
                     &effective,
                     &w.last_activity_ms,
@@ -606,8 +611,10 @@ impl WorkerStore for PostgresStore {
             drop(tx);
             // The unique index decides a request_id race between replicas.
             if sqlstate(&e) == Some("23505")
-                && let Some(request_id) = &w.request_id
-                && let Some(existing) = self.find_by_request_id(&w.caller_scope, request_id).await?
+                && let Some(request_id) = &w.spec.request_id
+                && let Some(existing) = self
+                    .find_by_request_id(&w.spec.caller_scope, request_id)
+                    .await?
             {
                 return Err(StoreError::DuplicateRequestId {
                     request_id: request_id.clone(),

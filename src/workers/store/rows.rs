@@ -9,7 +9,11 @@ use super::schema::COLUMNS;
 use super::sqlite::Context;
 use super::{Applied, ListQuery, ParentFilter, Patch, StoreError};
 use crate::workers::lifecycle::{self, Event, Outcome};
-use crate::workers::model::{Progress, WorkerEvent, WorkerId, WorkerRecord, WorkerState};
+use std::sync::Arc;
+
+use crate::workers::model::{
+    Progress, SpawnSpec, WorkerEvent, WorkerId, WorkerRecord, WorkerState,
+};
 
 /// Ids of the `pending` and `running` rows, oldest first.
 pub(super) fn open_ids(conn: &Connection) -> Result<Vec<WorkerId>, StoreError> {
@@ -222,7 +226,7 @@ pub(super) fn select_worker(
 
 /// Writes a new `workers` row.
 pub(super) fn insert_worker(conn: &Connection, rec: &WorkerRecord) -> Result<(), StoreError> {
-    let effective = serde_json::to_string(&rec.effective)
+    let effective = serde_json::to_string(&rec.spec.effective)
         .map_err(|e| StoreError::Corrupt(format!("cannot encode effective agent: {e}")))?;
     conn.prepare_cached(&format!(
         "INSERT INTO workers ({COLUMNS}) VALUES
@@ -232,23 +236,23 @@ pub(super) fn insert_worker(conn: &Connection, rec: &WorkerRecord) -> Result<(),
     .and_then(|mut stmt| {
         stmt.execute(params![
             rec.id,
-            rec.agent,
-            rec.description,
-            rec.prompt,
-            rec.workspace,
-            rec.parent_id,
-            rec.depth,
+            rec.spec.agent,
+            rec.spec.description,
+            rec.spec.prompt,
+            rec.spec.workspace,
+            rec.spec.parent_id,
+            rec.spec.depth,
             rec.state,
             to_sql_sequence(rec.sequence),
-            rec.create_time_ms,
+            rec.spec.create_time_ms,
             rec.start_time_ms,
             rec.close_time_ms,
             rec.result,
             rec.structured_result,
             rec.error,
             rec.exit_code,
-            rec.caller_scope,
-            rec.request_id,
+            rec.spec.caller_scope,
+            rec.spec.request_id,
             rec.token_hash,
             effective,
             rec.last_activity_ms,
@@ -348,28 +352,31 @@ pub(super) fn insert_event(conn: &Connection, event: &WorkerEvent) -> Result<(),
 /// Decodes a `workers` row selected as [`COLUMNS`].
 pub(super) fn read_record(row: &Row<'_>) -> rusqlite::Result<WorkerRecord> {
     let effective: String = row.get(19)?;
-    Ok(WorkerRecord {
-        id: row.get(0)?,
+    let spec = SpawnSpec {
         agent: row.get(1)?,
         description: row.get(2)?,
         prompt: row.get(3)?,
         workspace: row.get(4)?,
         parent_id: row.get(5)?,
         depth: row.get(6)?,
+        create_time_ms: row.get(9)?,
+        caller_scope: row.get(16)?,
+        request_id: row.get(17)?,
+        effective: serde_json::from_str(&effective)
+            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(19, Type::Text, e.into()))?,
+    };
+    Ok(WorkerRecord {
+        id: row.get(0)?,
+        spec: Arc::new(spec),
         state: row.get(7)?,
         sequence: read_sequence(row, 8)?,
-        create_time_ms: row.get(9)?,
         start_time_ms: row.get(10)?,
         close_time_ms: row.get(11)?,
         result: row.get(12)?,
         structured_result: row.get(13)?,
         error: row.get(14)?,
         exit_code: row.get(15)?,
-        caller_scope: row.get(16)?,
-        request_id: row.get(17)?,
         token_hash: row.get(18)?,
-        effective: serde_json::from_str(&effective)
-            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(19, Type::Text, e.into()))?,
         last_activity_ms: row.get(20)?,
     })
 }

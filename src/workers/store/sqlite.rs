@@ -239,13 +239,13 @@ impl WorkerStore for SqliteStore {
     async fn create(&self, rec: &WorkerRecord) -> Result<WorkerEvent, StoreError> {
         let event = creation_event(rec);
         self.write("create worker", move |tx| {
-            if let Some(request_id) = &event.worker.request_id {
+            if let Some(request_id) = &event.worker.spec.request_id {
                 let existing = tx
                     .prepare_cached(
                         "SELECT id FROM workers WHERE caller_scope = ?1 AND request_id = ?2",
                     )
                     .and_then(|mut stmt| {
-                        stmt.query_row(params![event.worker.caller_scope, request_id], |row| {
+                        stmt.query_row(params![event.worker.spec.caller_scope, request_id], |row| {
                             row.get::<_, WorkerId>(0)
                         })
                         .optional()

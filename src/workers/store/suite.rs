@@ -2,15 +2,14 @@
 //! backend instantiates unchanged with [`store_suite!`] (SQLite in `sqlite`'s tests, PostgreSQL
 //! in its own).
 
-use std::slice;
-
-use serde_json::json;
+use std::{slice, sync::Arc};
 
 use super::{Applied, ListQuery, ParentFilter, Patch, StoreError, WorkerStore};
+use crate::resolve::{Effective, Mode, Tools};
 use crate::workers::lifecycle::{Event, IllegalTransition};
 use crate::workers::model::{
-    Progress, ProgressKind, WorkerEvent, WorkerId, WorkerRecord, WorkerState, generate_token,
-    hash_token,
+    Progress, ProgressKind, SpawnSpec, WorkerEvent, WorkerId, WorkerRecord, WorkerState,
+    generate_token, hash_token,
 };
 
 /// Instantiates every test of the suite for one backend: `$open` is an async expression giving
@@ -145,29 +144,50 @@ async fn futures_join_all<F: std::future::Future<Output = ()>>(
     .await;
 }
 
+/// The effective agent of the suite's workers.
+fn effective(depth: u32) -> Effective {
+    Effective {
+        name: "explore".to_owned(),
+        system_prompt: "You explore the repository.".to_owned(),
+        tools: Tools::AllExcept(vec!["task".to_owned()]),
+        spawns: String::new(),
+        model: Vec::new(),
+        thinking_level: None,
+        max_turns: None,
+        permission_mode: None,
+        output_schema: None,
+        output_schema_source: None,
+        mode: Mode::Default,
+        depth,
+        at_max_depth: false,
+    }
+}
+
 /// A new worker record, as the supervisor would build it.
 pub(crate) fn record(parent: Option<&WorkerRecord>, create_time_ms: i64) -> WorkerRecord {
     WorkerRecord {
         id: WorkerId::generate(),
-        agent: "explore".to_owned(),
-        description: "look around".to_owned(),
-        prompt: "find where the config is loaded".to_owned(),
-        workspace: Some("/work/project".to_owned()),
-        parent_id: parent.map(|p| p.id.clone()),
-        depth: parent.map_or(1, |p| p.depth + 1),
+        spec: Arc::new(SpawnSpec {
+            agent: "explore".to_owned(),
+            description: "look around".to_owned(),
+            prompt: "find where the config is loaded".to_owned(),
+            workspace: Some("/work/project".to_owned()),
+            parent_id: parent.map(|p| p.id.clone()),
+            depth: parent.map_or(1, |p| p.spec.depth + 1),
+            create_time_ms,
+            caller_scope: "anonymous".to_owned(),
+            request_id: None,
+            effective: effective(parent.map_or(1, |p| p.spec.depth + 1)),
+        }),
         state: WorkerState::Pending,
         sequence: 1,
-        create_time_ms,
         start_time_ms: None,
         close_time_ms: None,
         result: None,
         structured_result: None,
         error: None,
         exit_code: None,
-        caller_scope: "anonymous".to_owned(),
-        request_id: None,
         token_hash: Some(hash_token(&generate_token())),
-        effective: json!({"name": "explore", "tools": {"all_but": ["task"]}, "spawns": ""}),
         last_activity_ms: create_time_ms,
     }
 }
@@ -204,7 +224,7 @@ fn query(parent: ParentFilter, states: &[WorkerState]) -> ListQuery {
 
 pub(crate) async fn create_then_get_round_trips(store: &dyn WorkerStore) {
     let mut rec = record(None, 1_000);
-    rec.request_id = Some("req-1".to_owned());
+    Arc::make_mut(&mut rec.spec).request_id = Some("req-1".to_owned());
     rec.structured_result = None;
     let event = store.create(&rec).await.unwrap();
     assert_eq!(event.sequence, 1);
@@ -518,7 +538,7 @@ pub(crate) async fn pagination_walks_every_worker_once_across_pages(store: &dyn 
     assert_eq!(everything.len(), 7);
     let keys: Vec<_> = everything
         .iter()
-        .map(|r| (r.create_time_ms, r.id.clone()))
+        .map(|r| (r.spec.create_time_ms, r.id.clone()))
         .collect();
     let mut sorted = keys.clone();
     sorted.sort();
@@ -534,7 +554,7 @@ pub(crate) async fn pagination_walks_every_worker_once_across_pages(store: &dyn 
         let page = store.list(&q).await.unwrap();
         page_sizes.push(page.len());
         let Some(last) = page.last() else { break };
-        q.after = Some((last.create_time_ms, last.id.clone()));
+        q.after = Some((last.spec.create_time_ms, last.id.clone()));
         walked.extend(page);
     }
     assert_eq!(page_sizes, [3, 3, 1, 0]);
@@ -596,11 +616,11 @@ pub(crate) async fn close_orphans_fails_open_rows_and_leaves_closed_ones(store: 
 
 pub(crate) async fn duplicate_request_id_is_refused_per_caller_scope(store: &dyn WorkerStore) {
     let mut first = record(None, 1_000);
-    first.request_id = Some("retry-me".to_owned());
+    Arc::make_mut(&mut first.spec).request_id = Some("retry-me".to_owned());
     let first = store.create(&first).await.unwrap().worker;
 
     let mut again = record(None, 2_000);
-    again.request_id = Some("retry-me".to_owned());
+    Arc::make_mut(&mut again.spec).request_id = Some("retry-me".to_owned());
     let err = store.create(&again).await.unwrap_err();
     assert!(
         matches!(&err, StoreError::DuplicateRequestId { request_id, existing }
@@ -613,7 +633,7 @@ pub(crate) async fn duplicate_request_id_is_refused_per_caller_scope(store: &dyn
         "nothing was written"
     );
 
-    again.caller_scope = "alice".to_owned();
+    Arc::make_mut(&mut again.spec).caller_scope = "alice".to_owned();
     store.create(&again).await.unwrap();
     assert_eq!(
         store
@@ -795,10 +815,10 @@ pub(crate) async fn progress_is_an_event_between_transitions(store: &dyn WorkerS
 
 pub(crate) async fn list_filters_by_caller_scope(store: &dyn WorkerStore) {
     let mut alice = record(None, 1_000);
-    alice.caller_scope = "alice".to_owned();
+    Arc::make_mut(&mut alice.spec).caller_scope = "alice".to_owned();
     let alice = store.create(&alice).await.unwrap().worker;
     let mut bob = record(None, 2_000);
-    bob.caller_scope = "bob".to_owned();
+    Arc::make_mut(&mut bob.spec).caller_scope = "bob".to_owned();
     let bob = store.create(&bob).await.unwrap().worker;
     let scoped = |scope: &'static str| ListQuery {
         caller_scope: Some(scope.to_owned()),

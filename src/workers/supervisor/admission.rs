@@ -19,7 +19,7 @@ use crate::{
     workers::{
         dedupe::{Claim, DedupeKey, Dispatch},
         executor::{Assignment, Job},
-        model::{WorkerId, WorkerRecord, WorkerState, generate_token, hash_token},
+        model::{SpawnSpec, WorkerId, WorkerRecord, WorkerState, generate_token, hash_token},
         spec::WorkerSpec,
     },
 };
@@ -165,7 +165,7 @@ impl Supervisor {
         key: Option<DedupeKey>,
         req: &SpawnRequest,
     ) -> Result<Admitted, WorkerError> {
-        if key.is_none_or(|k| dispatch_key(&existing) != Some(k)) || existing.prompt != req.prompt {
+        if key.is_none_or(|k| dispatch_key(&existing) != k) || existing.spec.prompt != req.prompt {
             return Err(WorkerError::RequestIdReused {
                 request_id: rid.to_owned(),
                 existing: existing.id.to_string(),
@@ -217,7 +217,7 @@ impl Supervisor {
             return Ok(None);
         };
         let age = Duration::from_millis(
-            u64::try_from(now_ms().saturating_sub(rec.create_time_ms)).unwrap_or(0),
+            u64::try_from(now_ms().saturating_sub(rec.spec.create_time_ms)).unwrap_or(0),
         );
         self.reused(rec, age, req).await.map(Some)
     }
@@ -259,17 +259,24 @@ impl Supervisor {
     ) -> Result<Started, WorkerError> {
         let token = generate_token();
         let created_at = now_ms();
-        let record = WorkerRecord {
-            id: new_id.clone(),
+        let spec = Arc::new(SpawnSpec {
             agent: req.agent.clone(),
             description: req.description.clone(),
             prompt: req.prompt.clone(),
             workspace: (!req.workspace.is_empty()).then(|| req.workspace.clone()),
             parent_id: lineage.parent.as_ref().map(|p| p.id.clone()),
             depth: eff.depth,
+            create_time_ms: created_at,
+            caller_scope: lineage.scope.clone(),
+            request_id: req.request_id.clone(),
+            effective: eff,
+        });
+        let eff = &spec.effective;
+        let record = WorkerRecord {
+            id: new_id.clone(),
+            spec: spec.clone(),
             state: WorkerState::Pending,
             sequence: 1,
-            create_time_ms: created_at,
             last_activity_ms: created_at,
             start_time_ms: None,
             close_time_ms: None,
@@ -277,10 +284,7 @@ impl Supervisor {
             structured_result: None,
             error: None,
             exit_code: None,
-            caller_scope: lineage.scope.clone(),
-            request_id: req.request_id.clone(),
             token_hash: Some(hash_token(&token)),
-            effective: serde_json::to_value(&eff).expect("effective agent serialises"),
         };
         let (created_tx, created_rx) = watch::channel(false);
         self.creating_lock().insert(new_id.clone(), created_rx);
@@ -316,15 +320,15 @@ impl Supervisor {
                 done: done_rx.clone(),
                 token_hash: hash_token(&token),
                 binding,
-                lineage: resolve::lineage::of_worker(&req.agent, &eff),
+                lineage: resolve::lineage::of_worker(&req.agent, eff),
             },
         );
         drop(creation);
         let _ = events.send(created);
         self.metrics.worker_state(None, "pending");
-        tracing::info!(worker = %new_id, agent = %req.agent, depth = record.depth, parent = ?record.parent_id.as_ref().map(WorkerId::as_str), "worker created");
+        tracing::info!(worker = %new_id, agent = %req.agent, depth = record.spec.depth, parent = ?record.spec.parent_id.as_ref().map(WorkerId::as_str), "worker created");
 
-        let job = self.job(id, req, purpose, def, &eff, &record, &lineage, token);
+        let job = self.job(id, req, purpose, def, eff, &record, &lineage, token);
         let ctx = RunCtx {
             id: new_id.clone(),
             output: match purpose {
@@ -343,8 +347,8 @@ impl Supervisor {
             "worker",
             worker = %new_id,
             agent = %req.agent,
-            parent = record.parent_id.as_ref().map_or("", WorkerId::as_str),
-            depth = record.depth,
+            parent = record.spec.parent_id.as_ref().map_or("", WorkerId::as_str),
+            depth = record.spec.depth,
             outcome = tracing::field::Empty,
         );
         self.tasks.spawn(tracing::Instrument::instrument(
@@ -380,11 +384,11 @@ impl Supervisor {
             eff,
             &req.prompt,
             &req.description,
-            record.workspace.as_deref(),
+            record.spec.workspace.as_deref(),
         );
         let assignment = Arc::new(Assignment {
             worker_token: token.clone(),
-            caller_scope: record.caller_scope.clone(),
+            caller_scope: record.spec.caller_scope.clone(),
             spec,
         });
         Job {
@@ -405,7 +409,7 @@ impl Supervisor {
                         .unwrap_or_default(),
                 ),
             ],
-            cwd: record.workspace.as_ref().map(Into::into),
+            cwd: record.spec.workspace.as_ref().map(Into::into),
             // A review has its own deadline (enforced by the gate); the executor bound is only
             // a backstop behind it, so the row records the review's stop reason.
             timeout: match purpose {
@@ -441,21 +445,18 @@ impl Supervisor {
     }
 }
 
-/// The dedupe key a stored worker was admitted under, from its own record (None when the
-/// record predates the fields it needs).
-fn dispatch_key(rec: &WorkerRecord) -> Option<DedupeKey> {
-    let eff = &rec.effective;
-    let mode = eff.get("mode")?.as_str()?;
-    let schema = eff.get("output_schema").filter(|s| !s.is_null());
-    Some(DedupeKey::new(&Dispatch {
-        caller_scope: &rec.caller_scope,
-        parent_worker_id: rec.parent_id.as_ref().map_or("", WorkerId::as_str),
-        agent: &rec.agent,
-        mode,
-        workspace: rec.workspace.as_deref().unwrap_or(""),
-        output_schema: schema,
-        prompt: &rec.prompt,
-    }))
+/// The dedupe key a stored worker was admitted under, from its own record.
+fn dispatch_key(rec: &WorkerRecord) -> DedupeKey {
+    let spec = &rec.spec;
+    DedupeKey::new(&Dispatch {
+        caller_scope: &spec.caller_scope,
+        parent_worker_id: spec.parent_id.as_ref().map_or("", WorkerId::as_str),
+        agent: &spec.agent,
+        mode: spec.effective.mode.as_str(),
+        workspace: spec.workspace.as_deref().unwrap_or(""),
+        output_schema: spec.effective.output_schema.as_ref(),
+        prompt: &spec.prompt,
+    })
 }
 
 /// Ends a worker's "being created" phase: removes its entry and wakes the dispatches waiting on

@@ -65,7 +65,7 @@ impl Supervisor {
             let last = workers.last().expect("a page holds at least one worker");
             PageToken {
                 offset: 0,
-                at: format!("{}:{}", last.create_time_ms, last.id),
+                at: format!("{}:{}", last.spec.create_time_ms, last.id),
                 query,
             }
             .encode()

@@ -234,7 +234,7 @@ impl Visibility {
     pub fn sees(&self, rec: &WorkerRecord) -> bool {
         match self {
             Visibility::All => true,
-            Visibility::Principal(p) => rec.caller_scope == *p,
+            Visibility::Principal(p) => rec.spec.caller_scope == *p,
         }
     }
 
@@ -385,7 +385,7 @@ impl Supervisor {
             // Bounded by bytes, not entries: records carry prompts and results.
             recent: moka::sync::Cache::builder()
                 .weigher(|_, r: &WorkerRecord| {
-                    let bytes = r.prompt.len()
+                    let bytes = r.spec.prompt.len()
                         + r.result.as_ref().map_or(0, String::len)
                         + r.structured_result.as_ref().map_or(0, String::len)
                         + 1024;
@@ -475,20 +475,13 @@ impl Supervisor {
                     .remote_by_token(token)
                     .await?
                     .ok_or(WorkerError::UnknownToken)?;
-                let eff: resolve::Effective = serde_json::from_value(rec.effective.clone())
-                    .map_err(|e| {
-                        StoreError::Corrupt(format!(
-                            "worker {}: stored effective agent: {e}",
-                            rec.id
-                        ))
-                    })?;
-                let known = resolve::lineage::of_worker(&rec.agent, &eff);
+                let known = resolve::lineage::of_worker(&rec.spec.agent, &rec.spec.effective);
                 (rec, known)
             }
         };
         Ok(Lineage {
             caller: known.narrow(&id.declared),
-            scope: parent.caller_scope.clone(),
+            scope: parent.spec.caller_scope.clone(),
             parent: Some(parent),
         })
     }
@@ -501,7 +494,8 @@ impl Supervisor {
     /// The principal that spawned the running worker holding `token`, if any (lets a worker
     /// process authenticate with its own token).
     pub fn principal_for_token(&self, token: &str) -> Option<String> {
-        self.live_by_token(token).map(|r| r.caller_scope)
+        self.live_by_token(token)
+            .map(|r| r.spec.caller_scope.clone())
     }
 
     /// The running worker holding `token`: tokens are valid only while their worker is live.

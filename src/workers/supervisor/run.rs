@@ -88,10 +88,11 @@ impl Supervisor {
             }
         };
         tracing::Span::current().record("outcome", rec.state.as_str());
-        self.metrics.worker_spawned(&rec.agent, rec.state.as_str());
+        self.metrics
+            .worker_spawned(&rec.spec.agent, rec.state.as_str());
         self.recent.insert(id.clone(), rec.clone());
         self.live().remove(&id);
-        tracing::info!(worker = %id, agent = %rec.agent, state = %rec.state, error = ?rec.error, "worker finished");
+        tracing::info!(worker = %id, agent = %rec.spec.agent, state = %rec.state, error = ?rec.error, "worker finished");
         let _ = ctx.done.send(Some(rec));
     }
 

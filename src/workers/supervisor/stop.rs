@@ -70,7 +70,7 @@ impl Supervisor {
         let mut children: Vec<WorkerId> = self
             .live()
             .values()
-            .filter(|l| l.record.parent_id.as_ref() == Some(id))
+            .filter(|l| l.record.spec.parent_id.as_ref() == Some(id))
             .map(|l| l.record.id.clone())
             .collect();
         if self.store.is_shared() {
