@@ -269,8 +269,6 @@ impl Applied {
 pub enum ParentFilter {
     /// No filter: the whole audit log.
     Any,
-    /// Only workers spawned by top-level callers (`parent_id` absent).
-    TopLevel,
     /// Only direct children of this worker.
     Worker(WorkerId),
 }

@@ -533,7 +533,6 @@ fn list_sql(q: &ListQuery) -> (String, Vec<Box<dyn ToSql + Sync + Send>>) {
     };
     match &q.parent {
         ParentFilter::Any => {}
-        ParentFilter::TopLevel => sql.push_str(" AND parent_id IS NULL"),
         ParentFilter::Worker(parent) => {
             let n = next(&mut args, Box::new(parent.as_str().to_owned()));
             sql.push_str(&format!(" AND parent_id = {n}"));

@@ -38,7 +38,6 @@ pub(super) fn list_sql(q: &ListQuery) -> (String, Vec<Value>) {
     let mut args: Vec<Value> = Vec::new();
     match &q.parent {
         ParentFilter::Any => {}
-        ParentFilter::TopLevel => sql.push_str(" AND parent_id IS NULL"),
         ParentFilter::Worker(parent) => {
             sql.push_str(" AND parent_id = ?");
             args.push(Value::Text(parent.as_str().to_owned()));

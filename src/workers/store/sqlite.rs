@@ -552,11 +552,7 @@ mod tests {
         let parent = WorkerId::generate();
         let cursor = Some((5, WorkerId::generate()));
         let mut statements = Vec::new();
-        for parent in [
-            ParentFilter::Any,
-            ParentFilter::TopLevel,
-            ParentFilter::Worker(parent),
-        ] {
+        for parent in [ParentFilter::Any, ParentFilter::Worker(parent)] {
             for states in [&[][..], &[WorkerState::Running], &WorkerState::ALL[..2]] {
                 for after in [None, cursor.clone()] {
                     for caller_scope in [None, Some("alice".to_owned())] {
