@@ -405,7 +405,8 @@ impl Metrics {
         self.rpc_duration.record(elapsed.as_secs_f64(), &attrs);
     }
 
-    /// A spawn attempt for `agent` ended with `outcome` (e.g. `started`, `deduped`, `rejected`).
+    /// A spawn of `agent` ended with `outcome`: the final state (`completed`, `failed`, `killed`)
+    /// or why it was refused (`denied_<reason>`, `denied_capacity`).
     pub fn worker_spawned(&self, agent: &str, outcome: &str) {
         self.workers_spawned.add(
             1,
