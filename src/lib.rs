@@ -13,12 +13,14 @@
 //! - [`review`]: the review gate — proposal → reviewer worker → decision, failing closed.
 //! - [`schema`]: the one JSON Schema check for persona and request output schemas (a leaf).
 //! - [`workers`]: the worker runtime — lifecycle, store, executors, dedupe, supervisor.
+//! - [`paging`]: page sizes and opaque page tokens for every listing.
+//! - [`app`]: the service's operations in domain terms, one call per RPC.
 //! - [`grpc`]: translation only — proto ⇄ domain, errors → `Status`, server wiring.
 //! - [`auth`]: bearer tokens file → [`auth::Principal`], reloaded on change.
 //! - [`telemetry`]: logs, OTLP spans and metrics, W3C trace context in and out.
 //! - [`check`]: `agentry check`, the persona linter — text, JSON or GitHub annotations.
 //!
-//! Dependencies point one way: `grpc → {discovery, resolve} → persona`.
+//! Dependencies point one way: `grpc → app → {review, workers, discovery, resolve} → persona`.
 
 pub mod app;
 pub mod auth;
