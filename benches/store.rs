@@ -14,9 +14,7 @@ use agentry::workers::lifecycle::Event;
 use std::sync::Arc;
 
 use agentry::resolve::{Effective, Mode, Tools};
-use agentry::workers::model::{
-    SpawnSpec, WorkerId, WorkerRecord, WorkerState, generate_token, hash_token,
-};
+use agentry::workers::model::{SpawnSpec, WorkerId, WorkerRecord, generate_token, hash_token};
 use agentry::workers::store::{Patch, SqliteStore, WorkerStore};
 use rusqlite::{Connection, Transaction, TransactionBehavior, params};
 
@@ -25,9 +23,9 @@ const N: usize = 5_000;
 
 /// A worker record of realistic size: a few hundred bytes of prompt and effective agent.
 fn record(i: usize) -> WorkerRecord {
-    WorkerRecord {
-        id: WorkerId::generate(),
-        spec: Arc::new(SpawnSpec {
+    WorkerRecord::new(
+        WorkerId::generate(),
+        Arc::new(SpawnSpec {
             agent: "explore".to_owned(),
             description: format!("bench worker {i}"),
             prompt: "Find where the configuration is loaded, list every key it reads and say \
@@ -56,17 +54,8 @@ fn record(i: usize) -> WorkerRecord {
                 at_max_depth: false,
             },
         }),
-        state: WorkerState::Pending,
-        sequence: 1,
-        last_activity_ms: 1_700_000_000_000 + i as i64,
-        start_time_ms: None,
-        close_time_ms: None,
-        result: None,
-        structured_result: None,
-        error: None,
-        exit_code: None,
-        token_hash: Some(hash_token(&generate_token())),
-    }
+        Some(hash_token(&generate_token())),
+    )
 }
 
 /// Operations per second.

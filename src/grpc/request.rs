@@ -247,6 +247,18 @@ fn parse_mode(m: i32, v: &mut Violations) -> Mode {
     }
 }
 
+/// Reads the mode and the request output schema: `ResolveAgent` and `SpawnWorker` check them
+/// the same way, so what one accepts the other runs.
+fn mode_and_schema(
+    mode: i32,
+    schema: Option<&str>,
+    v: &mut Violations,
+) -> (Mode, Option<serde_json::Value>) {
+    let mode = parse_mode(mode, v);
+    let schema = schema.and_then(|s| parse_schema("output_schema", s, v));
+    (mode, schema)
+}
+
 /// Reads `page_size` (0 = the default, 1..=max) and `page_token`.
 fn page(size: i32, token: String, v: &mut Violations) -> PageRequest {
     let size = match usize::try_from(size) {
@@ -336,11 +348,7 @@ impl TryFrom<pb::ResolveAgentRequest> for ResolveQuery {
         let mut v = Violations::default();
         check_name("name", &r.name, &mut v);
         check_workspace(&r.workspace, &mut v);
-        let mode = parse_mode(r.mode, &mut v);
-        let output_schema = r
-            .output_schema
-            .as_deref()
-            .and_then(|s| parse_schema("output_schema", s, &mut v));
+        let (mode, output_schema) = mode_and_schema(r.mode, r.output_schema.as_deref(), &mut v);
         v.or(Self {
             name: r.name,
             workspace: r.workspace,
@@ -376,11 +384,7 @@ impl TryFrom<Limited<pb::SpawnWorkerRequest>> for SpawnRequest {
         }
         check_line("description", &r.description, MAX_DESCRIPTION_BYTES, &mut v);
         check_workspace(&r.workspace, &mut v);
-        let mode = parse_mode(r.mode, &mut v);
-        let output_schema = r
-            .output_schema
-            .as_deref()
-            .and_then(|s| parse_schema("output_schema", s, &mut v));
+        let (mode, output_schema) = mode_and_schema(r.mode, r.output_schema.as_deref(), &mut v);
         check_line("request_id", &r.request_id, MAX_REQUEST_ID_BYTES, &mut v);
         let timeout = timeout(r.timeout, &mut v);
         v.or(Self {

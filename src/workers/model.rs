@@ -258,6 +258,27 @@ pub struct Progress {
     pub data_json: Option<String>,
 }
 
+impl WorkerRecord {
+    /// A new worker as it is created: `pending`, sequence 1, no outcome, latest activity = its
+    /// creation.
+    pub fn new(id: WorkerId, spec: Arc<SpawnSpec>, token_hash: Option<String>) -> Self {
+        Self {
+            id,
+            state: WorkerState::Pending,
+            sequence: 1,
+            start_time_ms: None,
+            close_time_ms: None,
+            result: None,
+            structured_result: None,
+            error: None,
+            exit_code: None,
+            token_hash,
+            last_activity_ms: spec.create_time_ms,
+            spec,
+        }
+    }
+}
+
 /// One persisted transition: what a watcher receives, and what it can resume after.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WorkerEvent {

@@ -191,18 +191,7 @@ pub enum Notice {
 /// The event a backend writes for [`WorkerStore::create`]: `rec` as a new worker (pending,
 /// sequence 1, no outcome, latest activity = creation), whatever lifecycle fields it carried.
 pub(crate) fn creation_event(rec: &WorkerRecord) -> WorkerEvent {
-    let worker = WorkerRecord {
-        state: WorkerState::Pending,
-        sequence: 1,
-        start_time_ms: None,
-        close_time_ms: None,
-        result: None,
-        structured_result: None,
-        error: None,
-        exit_code: None,
-        last_activity_ms: rec.spec.create_time_ms,
-        ..rec.clone()
-    };
+    let worker = WorkerRecord::new(rec.id.clone(), rec.spec.clone(), rec.token_hash.clone());
     WorkerEvent {
         worker_id: worker.id.clone(),
         sequence: 1,

@@ -165,9 +165,9 @@ fn effective(depth: u32) -> Effective {
 
 /// A new worker record, as the supervisor would build it.
 pub(crate) fn record(parent: Option<&WorkerRecord>, create_time_ms: i64) -> WorkerRecord {
-    WorkerRecord {
-        id: WorkerId::generate(),
-        spec: Arc::new(SpawnSpec {
+    WorkerRecord::new(
+        WorkerId::generate(),
+        Arc::new(SpawnSpec {
             agent: "explore".to_owned(),
             description: "look around".to_owned(),
             prompt: "find where the config is loaded".to_owned(),
@@ -179,17 +179,8 @@ pub(crate) fn record(parent: Option<&WorkerRecord>, create_time_ms: i64) -> Work
             request_id: None,
             effective: effective(parent.map_or(1, |p| p.spec.depth + 1)),
         }),
-        state: WorkerState::Pending,
-        sequence: 1,
-        start_time_ms: None,
-        close_time_ms: None,
-        result: None,
-        structured_result: None,
-        error: None,
-        exit_code: None,
-        token_hash: Some(hash_token(&generate_token())),
-        last_activity_ms: create_time_ms,
-    }
+        Some(hash_token(&generate_token())),
+    )
 }
 
 /// Creates a fresh worker and returns it as stored.

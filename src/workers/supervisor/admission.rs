@@ -272,20 +272,7 @@ impl Supervisor {
             effective: eff,
         });
         let eff = &spec.effective;
-        let record = WorkerRecord {
-            id: new_id.clone(),
-            spec: spec.clone(),
-            state: WorkerState::Pending,
-            sequence: 1,
-            last_activity_ms: created_at,
-            start_time_ms: None,
-            close_time_ms: None,
-            result: None,
-            structured_result: None,
-            error: None,
-            exit_code: None,
-            token_hash: Some(hash_token(&token)),
-        };
+        let record = WorkerRecord::new(new_id.clone(), spec.clone(), Some(hash_token(&token)));
         let (created_tx, created_rx) = watch::channel(false);
         self.creating_lock().insert(new_id.clone(), created_rx);
         // Whatever happens below, waiters on the creation are released and the entry goes.
