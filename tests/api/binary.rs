@@ -326,3 +326,15 @@ impl Drop for Binary {
         }
     }
 }
+
+/// The harness's own promise: a child that exits before it listens fails the wait at once, and
+/// the panic shows what the child said.
+#[tokio::test]
+#[should_panic(expected = "unknown field `listen_adress`")]
+async fn a_child_that_exits_before_it_listens_fails_with_its_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), "bad", "listen_adress: x\n");
+    let started = std::time::Instant::now();
+    let b = tokio::time::timeout(START_WITHIN / 2, Launch::new(&config).spawn()).await;
+    panic!("no panic after {:?}: {}", started.elapsed(), b.is_ok());
+}

@@ -491,7 +491,22 @@ async fn protocol_edges_fail_one_call_with_invalid_argument() {
         let mut c = s.client.clone();
         tokio::spawn(async move { c.spawn_worker(spawn_req("task", "in flight", true)).await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    eventually(
+        "the sync spawn to be in flight",
+        Duration::from_secs(10),
+        || async {
+            let listed = s
+                .client
+                .clone()
+                .list_workers(pb::ListWorkersRequest::default())
+                .await
+                .unwrap()
+                .into_inner()
+                .workers;
+            (!listed.is_empty()).then_some(())
+        },
+    )
+    .await;
     let huge = "x".repeat(1_000_000);
     let e = c
         .resolve_agent(req(resolve("task"), &[("x-agentry-spawns", huge.as_str())]))

@@ -114,24 +114,51 @@ async fn get(c: &mut AgentRegistryServiceClient<Channel>, id: &str) -> pb::Worke
 
 /// Every (sequence, state) a watch delivers until it ends.
 async fn watch_all(
-    mut c: AgentRegistryServiceClient<Channel>,
+    c: AgentRegistryServiceClient<Channel>,
     id: String,
     after_sequence: u64,
 ) -> Vec<(u64, i32)> {
-    let mut st = c
-        .watch_worker(pb::WatchWorkerRequest {
-            worker_id: id,
-            after_sequence,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut seen = Vec::new();
+    rest_of(watch(c, id, after_sequence).await, Vec::new()).await
+}
+
+async fn watch(
+    mut c: AgentRegistryServiceClient<Channel>,
+    worker_id: String,
+    after_sequence: u64,
+) -> tonic::Streaming<pb::WatchWorkerResponse> {
+    c.watch_worker(pb::WatchWorkerRequest {
+        worker_id,
+        after_sequence,
+    })
+    .await
+    .unwrap()
+    .into_inner()
+}
+
+async fn rest_of(
+    mut st: tonic::Streaming<pb::WatchWorkerResponse>,
+    mut seen: Vec<(u64, i32)>,
+) -> Vec<(u64, i32)> {
     while let Some(ev) = st.next().await {
         let ev = ev.unwrap();
         seen.push((ev.sequence, ev.state));
     }
     seen
+}
+
+/// A watch from the start that is attached (its snapshot arrived): the task that collects
+/// every (sequence, state) until it ends.
+async fn watch_attached(
+    c: AgentRegistryServiceClient<Channel>,
+    id: String,
+) -> tokio::task::JoinHandle<Vec<(u64, i32)>> {
+    let mut st = watch(c, id, 0).await;
+    let first = tokio::time::timeout(Duration::from_secs(10), st.next())
+        .await
+        .expect("a snapshot in time")
+        .expect("a snapshot")
+        .unwrap();
+    tokio::spawn(rest_of(st, vec![(first.sequence, first.state)]))
 }
 
 /// The pid the agent of worker `id` wrote, once it has.
@@ -184,8 +211,7 @@ async fn replicas_a_worker_on_a_is_seen_listed_and_stopped_from_b() {
     );
 
     // A watch on B follows A's worker to its end.
-    let watch = tokio::spawn(watch_all(p.b.client.clone(), w.id.clone(), 0));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let watch = watch_attached(p.b.client.clone(), w.id.clone()).await;
 
     // StopWorker on B: the process on A is really gone and the row is killed.
     let started = Instant::now();
