@@ -316,6 +316,42 @@ mod tests {
         assert_eq!(f.principal("t2"), Some(Principal("bob".into())));
     }
 
+    /// The poller on tokio's clock, paused: an edit applies at the first tick after it and not
+    /// before, a broken edit keeps the tokens in force, and the poller ends with the file.
+    #[tokio::test(start_paused = true)]
+    async fn the_poller_applies_edits_at_its_ticks_and_ends_with_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens.yaml");
+        std::fs::write(&path, "t1: alice\n").unwrap();
+        let alive = || {
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks()
+        };
+        let f = TokenFile::start(Some(&path)).unwrap().unwrap();
+        assert_eq!(alive(), 1, "the poller");
+        // Different sizes, so each write is a new stamp even within one mtime tick.
+        std::fs::write(&path, "t2: bob\n").unwrap();
+        tokio::time::sleep(RELOAD_INTERVAL / 2).await;
+        assert_eq!(
+            f.principal("t1"),
+            Some(Principal("alice".into())),
+            "no tick yet"
+        );
+        tokio::time::sleep(RELOAD_INTERVAL).await;
+        assert_eq!(f.principal("t1"), None);
+        assert_eq!(f.principal("t2"), Some(Principal("bob".into())));
+
+        std::fs::write(&path, "t3: [broken\n").unwrap();
+        tokio::time::sleep(RELOAD_INTERVAL * 3).await;
+        assert_eq!(f.principal("t2"), Some(Principal("bob".into())));
+        assert_eq!(f.len(), 1);
+
+        drop(f);
+        tokio::time::sleep(RELOAD_INTERVAL * 2).await;
+        assert_eq!(alive(), 0, "the poller ended");
+    }
+
     #[test]
     fn missing_file_names_the_path() {
         let e = TokenFile::load(Path::new("/nonexistent/tokens.yaml")).unwrap_err();

@@ -36,6 +36,12 @@ enum Command {
         /// YAML configuration file (docs §8.1); `AGENTRY_*` variables override scalar keys.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Once the listener is bound, print one line `listening <address>` on stdout: the
+        /// address really bound (the port chosen for `listen: 127.0.0.1:0`, or `unix:/path`).
+        /// For scripts and tests; connections are accepted from then on, and health says when
+        /// the service is ready.
+        #[arg(long)]
+        print_addr: bool,
     },
     /// Lint persona files: load agents exactly like the service and print the merged list,
     /// shadowed entries, every diagnostic with its file and line, and hints.
@@ -119,7 +125,7 @@ fn main() -> ExitCode {
                 telemetry::init(&settings)?
             };
             let result = match cli.command {
-                Command::Serve { config } => serve(&rt, config),
+                Command::Serve { config, print_addr } => serve(&rt, config, print_addr),
                 Command::Check {
                     config,
                     workspace,
@@ -155,13 +161,20 @@ fn load_config(path: Option<PathBuf>) -> anyhow::Result<Config> {
 }
 
 /// Runs the service until SIGTERM/SIGINT, then drains for at most `shutdown_grace`; a second
-/// signal exits at once.
-fn serve(rt: &tokio::runtime::Runtime, config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+/// signal exits at once. With `print_addr`, the bound address goes to stdout first.
+fn serve(
+    rt: &tokio::runtime::Runtime,
+    config: Option<PathBuf>,
+    print_addr: bool,
+) -> anyhow::Result<ExitCode> {
     let cfg = load_config(config)?;
     rt.block_on(async move {
         let listener = Listener::bind(&cfg.listen)
             .await
             .with_context(|| format!("cannot listen on {}", cfg.listen))?;
+        if print_addr {
+            print_listening(&listener).context("cannot print the listening address")?;
+        }
         let socket = listener.socket_path().map(Path::to_owned);
         let stop = CancellationToken::new();
         watch_signals(stop.clone())?;
@@ -174,6 +187,15 @@ fn serve(rt: &tokio::runtime::Runtime, config: Option<PathBuf>) -> anyhow::Resul
     })?;
     tracing::info!("agentry stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// `listening <address>` on stdout, flushed at once: a reader waiting for it must not depend on
+/// buffering. Nothing else of `serve` writes to stdout (logs go to stderr).
+fn print_listening(listener: &Listener) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "listening {}", listener.describe())?;
+    out.flush()
 }
 
 /// First SIGTERM/SIGINT cancels `stop` (graceful shutdown); a second one exits immediately.

@@ -187,43 +187,52 @@ async fn rpc_spans_and_metrics_reach_an_otlp_receiver() {
                 .unwrap();
         }
     };
-    let arrived = eventually(Duration::from_secs(10), || async {
-        flush().await;
-        !received.rpc_spans().is_empty()
-    })
+    eventually(
+        &format!("a span of trace {TRACE_ID}"),
+        Duration::from_secs(10),
+        || async {
+            flush().await;
+            (!received.rpc_spans().is_empty()).then_some(())
+        },
+    )
     .await;
-    assert!(arrived, "no span of trace {TRACE_ID} arrived");
     let spans = received.rpc_spans();
     let (service, parent, name) = &spans[0];
     assert!(service.contains("agentry-test"), "{service}");
     assert_eq!(parent, PARENT_SPAN_ID, "the caller's span is the parent");
     assert_eq!(name, "agentry.v1.AgentRegistryService/ListAgents");
-    let has_worker_span = eventually(Duration::from_secs(10), || async {
+    eventually("a worker span", Duration::from_secs(10), || async {
         flush().await;
-        received.rpc_spans().iter().any(|(_, _, n)| n == "worker")
+        let spans = received.rpc_spans();
+        spans
+            .iter()
+            .any(|(_, _, n)| n == "worker")
+            .then_some(())
+            .ok_or(format!("spans: {spans:?}"))
     })
     .await;
-    assert!(has_worker_span, "spans: {:?}", received.rpc_spans());
 
-    let counted = eventually(Duration::from_secs(10), || async {
-        flush().await;
-        received
-            .metric_names()
-            .iter()
-            .any(|n| n == "agentry.rpc.calls")
-    })
-    .await;
-    // The worker's outcome and the discovery build are counted over the same pipeline.
-    let domain = eventually(Duration::from_secs(10), || async {
-        flush().await;
-        let names = received.metric_names();
-        ["agentry.workers.spawned", "agentry.discovery.duration"]
-            .iter()
-            .all(|want| names.iter().any(|n| n == want))
-    })
-    .await;
-    assert!(domain, "metrics: {:?}", received.metric_names());
-    assert!(counted, "metrics: {:?}", received.metric_names());
+    // The RPCs, the worker's outcome and the discovery build are counted over one pipeline.
+    for metric in [
+        "agentry.rpc.calls",
+        "agentry.workers.spawned",
+        "agentry.discovery.duration",
+    ] {
+        eventually(
+            &format!("metric {metric}"),
+            Duration::from_secs(10),
+            || async {
+                flush().await;
+                let names = received.metric_names();
+                names
+                    .iter()
+                    .any(|n| n == metric)
+                    .then_some(())
+                    .ok_or(format!("metrics: {names:?}"))
+            },
+        )
+        .await;
+    }
 
     s.stop().await.unwrap();
     let guard = Arc::into_inner(guard).expect("the only handle");

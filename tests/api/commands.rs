@@ -12,20 +12,6 @@ use crate::{
     helpers::*,
 };
 
-async fn list(s: &TestServer, ws: &Path, shadowed: bool) -> pb::ListCommandsResponse {
-    s.client
-        .clone()
-        .list_commands(pb::ListCommandsRequest {
-            workspace: ws.display().to_string(),
-            include_shadowed: shadowed,
-            page_size: 1000,
-            page_token: String::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-}
-
 async fn resolve(
     s: &TestServer,
     ws: &Path,
@@ -101,7 +87,7 @@ async fn precedence_across_all_sources_with_bundled_init_last() {
     .unwrap();
     let s = start_in(dir, cfg).await;
 
-    let r = list(&s, &ws, true).await;
+    let r = list_commands_all(&s, &ws, true).await;
     assert_eq!(names(&r.commands), ["dup", "init"]);
     let dup = &r.commands[0];
     assert_eq!(dup.template, "from source 0");
@@ -146,7 +132,7 @@ async fn precedence_across_all_sources_with_bundled_init_last() {
     assert_eq!(r.total_size, 2);
 
     // Without a workspace the .xcsh user dir wins.
-    let r = list(&s, Path::new(""), false).await;
+    let r = list_commands_all(&s, Path::new(""), false).await;
     assert_eq!(r.commands[0].template, "from source 1");
     assert!(r.shadowed.is_empty(), "only when asked for");
 }
@@ -160,7 +146,7 @@ async fn bundled_init_and_file_shapes() {
         &fixture("gemini-commands"),
         &s.home().join(".gemini/commands"),
     );
-    let r = list(&s, &ws, false).await;
+    let r = list_commands_all(&s, &ws, false).await;
     assert_eq!(
         names(&r.commands),
         [
@@ -245,7 +231,7 @@ async fn resolve_expands_arguments_by_name_or_alias() {
          Full request: 42  error handling"
     );
     assert_eq!(r.command.unwrap().name, "review-pr");
-    let list = list(&s, &ws, false).await;
+    let list = list_commands_all(&s, &ws, false).await;
     assert_eq!(r.registry_version, list.registry_version);
 
     // By base name: the nested command answers.
@@ -323,7 +309,7 @@ async fn bad_files_are_diagnostics_and_bad_requests_name_the_field() {
     );
     command(&gemini, "empty.toml", "description = \"no prompt\"\n");
     command(&gemini, "typed.toml", "prompt = 42\n");
-    let r = list(&s, &ws, false).await;
+    let r = list_commands_all(&s, &ws, false).await;
     assert_eq!(names(&r.commands), ["ok", "init"]);
     let mut got: Vec<_> = r
         .diagnostics
@@ -427,7 +413,7 @@ async fn new_commands_are_seen_and_share_the_registry_version() {
     let s = start().await;
     let ws = s.ws("proj");
     let agents_before = list_all(&s, &ws, false).await.registry_version;
-    let before = list(&s, &ws, false).await;
+    let before = list_commands_all(&s, &ws, false).await;
     assert_eq!(before.registry_version, agents_before);
     // A commands dir that does not exist yet, nested two levels deep.
     let dir = ws.join(".gemini/commands");
@@ -436,16 +422,21 @@ async fn new_commands_are_seen_and_share_the_registry_version() {
         "team/deploy/check.toml",
         "prompt = \"Check the deploy of {{args}}\"",
     );
-    let seen = eventually(Duration::from_secs(3), || async {
-        list(&s, &ws, false)
-            .await
-            .commands
-            .iter()
-            .any(|c| c.name == "team:deploy:check")
-    })
+    // A new command must be visible within about a second.
+    eventually(
+        "the new command team:deploy:check",
+        Duration::from_secs(3),
+        || async {
+            let listed = list_commands_all(&s, &ws, false).await;
+            let names = names(&listed.commands);
+            names
+                .contains(&"team:deploy:check")
+                .then_some(())
+                .ok_or(format!("{names:?}"))
+        },
+    )
     .await;
-    assert!(seen, "a new command must be visible within about a second");
-    let after = list(&s, &ws, false).await;
+    let after = list_commands_all(&s, &ws, false).await;
     assert_ne!(after.registry_version, before.registry_version);
     assert_eq!(
         list_all(&s, &ws, false).await.registry_version,
@@ -453,19 +444,23 @@ async fn new_commands_are_seen_and_share_the_registry_version() {
     );
     // An edit below it changes the version again; a delete brings it back.
     std::fs::write(dir.join("team/deploy/check.toml"), "prompt = \"v2\"").unwrap();
-    let edited = eventually(Duration::from_secs(3), || async {
-        resolve(&s, &ws, "check", "")
-            .await
-            .is_ok_and(|r| r.expanded == "v2")
+    eventually("the edit to be visible", Duration::from_secs(3), || async {
+        match resolve(&s, &ws, "check", "").await {
+            Ok(r) if r.expanded == "v2" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
     })
     .await;
-    assert!(edited, "an edit must be visible");
     std::fs::remove_dir_all(&dir).unwrap();
-    let gone = eventually(Duration::from_secs(3), || async {
-        list(&s, &ws, false).await.registry_version == before.registry_version
-    })
+    eventually(
+        "deleting the command to restore the version",
+        Duration::from_secs(3),
+        || async {
+            let now = list_commands_all(&s, &ws, false).await.registry_version;
+            (now == before.registry_version).then_some(()).ok_or(now)
+        },
+    )
     .await;
-    assert!(gone, "deleting the command restores the version");
 }
 
 #[tokio::test]
@@ -476,32 +471,29 @@ async fn pagination_walks_every_command_once() {
     for i in 0..7 {
         command(&dir, &format!("c{i}.md"), "t");
     }
-    let mut seen = Vec::new();
-    let mut token = String::new();
-    let mut pages = 0;
-    loop {
+    let pages = walk_pages(|page_token| async {
         let r = s
             .client
             .clone()
             .list_commands(pb::ListCommandsRequest {
                 workspace: ws.display().to_string(),
                 page_size: 3,
-                page_token: token.clone(),
+                page_token,
                 include_shadowed: false,
             })
             .await
             .unwrap()
             .into_inner();
         assert_eq!(r.total_size, 8);
-        seen.extend(r.commands.into_iter().map(|c| c.name));
-        pages += 1;
-        if r.next_page_token.is_empty() {
-            break;
-        }
-        token = r.next_page_token;
-    }
-    assert_eq!(pages, 3);
-    assert_eq!(seen, ["c0", "c1", "c2", "c3", "c4", "c5", "c6", "init"]);
+        let names = r.commands.into_iter().map(|c| c.name).collect();
+        (names, r.next_page_token)
+    })
+    .await;
+    assert_eq!(pages.len(), 3);
+    assert_eq!(
+        pages.concat(),
+        ["c0", "c1", "c2", "c3", "c4", "c5", "c6", "init"]
+    );
 
     let first = s
         .client
@@ -529,20 +521,27 @@ async fn pagination_walks_every_command_once() {
     assert_bad_field(&e, "page_token");
     // … and to the registry version: a change between pages aborts the listing.
     command(&dir, "new.md", "t");
-    let aborted = eventually(Duration::from_secs(3), || async {
-        s.client
-            .clone()
-            .list_commands(pb::ListCommandsRequest {
-                workspace: ws.display().to_string(),
-                page_size: 3,
-                page_token: first.next_page_token.clone(),
-                include_shadowed: false,
-            })
-            .await
-            .is_err_and(|e| e.code() == Code::Aborted)
-    })
+    eventually(
+        "a page token from an older registry to be ABORTED",
+        Duration::from_secs(3),
+        || async {
+            match s
+                .client
+                .clone()
+                .list_commands(pb::ListCommandsRequest {
+                    workspace: ws.display().to_string(),
+                    page_size: 3,
+                    page_token: first.next_page_token.clone(),
+                    include_shadowed: false,
+                })
+                .await
+            {
+                Err(e) if e.code() == Code::Aborted => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
     .await;
-    assert!(aborted, "a page token from an older registry is ABORTED");
 }
 
 #[tokio::test]

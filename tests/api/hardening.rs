@@ -227,20 +227,22 @@ async fn a_worker_shared_by_two_waiting_callers_lives_until_the_last_one_leaves(
         })
     };
     let first = waiting("shared brief");
-    let id = loop {
-        let listed = s
-            .client
-            .clone()
-            .list_workers(pb::ListWorkersRequest::default())
-            .await
-            .unwrap()
-            .into_inner()
-            .workers;
-        if let Some(w) = listed.first() {
-            break w.id.clone();
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let id = eventually(
+        "the shared worker to be listed",
+        Duration::from_secs(10),
+        || async {
+            let listed = s
+                .client
+                .clone()
+                .list_workers(pb::ListWorkersRequest::default())
+                .await
+                .unwrap()
+                .into_inner()
+                .workers;
+            listed.first().map(|w| w.id.clone())
+        },
+    )
+    .await;
     wait_state(&s, &id, pb::WorkerState::Running).await;
     let second = waiting("shared brief");
     // The second caller is attached before the first one leaves.
@@ -489,7 +491,22 @@ async fn protocol_edges_fail_one_call_with_invalid_argument() {
         let mut c = s.client.clone();
         tokio::spawn(async move { c.spawn_worker(spawn_req("task", "in flight", true)).await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    eventually(
+        "the sync spawn to be in flight",
+        Duration::from_secs(10),
+        || async {
+            let listed = s
+                .client
+                .clone()
+                .list_workers(pb::ListWorkersRequest::default())
+                .await
+                .unwrap()
+                .into_inner()
+                .workers;
+            (!listed.is_empty()).then_some(())
+        },
+    )
+    .await;
     let huge = "x".repeat(1_000_000);
     let e = c
         .resolve_agent(req(resolve("task"), &[("x-agentry-spawns", huge.as_str())]))

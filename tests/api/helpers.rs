@@ -153,26 +153,90 @@ pub async fn list_all(s: &TestServer, ws: &Path, shadowed: bool) -> pb::ListAgen
         .into_inner()
 }
 
+/// Lists every workflow command (one big page) for a workspace.
+pub async fn list_commands_all(
+    s: &TestServer,
+    ws: &Path,
+    shadowed: bool,
+) -> pb::ListCommandsResponse {
+    s.client
+        .clone()
+        .list_commands(pb::ListCommandsRequest {
+            workspace: ws.display().to_string(),
+            include_shadowed: shadowed,
+            page_size: 1000,
+            page_token: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// Walks a paged listing from its first page: `page(token)` fetches one page and returns its
+/// items and `next_page_token`. Every page's items, in order; a listing that never ends fails.
+pub async fn walk_pages<T, F, Fut>(mut page: F) -> Vec<Vec<T>>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = (Vec<T>, String)>,
+{
+    let mut pages = Vec::new();
+    let mut token = String::new();
+    loop {
+        let (items, next) = page(token).await;
+        pages.push(items);
+        if next.is_empty() {
+            return pages;
+        }
+        assert!(pages.len() < 1000, "the listing never ends");
+        token = next;
+    }
+}
+
 /// Names of a list of agents.
 pub fn names(agents: &[pb::Agent]) -> Vec<String> {
     agents.iter().map(|a| a.name.clone()).collect()
 }
 
-/// Polls `f` until it returns true or `within` passes.
-pub async fn eventually<F, Fut>(within: Duration, mut f: F) -> bool
+/// What one poll of [`eventually`] saw: `Ok`/`Some` ends the wait with its value; `Err` is the
+/// observation shown if the wait runs out (`None` has nothing to show).
+pub trait Poll<T> {
+    fn seen(self) -> Result<T, String>;
+}
+
+impl<T> Poll<T> for Option<T> {
+    fn seen(self) -> Result<T, String> {
+        self.ok_or_else(|| "nothing yet".to_owned())
+    }
+}
+
+impl<T> Poll<T> for Result<T, String> {
+    fn seen(self) -> Result<T, String> {
+        self
+    }
+}
+
+/// How often [`eventually`] polls.
+pub const POLL_EVERY: Duration = Duration::from_millis(20);
+
+/// Polls `f` every [`POLL_EVERY`] until it gives a value, and returns that value; panics naming
+/// `what` was awaited and the last observation once `within` has passed. It sleeps on tokio's
+/// clock, so the runtime (and a server on it) keeps running between polls.
+pub async fn eventually<T, P, F, Fut>(what: &str, within: Duration, mut f: F) -> T
 where
+    P: Poll<T>,
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
+    Fut: std::future::Future<Output = P>,
 {
-    let deadline = tokio::time::Instant::now() + within;
+    let started = tokio::time::Instant::now();
     loop {
-        if f().await {
-            return true;
+        let last = match f().await.seen() {
+            Ok(v) => return v,
+            Err(last) => last,
+        };
+        if started.elapsed() >= within {
+            panic!("waited {within:?} for {what}; last seen: {last}");
         }
-        if tokio::time::Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
+        tokio::time::sleep(POLL_EVERY).await;
     }
 }
 
@@ -214,6 +278,22 @@ pub fn pid_alive(pid: i32) -> bool {
         Ok(stat) => !stat.split(") ").nth(1).is_some_and(|r| r.starts_with('Z')),
         Err(_) => false,
     }
+}
+
+/// The pid an agent script wrote into `path` (`echo $$ > file`), once the whole line is there.
+pub async fn pid_in(path: &Path) -> i32 {
+    eventually(
+        &format!("a pid in {}", path.display()),
+        Duration::from_secs(20),
+        || async {
+            let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+            match text.strip_suffix('\n').map(str::parse) {
+                Some(Ok(pid)) => Ok(pid),
+                _ => Err(format!("{text:?}")),
+            }
+        },
+    )
+    .await
 }
 
 /// GetWorker, unwrapped.

@@ -3,7 +3,6 @@
 
 use std::{
     path::PathBuf,
-    process::Stdio,
     time::{Duration, Instant},
 };
 
@@ -11,17 +10,14 @@ use agentry::grpc::{
     Listener,
     pb::{self, agent_registry_service_client::AgentRegistryServiceClient},
 };
-use hyper_util::rt::TokioIo;
-use nix::{sys::signal, unistd::Pid};
-use tonic::{
-    Code,
-    transport::{Channel, Endpoint, Uri},
-};
-use tonic_health::pb::{
-    HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
-};
+use nix::sys::signal::Signal;
+use tonic::{Code, transport::Channel};
+use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
-use crate::helpers::*;
+use crate::{
+    binary::{self, Binary, Launch},
+    helpers::*,
+};
 
 fn list_req() -> pb::ListAgentsRequest {
     pb::ListAgentsRequest {
@@ -138,13 +134,12 @@ async fn tokens_file_edits_apply_while_running() {
         Code::Unauthenticated
     );
     std::fs::write(&tokens, "tok-bob: bob\n").unwrap();
-    assert!(
-        eventually(Duration::from_secs(3), || async {
-            list_with(&s, &bob).await.is_ok()
-        })
-        .await,
-        "the new token was not accepted within 3 s"
-    );
+    eventually(
+        "the new token to be accepted",
+        Duration::from_secs(3),
+        || async { list_with(&s, &bob).await.map_err(|e| format!("{e:?}")) },
+    )
+    .await;
     let e = list_with(&s, &[("authorization", "Bearer tok-alice")])
         .await
         .unwrap_err();
@@ -172,21 +167,6 @@ async fn a_bad_tokens_file_fails_start_up_naming_it() {
     assert!(msg.contains("mapping"), "{msg}");
 }
 
-/// A channel over a Unix domain socket.
-async fn unix_channel(path: PathBuf) -> Channel {
-    // The URI is required by the API but unused: the connector ignores it.
-    Endpoint::try_from("http://[::]:50051")
-        .unwrap()
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move {
-                Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?))
-            }
-        }))
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn serves_on_a_unix_socket() {
     let dir = tempfile::tempdir().unwrap();
@@ -199,7 +179,7 @@ async fn serves_on_a_unix_socket() {
     let server = tokio::spawn(agentry::grpc::run(cfg, listener, async move {
         let _ = rx.await;
     }));
-    let channel = unix_channel(sock).await;
+    let channel = binary::unix_channel(sock).await.unwrap();
     let resp = AgentRegistryServiceClient::new(channel.clone())
         .list_agents(list_req())
         .await
@@ -210,121 +190,105 @@ async fn serves_on_a_unix_socket() {
     server.await.unwrap().unwrap();
 }
 
-/// The real binary, serving on a free port with `grace`.
-struct Binary {
-    child: tokio::process::Child,
-    addr: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Binary {
-    async fn start(grace: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr = format!("127.0.0.1:{port}");
-        let config = dir.path().join("agentry.yaml");
-        std::fs::write(
-            &config,
-            format!(
-                "listen: {addr}\nhome: {home}\nstore: {{path: {db}}}\nshutdown_grace: {grace}\n\
-                 executor: {{kill_grace: 200ms}}\n",
-                home = dir.path().display(),
-                db = dir.path().join("agentry.db").display(),
-            ),
+#[tokio::test]
+async fn print_addr_says_on_stdout_where_the_binary_listens() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let yaml = |name: &str| {
+        format!(
+            "home: {home}\nstore: {{path: {db}}}\n",
+            home = root.display(),
+            db = root.join(format!("{name}.db")).display()
         )
-        .unwrap();
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentry"))
-            .arg("serve")
-            .arg("--config")
-            .arg(&config)
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .env_remove("AGENTRY_LISTEN")
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let b = Self {
-            child,
-            addr,
-            _dir: dir,
-        };
-        b.wait_serving().await;
-        b
-    }
-
-    async fn channel(&self) -> Option<Channel> {
-        Channel::from_shared(format!("http://{}", self.addr))
-            .unwrap()
-            .connect()
+    };
+    let serves = |b: Binary| async move {
+        let listed = b
+            .client()
             .await
-            .ok()
-    }
-
-    async fn wait_serving(&self) {
-        let serving = eventually(Duration::from_secs(20), || async {
-            let Some(ch) = self.channel().await else {
-                return false;
-            };
-            HealthClient::new(ch)
-                .check(HealthCheckRequest {
-                    service: String::new(),
-                })
-                .await
-                .is_ok_and(|r| r.into_inner().status == ServingStatus::Serving as i32)
-        })
-        .await;
-        assert!(serving, "the binary never became SERVING");
-    }
-
-    fn signal(&self, sig: signal::Signal) {
-        let pid = Pid::from_raw(self.child.id().unwrap() as i32);
-        signal::kill(pid, sig).unwrap();
-    }
-
-    /// Opens a health Watch and reads its first answer: a call that is in flight on the server
-    /// and never ends by itself, so a graceful drain has to wait for it.
-    async fn hang_a_call(&self) -> tonic::Streaming<tonic_health::pb::HealthCheckResponse> {
-        let mut watch = HealthClient::new(self.channel().await.unwrap())
-            .watch(HealthCheckRequest {
-                service: String::new(),
-            })
+            .list_agents(list_req())
             .await
             .unwrap()
             .into_inner();
-        watch.message().await.unwrap().expect("a first status");
-        watch
-    }
+        assert!(names(&listed.agents).contains(&"explore".to_owned()));
+    };
+    // Port 0: the port the system chose, in the one line on stdout.
+    let tcp = Launch::new(&binary::config(root, "tcp", &yaml("tcp")))
+        .start()
+        .await;
+    let port: u16 = tcp
+        .addr
+        .strip_prefix("127.0.0.1:")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("not 127.0.0.1:<port>: {:?}", tcp.addr));
+    assert_ne!(port, 0);
+    assert_eq!(tcp.stdout_lines(), [format!("listening 127.0.0.1:{port}")]);
+    serves(tcp).await;
+    // A Unix socket: its path.
+    let sock = root.join("agentry.sock");
+    let config = root.join("unix.yaml");
+    std::fs::write(
+        &config,
+        format!("listen: unix:{}\n{}", sock.display(), yaml("unix")),
+    )
+    .unwrap();
+    let unix = Launch::new(&config).start().await;
+    assert_eq!(unix.addr, format!("unix:{}", sock.display()));
+    assert_eq!(unix.stdout_lines(), [format!("listening {}", unix.addr)]);
+    serves(unix).await;
+}
 
-    async fn exit_within(&mut self, within: Duration) -> (std::process::ExitStatus, Duration) {
-        let started = Instant::now();
-        let status = tokio::time::timeout(within, self.child.wait())
-            .await
-            .unwrap_or_else(|_| panic!("still running after {within:?}"))
-            .unwrap();
-        (status, started.elapsed())
-    }
+/// The real binary with `grace` as its shutdown_grace, SERVING.
+async fn with_grace(dir: &std::path::Path, grace: &str) -> Binary {
+    let config = binary::config(
+        dir,
+        "agentry",
+        &format!(
+            "home: {home}\nstore: {{path: {db}}}\nshutdown_grace: {grace}\n\
+             executor: {{kill_grace: 200ms}}\n",
+            home = dir.display(),
+            db = dir.join("agentry.db").display(),
+        ),
+    );
+    Launch::new(&config).env("RUST_LOG", "info").start().await
+}
+
+/// Opens a health Watch and reads its first answer: a call that is in flight on the server
+/// and never ends by itself, so a graceful drain has to wait for it.
+async fn hang_a_call(b: &Binary) -> tonic::Streaming<tonic_health::pb::HealthCheckResponse> {
+    let mut watch = HealthClient::new(b.channel().await.unwrap())
+        .watch(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    watch.message().await.unwrap().expect("a first status");
+    watch
+}
+
+/// Waits for the exit; the status and how long it took from now.
+async fn exit_within(b: &Binary, within: Duration) -> (std::process::ExitStatus, Duration) {
+    let started = Instant::now();
+    let status = b.exit_within(within).await;
+    (status, started.elapsed())
 }
 
 #[tokio::test]
 async fn sigterm_drains_and_exits_zero() {
-    let mut b = Binary::start("5s").await;
-    b.signal(signal::Signal::SIGTERM);
-    let (status, _) = b.exit_within(Duration::from_secs(5)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let b = with_grace(dir.path(), "5s").await;
+    b.signal(Signal::SIGTERM);
+    let (status, _) = exit_within(&b, Duration::from_secs(5)).await;
     assert!(status.success(), "{status:?}");
 }
 
 #[tokio::test]
 async fn a_call_that_never_ends_is_cut_at_shutdown_grace() {
-    let mut b = Binary::start("1s").await;
-    let _call = b.hang_a_call().await;
-    b.signal(signal::Signal::SIGTERM);
-    let (status, took) = b.exit_within(Duration::from_secs(6)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let b = with_grace(dir.path(), "1s").await;
+    let _call = hang_a_call(&b).await;
+    b.signal(Signal::SIGTERM);
+    let (status, took) = exit_within(&b, Duration::from_secs(6)).await;
     assert!(status.success(), "{status:?}");
     assert!(
         took >= Duration::from_millis(800),
@@ -334,76 +298,46 @@ async fn a_call_that_never_ends_is_cut_at_shutdown_grace() {
 
 #[tokio::test]
 async fn a_second_signal_exits_at_once() {
-    let mut b = Binary::start("60s").await;
-    let _call = b.hang_a_call().await;
-    b.signal(signal::Signal::SIGTERM);
+    let dir = tempfile::tempdir().unwrap();
+    let b = with_grace(dir.path(), "60s").await;
+    let _call = hang_a_call(&b).await;
+    b.signal(Signal::SIGTERM);
+    // The first signal has started the drain, which then goes on.
+    b.log_until(
+        "shutting down; a second signal exits at once",
+        Duration::from_secs(10),
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        b.child.try_wait().unwrap().is_none(),
-        "exited before the drain"
-    );
-    b.signal(signal::Signal::SIGINT);
-    let (status, _) = b.exit_within(Duration::from_secs(3)).await;
+    assert!(b.try_wait().is_none(), "exited before the drain");
+    b.signal(Signal::SIGINT);
+    let (status, _) = exit_within(&b, Duration::from_secs(3)).await;
     assert!(!status.success(), "{status:?}");
 }
 
 /// The real binary's log lines up to its `agentry listening` line, as a user sees them (text
 /// format, no colour), with `executor` as the whole `executor:` config value (none: defaults).
-fn start_up_log(dir: &std::path::Path, name: &str, executor: Option<&str>) -> Vec<String> {
-    use std::io::BufRead;
-    let config = dir.join(format!("{name}.yaml"));
+async fn start_up_log(dir: &std::path::Path, name: &str, executor: Option<&str>) -> Vec<String> {
     let mut yaml = format!(
-        "listen: 127.0.0.1:0\nhome: {home}\nstore: {{path: {db}}}\n",
+        "home: {home}\nstore: {{path: {db}}}\n",
         home = dir.display(),
         db = dir.join(format!("{name}.db")).display(),
     );
     if let Some(e) = executor {
         yaml.push_str(&format!("executor: {e}\n"));
     }
-    std::fs::write(&config, yaml).unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_agentry"))
-        .args(["serve", "--config"])
-        .arg(&config)
-        .env("NO_COLOR", "1")
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut log = Vec::new();
-    while !log
-        .last()
-        .is_some_and(|l: &String| l.contains("agentry listening"))
-    {
-        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(line) => log.push(line),
-            Err(e) => panic!("{e}: no `agentry listening` line; log so far: {log:#?}"),
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    log
+    let config = binary::config(dir, name, &yaml);
+    let b = Launch::new(&config).env("RUST_LOG", "info").spawn().await;
+    b.log_until("agentry listening", Duration::from_secs(30))
+        .await
 }
 
 fn lines_with<'a>(log: &'a [String], needle: &str) -> Vec<&'a String> {
     log.iter().filter(|l| l.contains(needle)).collect()
 }
 
-#[test]
-fn start_up_says_in_one_line_when_the_executor_cannot_run() {
+#[tokio::test]
+async fn start_up_says_in_one_line_when_the_executor_cannot_run() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let missing = root.join("no-such-runtime");
@@ -422,7 +356,8 @@ fn start_up_says_in_one_line_when_the_executor_cannot_run() {
             root,
             name,
             Some(&format!("{{command: [{}]}}", program.display())),
-        );
+        )
+        .await;
         let warning = lines_with(&log, "executor.command cannot run");
         assert_eq!(warning.len(), 1, "{name}: {log:#?}");
         let line = warning[0];
@@ -438,15 +373,15 @@ fn start_up_says_in_one_line_when_the_executor_cannot_run() {
     // The embedded default, the README's first run (unless this machine has that runtime).
     let default = std::path::Path::new("/usr/local/bin/run-agent");
     if !default.exists() {
-        let log = start_up_log(root, "default", None);
+        let log = start_up_log(root, "default", None).await;
         let warning = lines_with(&log, "executor.command cannot run");
         assert_eq!(warning.len(), 1, "{log:#?}");
         assert!(warning[0].contains("program=\"/usr/local/bin/run-agent\""));
     }
 }
 
-#[test]
-fn start_up_is_quiet_about_an_executor_that_can_run() {
+#[tokio::test]
+async fn start_up_is_quiet_about_an_executor_that_can_run() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let runtime = script(&root.join("bin"), "run-agent", "cat");
@@ -454,7 +389,8 @@ fn start_up_is_quiet_about_an_executor_that_can_run() {
         root,
         "path",
         Some(&format!("{{command: [{}]}}", runtime.display())),
-    );
+    )
+    .await;
     assert!(lines_with(&log, "cannot run").is_empty(), "{log:#?}");
     let ready = lines_with(&log, "executor.command ready");
     assert_eq!(ready.len(), 1, "{log:#?}");
@@ -467,7 +403,8 @@ fn start_up_is_quiet_about_an_executor_that_can_run() {
             "{{command: [run-agent], env: {{PATH: {}}}}}",
             root.join("bin").display()
         )),
-    );
+    )
+    .await;
     assert!(lines_with(&log, "cannot run").is_empty(), "{log:#?}");
     assert_eq!(lines_with(&log, "executor.command ready").len(), 1);
 }

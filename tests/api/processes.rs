@@ -1,13 +1,14 @@
 //! No process outlives its worker (docs/operations.md §8.2): daemons that left the process
 //! group, agents of a SIGKILLed server, and one store file per process — with the real binary.
 
-use std::{process::Command, time::Duration};
+use std::time::Duration;
 
 use agentry::grpc::pb;
 
 use crate::{
+    binary::{Launch, start},
     helpers::{eventually, pid_alive},
-    restart::{connect, fixture, start_binary},
+    restart::fixture,
 };
 
 /// Pids written one per line into `path` by the agent scripts.
@@ -28,8 +29,8 @@ async fn a_daemon_that_called_setsid_dies_with_its_worker() {
         "kill_grace: 1s, ",
     );
     let root = f.dir.path();
-    let _server = start_binary(&f.config);
-    let mut c = connect(&f.addr).await;
+    let server = start(&f.config).await;
+    let mut c = server.client().await;
     let started = std::time::Instant::now();
     let w = c
         .spawn_worker(pb::SpawnWorkerRequest {
@@ -70,8 +71,15 @@ async fn a_daemon_that_called_setsid_dies_with_its_worker() {
         .worker
         .unwrap();
     let file = root.join("daemons");
-    assert!(eventually(Duration::from_secs(10), || async { pids(&file).len() == 2 }).await);
-    let daemon = pids(&file)[1];
+    let daemon = eventually(
+        "the second daemon's pid",
+        Duration::from_secs(10),
+        || async {
+            let pids = pids(&file);
+            pids.get(1).copied().ok_or(format!("{pids:?}"))
+        },
+    )
+    .await;
     assert!(pid_alive(daemon));
     let stopped = c
         .stop_worker(pb::StopWorkerRequest {
@@ -96,8 +104,8 @@ async fn a_restart_after_kill_9_kills_every_process_left_behind() {
         "",
     );
     let root = f.dir.path();
-    let mut server = start_binary(&f.config);
-    let mut c = connect(&f.addr).await;
+    let server = start(&f.config).await;
+    let mut c = server.client().await;
     let mut ids = Vec::new();
     for i in 0..WORKERS {
         let w = c
@@ -114,19 +122,24 @@ async fn a_restart_after_kill_9_kills_every_process_left_behind() {
         ids.push(w.id);
     }
     let file = root.join("pids");
-    assert!(
-        eventually(Duration::from_secs(20), || async {
-            pids(&file).len() == 2 * WORKERS
-        })
-        .await
-    );
-    server.0.kill().unwrap();
-    server.0.wait().unwrap();
-    let left = pids(&file);
+    let left = eventually(
+        "a pid for every agent and daemon",
+        Duration::from_secs(20),
+        || async {
+            let pids = pids(&file);
+            if pids.len() == 2 * WORKERS {
+                Ok(pids)
+            } else {
+                Err(format!("{pids:?}"))
+            }
+        },
+    )
+    .await;
+    server.kill_9();
     assert!(left.iter().all(|p| pid_alive(*p)), "all survive the crash");
 
-    let _server = start_binary(&f.config);
-    let mut c = connect(&f.addr).await;
+    let server = start(&f.config).await;
+    let mut c = server.client().await;
     let alive: Vec<i32> = left.iter().copied().filter(|p| pid_alive(*p)).collect();
     assert!(alive.is_empty(), "still alive after the restart: {alive:?}");
     for id in ids {
@@ -145,8 +158,8 @@ async fn a_restart_after_kill_9_kills_every_process_left_behind() {
 #[tokio::test]
 async fn a_second_server_on_the_same_store_refuses_to_start_naming_the_holder() {
     let f = fixture("cat > /dev/null\nsleep 1\necho first", "", "");
-    let server = start_binary(&f.config);
-    let mut c = connect(&f.addr).await;
+    let server = start(&f.config).await;
+    let mut c = server.client().await;
     let running = {
         let mut c = c.clone();
         tokio::spawn(async move {
@@ -159,22 +172,11 @@ async fn a_second_server_on_the_same_store_refuses_to_start_naming_the_holder() 
             .await
         })
     };
-    // The same store on another port.
-    let second = f.dir.path().join("second.yaml");
-    let text = std::fs::read_to_string(&f.config)
-        .unwrap()
-        .replace(&f.addr, "127.0.0.1:0");
-    std::fs::write(&second, text).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_agentry"))
-        .args(["serve", "--config"])
-        .arg(&second)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The same config, so the same store (each process picks its own port).
+    let stderr = Launch::new(&f.config).fails().await;
     assert!(
         stderr.contains("is in use by another agentry process")
-            && stderr.contains(&format!("pid {}", server.0.id())),
+            && stderr.contains(&format!("pid {}", server.pid())),
         "{stderr}"
     );
     // The first server's worker was not touched.

@@ -538,29 +538,26 @@ async fn pagination_walks_every_agent_once() {
         );
     }
     let mut c = s.client.clone();
-    let mut seen = Vec::new();
-    let mut token = String::new();
-    let mut pages = 0;
-    loop {
-        let r = c
-            .list_agents(pb::ListAgentsRequest {
-                workspace: ws.display().to_string(),
-                page_size: 10,
-                page_token: token.clone(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        assert_eq!(r.total_size, 31);
-        pages += 1;
-        seen.extend(names(&r.agents));
-        if r.next_page_token.is_empty() {
-            break;
+    let pages = walk_pages(|page_token| {
+        let (mut c, ws) = (c.clone(), ws.display().to_string());
+        async move {
+            let r = c
+                .list_agents(pb::ListAgentsRequest {
+                    workspace: ws,
+                    page_size: 10,
+                    page_token,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(r.total_size, 31);
+            (names(&r.agents), r.next_page_token)
         }
-        token = r.next_page_token;
-    }
-    assert_eq!(pages, 4);
+    })
+    .await;
+    assert_eq!(pages.len(), 4);
+    let seen = pages.concat();
     assert_eq!(seen.len(), 31);
     assert_eq!(seen[0], "a00");
     assert_eq!(seen[30], "quick_task");
@@ -631,31 +628,35 @@ async fn hot_reload_of_add_edit_and_delete() {
                 .map(|r| r.into_inner().agent.unwrap().description)
         }
     };
-    assert!(
-        eventually(Duration::from_secs(2), || async {
-            desc(&s).await.as_deref() == Some("v1")
-        })
-        .await,
-        "added persona visible"
-    );
+    eventually("the added persona", Duration::from_secs(2), || async {
+        let d = desc(&s).await;
+        (d.as_deref() == Some("v1"))
+            .then_some(())
+            .ok_or(format!("{d:?}"))
+    })
+    .await;
     let v1 = list_all(&s, &ws, false).await.registry_version;
     assert_ne!(v0, v1);
     simple(file.parent().unwrap(), "new.md", "newbie", "v2");
-    assert!(
-        eventually(Duration::from_secs(2), || async {
-            desc(&s).await.as_deref() == Some("v2")
-        })
-        .await,
-        "edited persona visible"
-    );
+    eventually("the edited persona", Duration::from_secs(2), || async {
+        let d = desc(&s).await;
+        (d.as_deref() == Some("v2"))
+            .then_some(())
+            .ok_or(format!("{d:?}"))
+    })
+    .await;
     std::fs::remove_file(&file).unwrap();
-    assert!(
-        eventually(Duration::from_secs(2), || async {
-            desc(&s).await.is_none()
-        })
-        .await,
-        "deleted persona gone"
-    );
+    eventually(
+        "the deleted persona to go",
+        Duration::from_secs(2),
+        || async {
+            match desc(&s).await {
+                None => Ok(()),
+                Some(d) => Err(d),
+            }
+        },
+    )
+    .await;
     assert_eq!(
         list_all(&s, &ws, false).await.registry_version,
         v0,
@@ -663,17 +664,20 @@ async fn hot_reload_of_add_edit_and_delete() {
     );
     // User dir created after start.
     simple(&s.home().join(".codex/agents"), "u.md", "user-agent", "u");
-    assert!(
-        eventually(Duration::from_secs(2), || {
+    eventually(
+        "the agent of a user dir created after start",
+        Duration::from_secs(2),
+        || {
             let (mut c, ws) = (c.clone(), ws.clone());
             async move {
                 c.resolve_agent(resolve_req("user-agent", &ws))
                     .await
-                    .is_ok()
+                    .map(drop)
+                    .map_err(|e| format!("{e:?}"))
             }
-        })
-        .await
-    );
+        },
+    )
+    .await;
 }
 
 #[tokio::test]

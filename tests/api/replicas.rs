@@ -5,18 +5,18 @@
 //! Needs `AGENTRY_TEST_POSTGRES_URL`; without it each test passes at once and the skip is
 //! printed once.
 
-use std::{
-    process::{Command, Stdio},
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use agentry::grpc::pb::{self, agent_registry_service_client::AgentRegistryServiceClient};
 use agentry::workers::store::testdb::TestDb;
+use nix::sys::signal::Signal;
 use tokio_stream::StreamExt;
 use tonic::transport::Channel;
 
-use crate::helpers::{eventually, pid_alive, req, script};
-use crate::restart::Server;
+use crate::{
+    binary::{self, Binary, Launch},
+    helpers::{eventually, pid_alive, pid_in, req, script},
+};
 
 /// The agent: records its pid, token and each run, then answers fast (`quick`), after a
 /// second (`slowish`) or never (anything else: sleeps until killed).
@@ -30,10 +30,9 @@ case "$input" in
   *) exec sleep 30 ;;
 esac"#;
 
-/// One replica: its process, address and client.
+/// One replica: its process and a client.
 struct Replica {
-    server: Server,
-    addr: String,
+    server: Binary,
     client: AgentRegistryServiceClient<Channel>,
 }
 
@@ -47,90 +46,35 @@ struct Pair {
     _db: TestDb,
 }
 
-fn free_addr() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    format!("127.0.0.1:{port}")
-}
-
-/// Writes the config of replica `name` on `url` and returns (address, config path).
+/// Writes the config of replica `name` on `url` and returns its path.
 fn replica_config(
     root: &std::path::Path,
     name: &str,
     url: &str,
     extra: &str,
-) -> (String, std::path::PathBuf) {
-    let addr = free_addr();
+) -> std::path::PathBuf {
     let bin = root.join("run-agent");
     if !bin.exists() {
         script(root, "run-agent", AGENT);
     }
     std::fs::create_dir_all(root.join("home")).unwrap();
-    let config = root.join(format!("{name}.yaml"));
-    std::fs::write(
-        &config,
-        format!(
-            "listen: {addr}\nhome: {home}\nstore: {{url: '{url}'}}\nreplica: {{name: {name}, lease: 2s}}\n\
+    binary::config(
+        root,
+        name,
+        &format!(
+            "home: {home}\nstore: {{url: '{url}'}}\nreplica: {{name: {name}, lease: 2s}}\n\
              {extra}executor: {{command: [{bin}], kill_grace: 1s, env: {{OUT: {out}}}}}\n",
             home = root.join("home").display(),
             bin = bin.display(),
             out = root.display(),
         ),
     )
-    .unwrap();
-    (addr, config)
-}
-
-/// Starts the binary with its log in `<dir>/<name>.log`.
-fn start_logged(root: &std::path::Path, name: &str, config: &std::path::Path) -> Server {
-    let log = std::fs::File::create(root.join(format!("{name}.log"))).unwrap();
-    Server(
-        Command::new(env!("CARGO_BIN_EXE_agentry"))
-            .args(["serve", "--config"])
-            .arg(config)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    )
-}
-
-/// A client once the server answers (an UNAUTHENTICATED answer counts: auth may be on).
-async fn connect(addr: &str) -> AgentRegistryServiceClient<Channel> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(ch) = Channel::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect()
-            .await
-        {
-            let mut c = AgentRegistryServiceClient::new(ch);
-            match c.list_agents(pb::ListAgentsRequest::default()).await {
-                Ok(_) => return c,
-                Err(e) if e.code() == tonic::Code::Unauthenticated => return c,
-                Err(_) => {}
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "server did not come up on {addr}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn start_replica(root: &std::path::Path, name: &str, url: &str, extra: &str) -> Replica {
-    let (addr, config) = replica_config(root, name, url, extra);
-    let server = start_logged(root, name, &config);
-    let client = connect(&addr).await;
-    Replica {
-        server,
-        addr,
-        client,
-    }
+    let server = binary::start(&replica_config(root, name, url, extra)).await;
+    let client = server.client().await;
+    Replica { server, client }
 }
 
 async fn pair(extra: &str) -> Option<Pair> {
@@ -170,19 +114,31 @@ async fn get(c: &mut AgentRegistryServiceClient<Channel>, id: &str) -> pb::Worke
 
 /// Every (sequence, state) a watch delivers until it ends.
 async fn watch_all(
-    mut c: AgentRegistryServiceClient<Channel>,
+    c: AgentRegistryServiceClient<Channel>,
     id: String,
     after_sequence: u64,
 ) -> Vec<(u64, i32)> {
-    let mut st = c
-        .watch_worker(pb::WatchWorkerRequest {
-            worker_id: id,
-            after_sequence,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut seen = Vec::new();
+    rest_of(watch(c, id, after_sequence).await, Vec::new()).await
+}
+
+async fn watch(
+    mut c: AgentRegistryServiceClient<Channel>,
+    worker_id: String,
+    after_sequence: u64,
+) -> tonic::Streaming<pb::WatchWorkerResponse> {
+    c.watch_worker(pb::WatchWorkerRequest {
+        worker_id,
+        after_sequence,
+    })
+    .await
+    .unwrap()
+    .into_inner()
+}
+
+async fn rest_of(
+    mut st: tonic::Streaming<pb::WatchWorkerResponse>,
+    mut seen: Vec<(u64, i32)>,
+) -> Vec<(u64, i32)> {
     while let Some(ev) = st.next().await {
         let ev = ev.unwrap();
         seen.push((ev.sequence, ev.state));
@@ -190,22 +146,40 @@ async fn watch_all(
     seen
 }
 
+/// A watch from the start that is attached (its snapshot arrived): the task that collects
+/// every (sequence, state) until it ends.
+async fn watch_attached(
+    c: AgentRegistryServiceClient<Channel>,
+    id: String,
+) -> tokio::task::JoinHandle<Vec<(u64, i32)>> {
+    let mut st = watch(c, id, 0).await;
+    let first = tokio::time::timeout(Duration::from_secs(10), st.next())
+        .await
+        .expect("a snapshot in time")
+        .expect("a snapshot")
+        .unwrap();
+    tokio::spawn(rest_of(st, vec![(first.sequence, first.state)]))
+}
+
 /// The pid the agent of worker `id` wrote, once it has.
 async fn pid_of(root: &std::path::Path, id: &str) -> i32 {
-    let file = root.join(format!("{id}.pid"));
-    assert!(
-        eventually(Duration::from_secs(10), || async { file.exists() }).await,
-        "the agent of {id} never started"
-    );
-    let mut text = String::new();
-    for _ in 0..100 {
-        text = std::fs::read_to_string(&file).unwrap();
-        if text.ends_with('\n') {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    text.trim().parse().unwrap()
+    pid_in(&root.join(format!("{id}.pid"))).await
+}
+
+/// Waits until GetWorker on `c` says `state`.
+async fn wait_state(c: &AgentRegistryServiceClient<Channel>, id: &str, state: i32) {
+    eventually(
+        &format!("worker {id} in state {state}"),
+        Duration::from_secs(10),
+        || {
+            let (mut c, id) = (c.clone(), id.to_owned());
+            async move {
+                let w = get(&mut c, &id).await;
+                (w.state == state).then_some(()).ok_or(format!("{w:?}"))
+            }
+        },
+    )
+    .await;
 }
 
 const RUNNING: i32 = pb::WorkerState::Running as i32;
@@ -224,13 +198,7 @@ async fn replicas_a_worker_on_a_is_seen_listed_and_stopped_from_b() {
 
     // GetWorker and ListWorkers on B read the shared rows.
     let mut b = p.b.client.clone();
-    assert!(
-        eventually(Duration::from_secs(5), || {
-            let (mut b, id) = (b.clone(), w.id.clone());
-            async move { get(&mut b, &id).await.state == RUNNING }
-        })
-        .await
-    );
+    wait_state(&b, &w.id, RUNNING).await;
     let listed = b
         .list_workers(pb::ListWorkersRequest::default())
         .await
@@ -243,8 +211,7 @@ async fn replicas_a_worker_on_a_is_seen_listed_and_stopped_from_b() {
     );
 
     // A watch on B follows A's worker to its end.
-    let watch = tokio::spawn(watch_all(p.b.client.clone(), w.id.clone(), 0));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let watch = watch_attached(p.b.client.clone(), w.id.clone()).await;
 
     // StopWorker on B: the process on A is really gone and the row is killed.
     let started = Instant::now();
@@ -464,28 +431,26 @@ async fn replicas_kill_9_of_a_closes_its_workers_on_b_within_a_lease_exactly_onc
         .worker
         .unwrap();
     let pid = pid_of(p.dir.path(), &w.id).await;
-    assert!(
-        eventually(Duration::from_secs(5), || {
-            let (mut b, id) = (p.b.client.clone(), w.id.clone());
-            async move { get(&mut b, &id).await.state == RUNNING }
-        })
-        .await
-    );
-    p.a.server.0.kill().unwrap(); // SIGKILL: no graceful path runs
-    p.a.server.0.wait().unwrap();
+    wait_state(&p.b.client, &w.id, RUNNING).await;
+    p.a.server.kill_9();
     let killed_at = Instant::now();
     let mut b = p.b.client.clone();
-    let closed = loop {
-        let now = get(&mut b, &w.id).await;
-        if now.state != RUNNING {
-            break now;
-        }
-        assert!(
-            killed_at.elapsed() < Duration::from_secs(8),
-            "not closed within a few leases"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let closed = eventually(
+        "B to close the lost replica's worker within a few leases",
+        Duration::from_secs(8),
+        || {
+            let (mut b, id) = (b.clone(), w.id.clone());
+            async move {
+                let now = get(&mut b, &id).await;
+                if now.state != RUNNING {
+                    Ok(now)
+                } else {
+                    Err(format!("{now:?}"))
+                }
+            }
+        },
+    )
+    .await;
     // About one lease (2 s) plus a sweep tick.
     assert!(
         killed_at.elapsed() < Duration::from_secs(5),
@@ -496,10 +461,12 @@ async fn replicas_kill_9_of_a_closes_its_workers_on_b_within_a_lease_exactly_onc
     assert_eq!(closed.error.as_deref(), Some("orphaned: replica a lost"));
     assert!(closed.close_time.is_some());
     // The agent process A left behind on this host is gone too.
-    assert!(
-        eventually(Duration::from_secs(2), || async { !pid_alive(pid) }).await,
-        "leftover agent process killed by the sweeper"
-    );
+    eventually(
+        "the sweeper to kill the agent process left behind",
+        Duration::from_secs(2),
+        || async { (!pid_alive(pid)).then_some(()) },
+    )
+    .await;
     // Exactly once: one failed event, and a finished worker untouched.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
@@ -507,7 +474,6 @@ async fn replicas_kill_9_of_a_closes_its_workers_on_b_within_a_lease_exactly_onc
         [(2, RUNNING), (3, FAILED)]
     );
     assert_eq!(get(&mut b, &done.id).await, done);
-    let _ = &p.a.addr;
 }
 
 #[tokio::test]
@@ -521,70 +487,56 @@ async fn replicas_health_follows_the_database() {
     let url = relay_url(&db.url, relay.port);
     let dir = tempfile::tempdir().unwrap();
     let r = start_replica(dir.path(), "a", &url, "").await;
-    let channel = Channel::from_shared(format!("http://{}", r.addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = r.server.channel().await.unwrap();
     let health = tonic_health::pb::health_client::HealthClient::new(channel);
-    let status = |health: tonic_health::pb::health_client::HealthClient<Channel>| async move {
-        let mut health = health;
-        health
-            .check(tonic_health::pb::HealthCheckRequest {
-                service: String::new(),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .status
-    };
     use tonic_health::pb::health_check_response::ServingStatus;
-    let serving = ServingStatus::Serving as i32;
-    let not_serving = ServingStatus::NotServing as i32;
-    assert!(
-        eventually(Duration::from_secs(10), || {
-            let h = health.clone();
-            async move { status(h).await == serving }
-        })
-        .await
-    );
+    let status_is = |want: ServingStatus| {
+        let mut health = health.clone();
+        async move {
+            let now = health
+                .check(tonic_health::pb::HealthCheckRequest {
+                    service: String::new(),
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .status;
+            (now == want as i32)
+                .then_some(())
+                .ok_or(format!("status {now}"))
+        }
+    };
+    eventually("SERVING", Duration::from_secs(10), || {
+        status_is(ServingStatus::Serving)
+    })
+    .await;
     relay.cut();
-    assert!(
-        eventually(Duration::from_secs(15), || {
-            let h = health.clone();
-            async move { status(h).await == not_serving }
-        })
-        .await,
-        "NOT_SERVING while the database is unreachable"
-    );
+    eventually(
+        "NOT_SERVING while the database is unreachable",
+        Duration::from_secs(15),
+        || status_is(ServingStatus::NotServing),
+    )
+    .await;
     relay.restore();
-    assert!(
-        eventually(Duration::from_secs(15), || {
-            let h = health.clone();
-            async move { status(h).await == serving }
-        })
-        .await,
-        "SERVING again once it is back"
-    );
+    eventually(
+        "SERVING again once the database is back",
+        Duration::from_secs(15),
+        || status_is(ServingStatus::Serving),
+    )
+    .await;
     drop(r);
 }
 
-#[test]
-fn replicas_an_unreachable_database_fails_start_up_naming_it_without_the_password() {
+#[tokio::test]
+async fn replicas_an_unreachable_database_fails_start_up_naming_it_without_the_password() {
     let dir = tempfile::tempdir().unwrap();
-    let (_, config) = replica_config(
+    let config = replica_config(
         dir.path(),
         "a",
         "postgres://agentry:s3cret@127.0.0.1:1/agentry",
         "",
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_agentry"))
-        .args(["serve", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = Launch::new(&config).fails().await;
     assert!(
         stderr.contains("postgres://agentry:***@127.0.0.1:1/agentry"),
         "{stderr}"
@@ -688,37 +640,16 @@ async fn replicas_a_frozen_replica_that_comes_back_never_overwrites_the_orphan_c
         .worker
         .unwrap();
     pid_of(p.dir.path(), &w.id).await;
-    let a_pid = p.a.server.0.id().to_string();
-    let signal = |sig: &str| {
-        assert!(
-            Command::new("kill")
-                .args([sig, &a_pid])
-                .status()
-                .unwrap()
-                .success()
-        );
-    };
     // Frozen past its lease: B closes its worker as orphaned.
-    signal("-STOP");
+    p.a.server.signal(Signal::SIGSTOP);
     let mut b = p.b.client.clone();
-    let closed = eventually(Duration::from_secs(10), || {
-        let (mut b, id) = (b.clone(), w.id.clone());
-        async move { get(&mut b, &id).await.state == FAILED }
-    })
-    .await;
-    signal("-CONT");
-    assert!(closed, "B closed the frozen replica's worker");
+    // (Should this fail, dropping A kills it, stopped or not.)
+    wait_state(&b, &w.id, FAILED).await;
+    p.a.server.signal(Signal::SIGCONT);
     // A wakes up, finds its lease lapsed, and stops its run; the row keeps B's close.
-    let log = p.dir.path().join("a.log");
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            std::fs::read_to_string(&log)
-                .unwrap_or_default()
-                .contains("lease had expired")
-        })
-        .await,
-        "A noticed its lapsed lease"
-    );
+    p.a.server
+        .log_until("lease had expired", Duration::from_secs(10))
+        .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let now = get(&mut b, &w.id).await;
     assert_eq!(now.state, FAILED);

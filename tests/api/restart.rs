@@ -1,66 +1,20 @@
 //! The real binary killed with SIGKILL while a worker runs, then restarted on the same store.
 
-use std::{
-    process::{Child, Command, Stdio},
-    time::Duration,
+use std::time::Duration;
+
+use agentry::grpc::pb;
+use nix::sys::signal::Signal;
+use tokio_stream::StreamExt;
+
+use crate::{
+    binary::{self, Launch, start},
+    helpers::pid_in,
 };
 
-use agentry::grpc::pb::{self, agent_registry_service_client::AgentRegistryServiceClient};
-use tokio_stream::StreamExt;
-use tonic::transport::Channel;
-
-use crate::helpers::eventually;
-
-pub(crate) struct Server(pub(crate) Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-pub(crate) fn start_binary(config: &std::path::Path) -> Server {
-    Server(
-        Command::new(env!("CARGO_BIN_EXE_agentry"))
-            .args(["serve", "--config"])
-            .arg(config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    )
-}
-
-pub(crate) async fn connect(addr: &str) -> AgentRegistryServiceClient<Channel> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(ch) = Channel::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect()
-            .await
-        {
-            let mut c = AgentRegistryServiceClient::new(ch);
-            if c.list_agents(pb::ListAgentsRequest::default())
-                .await
-                .is_ok()
-            {
-                return c;
-            }
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "server did not come up on {addr}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// A directory with an agentry config for the real binary: a free port, a fake home, a store,
-/// and `run-agent` (the script `body`) as the executor with `$OUT` = the directory.
+/// A directory with an agentry config for the real binary: a fake home, a store, and
+/// `run-agent` (the script `body`) as the executor with `$OUT` = the directory.
 pub(crate) struct Fixture {
     pub(crate) dir: tempfile::TempDir,
-    pub(crate) addr: String,
     pub(crate) config: std::path::PathBuf,
     pub(crate) db: std::path::PathBuf,
 }
@@ -68,33 +22,21 @@ pub(crate) struct Fixture {
 pub(crate) fn fixture(body: &str, extra_yaml: &str, executor_extra: &str) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
     let bin = crate::helpers::script(root, "run-agent", body);
     std::fs::create_dir_all(root.join("home")).unwrap();
-    let config = root.join("agentry.yaml");
     let db = root.join("state/agentry.db");
-    std::fs::write(
-        &config,
-        format!(
-            "listen: {addr}\nhome: {home}\nstore: {{path: {db}}}\n{extra_yaml}executor: {{command: [{bin}], {executor_extra}env: {{OUT: {out}}}}}\n",
+    let config = binary::config(
+        root,
+        "agentry",
+        &format!(
+            "home: {home}\nstore: {{path: {db}}}\n{extra_yaml}executor: {{command: [{bin}], {executor_extra}env: {{OUT: {out}}}}}\n",
             home = root.join("home").display(),
             db = db.display(),
             bin = bin.display(),
             out = root.display(),
         ),
-    )
-    .unwrap();
-    Fixture {
-        dir,
-        addr,
-        config,
-        db,
-    }
+    );
+    Fixture { dir, config, db }
 }
 
 #[tokio::test]
@@ -104,9 +46,9 @@ async fn kill_9_then_restart_closes_orphans_and_keeps_results() {
         "",
         "",
     );
-    let (root, addr, config) = (f.dir.path(), f.addr.as_str(), &f.config);
-    let mut server = start_binary(config);
-    let mut c = connect(addr).await;
+    let (root, config) = (f.dir.path(), &f.config);
+    let server = start(config).await;
+    let mut c = server.client().await;
     let done = c
         .spawn_worker(pb::SpawnWorkerRequest {
             agent: "task".into(),
@@ -131,22 +73,15 @@ async fn kill_9_then_restart_closes_orphans_and_keeps_results() {
         .into_inner()
         .worker
         .unwrap();
-    let pid_file = root.join("pid");
-    assert!(eventually(Duration::from_secs(10), || async { pid_file.exists() }).await);
-    server.0.kill().unwrap(); // SIGKILL: no graceful path runs
-    server.0.wait().unwrap();
-    let pid: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = pid_in(&root.join("pid")).await;
+    server.kill_9();
     assert!(
         crate::helpers::pid_alive(pid),
         "the agent outlives a SIGKILLed server until the restart"
     );
 
-    let _server = start_binary(config);
-    let mut c = connect(addr).await;
+    let server = start(config).await;
+    let mut c = server.client().await;
     // The restart killed the process it left behind before closing its row.
     assert!(
         !crate::helpers::pid_alive(pid),
@@ -206,8 +141,8 @@ async fn sigterm_with_a_running_worker_records_it_killed_and_exits_zero() {
         "kill_grace: 2s, ",
     );
     let (root, db) = (f.dir.path(), &f.db);
-    let mut server = start_binary(&f.config);
-    let mut c = connect(&f.addr).await;
+    let server = start(&f.config).await;
+    let mut c = server.client().await;
     let w = c
         .spawn_worker(pb::SpawnWorkerRequest {
             agent: "task".into(),
@@ -219,45 +154,22 @@ async fn sigterm_with_a_running_worker_records_it_killed_and_exits_zero() {
         .into_inner()
         .worker
         .unwrap();
-    let pid_file = root.join("pid");
-    assert!(eventually(Duration::from_secs(10), || async { pid_file.exists() }).await);
-    let pid = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .to_owned();
+    let pid = pid_in(&root.join("pid")).await;
     let started = std::time::Instant::now();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &server.0.id().to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
+    server.signal(Signal::SIGTERM);
     // While the worker is still being stopped, the server already accepts no new connection.
     tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(server.try_wait().is_none(), "still stopping its worker");
     assert!(
-        server.0.try_wait().unwrap().is_none(),
-        "still stopping its worker"
-    );
-    assert!(
-        std::net::TcpStream::connect(&f.addr).is_err(),
+        std::net::TcpStream::connect(&server.addr).is_err(),
         "no new connections during shutdown"
     );
-    // Poll without blocking the runtime: the client's connection must be able to see GOAWAY.
-    let status = loop {
-        if let Some(st) = server.0.try_wait().unwrap() {
-            break st;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(15),
-            "server did not exit"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    // Polled without blocking the runtime: the client's connection must be able to see GOAWAY.
+    let status = server.exit_within(Duration::from_secs(15)).await;
     assert!(status.success(), "exit status {status:?}");
     assert!(started.elapsed() < Duration::from_secs(10));
     assert!(
-        !crate::helpers::pid_alive(pid.parse().unwrap()),
+        !crate::helpers::pid_alive(pid),
         "the worker process is gone"
     );
     use agentry::workers::store::{SqliteStore, WorkerStore};
@@ -271,8 +183,8 @@ async fn sigterm_with_a_running_worker_records_it_killed_and_exits_zero() {
     assert_eq!(rec.error.as_deref(), Some("killed: service shutting down"));
 }
 
-#[test]
-fn a_config_with_an_unknown_key_or_bad_value_fails_start_up_naming_it() {
+#[tokio::test]
+async fn a_config_with_an_unknown_key_or_bad_value_fails_start_up_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     for (yaml, named) in [
         ("listen: 127.0.0.1:0\nlisten_adress: x\n", "listen_adress"),
@@ -285,13 +197,7 @@ fn a_config_with_an_unknown_key_or_bad_value_fails_start_up_naming_it() {
     ] {
         let config = dir.path().join("bad.yaml");
         std::fs::write(&config, yaml).unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_agentry"))
-            .args(["serve", "--config"])
-            .arg(&config)
-            .output()
-            .unwrap();
-        assert!(!out.status.success());
-        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stderr = Launch::new(&config).fails().await;
         assert!(stderr.contains(named), "{named} not named in: {stderr}");
     }
 }

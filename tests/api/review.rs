@@ -373,18 +373,21 @@ async fn a_caller_that_goes_away_takes_its_review_with_it() {
         ),
         "{e:?}"
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let row = loop {
-        let rows = all_workers(&s).await;
-        if let Some(w) = rows
-            .into_iter()
-            .find(|w| w.state == pb::WorkerState::Killed as i32)
-        {
-            break w;
-        }
-        assert!(Instant::now() < deadline, "the reviewer was not stopped");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    };
+    let row = eventually(
+        "the reviewer to be stopped",
+        Duration::from_secs(10),
+        || async {
+            let rows = all_workers(&s).await;
+            match rows
+                .iter()
+                .find(|w| w.state == pb::WorkerState::Killed as i32)
+            {
+                Some(w) => Ok(w.clone()),
+                None => Err(format!("{rows:?}")),
+            }
+        },
+    )
+    .await;
     assert_eq!(row.agent, "reviewer");
     let pid: i32 = std::fs::read_to_string(out(&s).join("pid"))
         .unwrap()

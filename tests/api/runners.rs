@@ -87,6 +87,11 @@ impl Runner {
         Self::connect_as(s, h, None).await
     }
 
+    /// A runner `name` that serves every agent with `slots` slots.
+    async fn any(s: &TestServer, name: &str, slots: u32) -> Runner {
+        Self::connect(s, hello(name, &["*"], slots)).await
+    }
+
     async fn connect_as(s: &TestServer, h: pb::RunnerHello, token: Option<&str>) -> Runner {
         let (tx, mut rx) = open(s, In::Hello(h), token).await.unwrap();
         let first = tokio::time::timeout(Duration::from_secs(10), rx.next())
@@ -98,6 +103,17 @@ impl Runner {
             panic!("first message is not welcome: {first:?}");
         };
         Runner { tx, rx, welcome }
+    }
+
+    /// Spawns a background `task` worker, takes its offer, accepts it and waits until the
+    /// worker is running.
+    async fn take(&mut self, s: &TestServer, prompt: &str) -> (pb::Worker, pb::RunnerAssignment) {
+        let w = bg(s, "task", prompt).await;
+        let a = self.assignment().await;
+        assert_eq!(a.worker_id, w.id, "offered the new worker");
+        self.accept(&a).await;
+        wait_state(s, &w.id, pb::WorkerState::Running).await;
+        (w, a)
     }
 
     async fn send(&self, m: In) {
@@ -216,7 +232,7 @@ const RUNNING: i32 = pb::WorkerState::Running as i32;
 #[tokio::test]
 async fn a_runner_takes_a_worker_reports_progress_and_completes() {
     let s = server().await;
-    let mut r = Runner::connect(&s, hello("py-1", &["*"], 4)).await;
+    let mut r = Runner::any(&s, "py-1", 4).await;
     assert!(r.welcome.runner_id.starts_with("rnr_"));
     assert_eq!(
         r.welcome.lease,
@@ -294,7 +310,7 @@ async fn a_runner_takes_a_worker_reports_progress_and_completes() {
 #[tokio::test]
 async fn an_unaccepted_assignment_is_withdrawn_and_offered_again() {
     let s = server().await;
-    let mut r = Runner::connect(&s, hello("slow", &["*"], 1)).await;
+    let mut r = Runner::any(&s, "slow", 1).await;
     let w = bg(&s, "task", "accept me later").await;
     let first = r.assignment().await;
     match r.next().await {
@@ -332,8 +348,8 @@ async fn an_unaccepted_assignment_is_withdrawn_and_offered_again() {
 #[tokio::test]
 async fn two_runners_share_the_work_by_their_slots() {
     let s = server().await;
-    let mut one = Runner::connect(&s, hello("one", &["*"], 1)).await;
-    let mut two = Runner::connect(&s, hello("two", &["*"], 2)).await;
+    let mut one = Runner::any(&s, "one", 1).await;
+    let mut two = Runner::any(&s, "two", 2).await;
     let mut ids = Vec::new();
     for i in 0..4 {
         ids.push(bg(&s, "task", &format!("job {i}")).await.id);
@@ -375,11 +391,8 @@ async fn two_runners_share_the_work_by_their_slots() {
 #[tokio::test]
 async fn a_runner_that_reconnects_within_the_lease_keeps_its_worker() {
     let s = server().await;
-    let mut r = Runner::connect(&s, hello("flaky", &["*"], 1)).await;
-    let w = bg(&s, "task", "survive a reconnect").await;
-    let a = r.assignment().await;
-    r.accept(&a).await;
-    wait_state(&s, &w.id, pb::WorkerState::Running).await;
+    let mut r = Runner::any(&s, "flaky", 1).await;
+    let (w, a) = r.take(&s, "survive a reconnect").await;
     drop(r);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut h = hello("flaky", &["*"], 1);
@@ -410,11 +423,8 @@ async fn a_runner_that_reconnects_within_the_lease_keeps_its_worker() {
 #[tokio::test]
 async fn a_runner_that_disappears_loses_its_workers_exactly_once() {
     let s = server().await;
-    let mut gone = Runner::connect(&s, hello("vanishing", &["*"], 1)).await;
-    let w = bg(&s, "task", "will be lost").await;
-    let a = gone.assignment().await;
-    gone.accept(&a).await;
-    wait_state(&s, &w.id, pb::WorkerState::Running).await;
+    let mut gone = Runner::any(&s, "vanishing", 1).await;
+    let (w, _) = gone.take(&s, "will be lost").await;
     drop(gone);
     let lost = wait_state(&s, &w.id, pb::WorkerState::Failed).await;
     assert_eq!(lost.error.as_deref(), Some("runner lost: vanishing"));
@@ -429,7 +439,7 @@ async fn a_runner_that_disappears_loses_its_workers_exactly_once() {
     );
 
     // A runner still connected but silent past the lease: same, and its stream is closed.
-    let mut silent = Runner::connect(&s, hello("silent", &["*"], 1)).await;
+    let mut silent = Runner::any(&s, "silent", 1).await;
     let w2 = bg(&s, "task", "silence").await;
     let a2 = silent.assignment().await;
     silent.accept(&a2).await;
@@ -446,10 +456,10 @@ async fn a_runner_that_disappears_loses_its_workers_exactly_once() {
 #[tokio::test]
 async fn stale_unknown_and_repeated_messages_are_refused_and_change_no_row() {
     let s = server().await;
-    let mut r = Runner::connect(&s, hello("careful", &["*"], 1)).await;
+    let mut r = Runner::any(&s, "careful", 1).await;
     let w = bg(&s, "task", "mine").await;
     let a = r.assignment().await;
-    let mut other = Runner::connect(&s, hello("other", &["*"], 1)).await;
+    let mut other = Runner::any(&s, "other", 1).await;
     let v = bg(&s, "task", "theirs").await;
     let b = other.assignment().await;
     assert_eq!(
@@ -552,11 +562,8 @@ async fn a_stream_must_start_with_a_valid_hello() {
 #[tokio::test]
 async fn stop_cancels_on_the_runner_answered_or_not() {
     let s = server().await;
-    let mut r = Runner::connect(&s, hello("obedient", &["*"], 2)).await;
-    let w = bg(&s, "task", "stop me").await;
-    let a = r.assignment().await;
-    r.accept(&a).await;
-    wait_state(&s, &w.id, pb::WorkerState::Running).await;
+    let mut r = Runner::any(&s, "obedient", 2).await;
+    let (w, a) = r.take(&s, "stop me").await;
     let stop = {
         let mut c = s.client.clone();
         let id = w.id.clone();
@@ -578,10 +585,7 @@ async fn stop_cancels_on_the_runner_answered_or_not() {
     assert_eq!(killed.error.as_deref(), Some("killed: enough"));
 
     // Unanswered: killed after the grace, and the lease is dead from then on.
-    let w = bg(&s, "task", "ignore the stop").await;
-    let a = r.assignment().await;
-    r.accept(&a).await;
-    wait_state(&s, &w.id, pb::WorkerState::Running).await;
+    let (w, a) = r.take(&s, "ignore the stop").await;
     let started = std::time::Instant::now();
     let killed = s
         .client
@@ -609,7 +613,7 @@ async fn stop_cancels_on_the_runner_answered_or_not() {
 #[tokio::test]
 async fn a_completed_result_is_checked_against_the_output_schema() {
     let s = server().await;
-    let mut r = Runner::connect(&s, hello("typed", &["*"], 2)).await;
+    let mut r = Runner::any(&s, "typed", 2).await;
     let schema =
         r#"{"type":"object","required":["answer"],"properties":{"answer":{"type":"string"}}}"#;
     let mut ids = Vec::new();
@@ -679,7 +683,7 @@ async fn by_agent_keeps_some_agents_on_exec() {
         .worker
         .unwrap();
     assert_eq!(w.result.as_deref(), Some("from-exec\n"));
-    let mut r = Runner::connect(&s, hello("rest", &["*"], 1)).await;
+    let mut r = Runner::any(&s, "rest", 1).await;
     let t = bg(&s, "task", "runner please").await;
     assert_eq!(r.assignment().await.worker_id, t.id);
 }
@@ -712,7 +716,7 @@ async fn the_runner_spec_is_the_exec_stdin_document() {
         }];
     })
     .await;
-    let mut r = Runner::connect(&s, hello("spec", &["*"], 1)).await;
+    let mut r = Runner::any(&s, "spec", 1).await;
     let mut q = spawn_req("lead", "compare\tme", false);
     q.output_schema = Some(r#"{"type":"object","required":["a"]}"#.into());
     let w2 = spawn(&s, q).await.unwrap().worker.unwrap();

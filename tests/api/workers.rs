@@ -69,41 +69,41 @@ pub(crate) async fn spawn(
 }
 
 pub(crate) async fn wait_state(s: &TestServer, id: &str, state: pb::WorkerState) -> pb::Worker {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let w = get(s, id).await;
-        if w.state == state as i32 {
-            return w;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "worker never reached {state:?}: {w:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        &format!("worker {id} to be {state:?}"),
+        Duration::from_secs(10),
+        || async {
+            let w = get(s, id).await;
+            if w.state == state as i32 {
+                Ok(w)
+            } else {
+                Err(format!("{w:?}"))
+            }
+        },
+    )
+    .await
 }
 
 /// The environment a worker process was given (waits for the script to record it).
 pub(crate) async fn env_of(s: &TestServer, id: &str) -> std::collections::HashMap<String, String> {
     let path = out(s).join(format!("{id}.env"));
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&path)
-            && text.contains("AGENTRY_WORKER_TOKEN=")
-        {
-            return text
-                .lines()
-                .filter_map(|l| l.split_once('='))
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect();
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no env recorded for {id}"
-        );
-        // Never block the test's runtime: the server under test runs on it.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let text = eventually(
+        &format!("the environment of {id}"),
+        Duration::from_secs(10),
+        || async {
+            let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+            if text.contains("AGENTRY_WORKER_TOKEN=") {
+                Ok(text)
+            } else {
+                Err(format!("{text:?}"))
+            }
+        },
+    )
+    .await;
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
 }
 
 #[tokio::test]
@@ -214,12 +214,7 @@ async fn background_stop_kills_the_process_and_is_idempotent() {
     );
     wait_state(&s, &w.id, pb::WorkerState::Running).await;
     let pid_file = out(&s).join(format!("{}.pid", w.id));
-    assert!(eventually(Duration::from_secs(5), || async { pid_file.exists() }).await);
-    let pid: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = pid_in(&pid_file).await;
     assert!(pid_alive(pid));
     let mut c = s.client.clone();
     let stop = |id: &str| pb::StopWorkerRequest {
@@ -362,9 +357,11 @@ async fn watchers_see_the_same_ordered_events_and_can_resume() {
     // are the same event.
     wait_state(&s, &w.id, pb::WorkerState::Running).await;
     let mut watchers = Vec::new();
+    // Each watcher says when its snapshot arrived: then it is attached.
+    let (attached, mut all_attached) = tokio::sync::mpsc::channel::<()>(3);
     for _ in 0..3 {
         let mut c = s.client.clone();
-        let id = w.id.clone();
+        let (id, attached) = (w.id.clone(), attached.clone());
         watchers.push(tokio::spawn(async move {
             let mut st = c
                 .watch_worker(pb::WatchWorkerRequest {
@@ -378,11 +375,19 @@ async fn watchers_see_the_same_ordered_events_and_can_resume() {
             while let Some(ev) = st.next().await {
                 let ev = ev.unwrap();
                 seen.push((ev.sequence, ev.state));
+                if seen.len() == 1 {
+                    attached.send(()).await.unwrap();
+                }
             }
             seen
         }));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..3 {
+        tokio::time::timeout(Duration::from_secs(10), all_attached.recv())
+            .await
+            .expect("every watcher gets its snapshot")
+            .unwrap();
+    }
     std::fs::write(&fifo, "go\n").unwrap();
     let mut all = Vec::new();
     for h in watchers {
@@ -751,25 +756,25 @@ async fn list_workers_paginates_and_filters() {
             .unwrap();
     }
     let mut c = s.client.clone();
-    let mut token = String::new();
-    let mut ids = Vec::new();
-    loop {
-        let r = c
-            .list_workers(pb::ListWorkersRequest {
-                states: vec![pb::WorkerState::Completed as i32],
-                page_size: 2,
-                page_token: token,
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        ids.extend(r.workers.iter().map(|w| w.id.clone()));
-        if r.next_page_token.is_empty() {
-            break;
+    let ids = walk_pages(|page_token| {
+        let mut c = c.clone();
+        async move {
+            let r = c
+                .list_workers(pb::ListWorkersRequest {
+                    states: vec![pb::WorkerState::Completed as i32],
+                    page_size: 2,
+                    page_token,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            let ids = r.workers.iter().map(|w| w.id.clone()).collect();
+            (ids, r.next_page_token)
         }
-        token = r.next_page_token;
-    }
+    })
+    .await
+    .concat();
     assert_eq!(ids.len(), 5);
     let mut dedup = ids.clone();
     dedup.dedup();
@@ -880,28 +885,32 @@ async fn the_principal_is_recorded_scopes_dedupe_and_covers_worker_callbacks() {
 
 /// `wait_state` with a bearer token (auth is on).
 async fn wait_state_auth(s: &TestServer, id: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let mut r = tonic::Request::new(pb::GetWorkerRequest {
-            worker_id: id.into(),
-        });
-        r.metadata_mut()
-            .insert("authorization", "Bearer alice-secret".parse().unwrap());
-        let w = s
-            .client
-            .clone()
-            .get_worker(r)
-            .await
-            .unwrap()
-            .into_inner()
-            .worker
-            .unwrap();
-        if w.state == pb::WorkerState::Running as i32 {
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "never running: {w:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        &format!("worker {id} to be running"),
+        Duration::from_secs(10),
+        || async {
+            let w = s
+                .client
+                .clone()
+                .get_worker(req(
+                    pb::GetWorkerRequest {
+                        worker_id: id.into(),
+                    },
+                    &[("authorization", "Bearer alice-secret")],
+                ))
+                .await
+                .unwrap()
+                .into_inner()
+                .worker
+                .unwrap();
+            if w.state == pb::WorkerState::Running as i32 {
+                Ok(())
+            } else {
+                Err(format!("{w:?}"))
+            }
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
