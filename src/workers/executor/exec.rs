@@ -37,6 +37,11 @@ pub const STDERR_TAIL_BYTES: usize = 4096;
 /// killed at exit, so this only bounds the pathological case.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
 
+/// While the pipes stay open after the exit, how often the worker's processes are swept again:
+/// a process caught in `execve` during the sweep at exit cannot be read and is only found by a
+/// later one.
+const RESWEEP_EVERY: Duration = Duration::from_millis(50);
+
 /// Read size for stdout and stderr.
 const READ_CHUNK: usize = 16 * 1024;
 
@@ -244,6 +249,7 @@ async fn supervise(group: &mut ProcessGroup, job: &Job, cancel: &CancellationTok
     let mut stop: Option<StopReason> = None;
     let mut kill_at: Option<Instant> = None;
     let mut drain_until: Option<Instant> = None;
+    let mut resweep_at: Option<Instant> = None;
     let mut status: Option<ExitStatus> = None;
 
     loop {
@@ -259,6 +265,7 @@ async fn supervise(group: &mut ProcessGroup, job: &Job, cancel: &CancellationTok
                     status = Some(exit);
                     stdin = None;
                     drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
+                    resweep_at = Some(Instant::now() + RESWEEP_EVERY);
                 }
                 Err(err) => {
                     warn!(worker_id = %job.worker_id, error = %err, "waiting for worker process failed");
@@ -280,6 +287,16 @@ async fn supervise(group: &mut ProcessGroup, job: &Job, cancel: &CancellationTok
                 debug!(worker_id = %job.worker_id, "kill grace over, sending SIGKILL");
                 group.signal(Signal::SIGKILL);
                 kill_at = None;
+            }
+            () = sleep_until_opt(resweep_at) => {
+                // Something still holds the pipes: a process of the worker the sweep at exit
+                // missed (its environment was unreadable mid-exec), or one that never had the
+                // cookie (it cleared its environment; the drain bound covers that one).
+                let killed = sweep::kill_marked(&[&job.worker_id]);
+                if killed > 0 {
+                    debug!(worker_id = %job.worker_id, killed, "killed worker processes a later sweep found");
+                }
+                resweep_at = Some(Instant::now() + RESWEEP_EVERY);
             }
             () = sleep_until_opt(drain_until) => {
                 debug!(worker_id = %job.worker_id, "pipes still open after exit, giving up on them");
