@@ -7,53 +7,114 @@
 //! through the store, woken by its notices and re-read at least every second (docs §9: notices
 //! are hints).
 
-use std::{pin::Pin, time::Duration};
+use std::{collections::VecDeque, pin::Pin, sync::Arc, time::Duration};
 
-use tokio::sync::{broadcast, broadcast::error::RecvError, mpsc};
-use tokio_stream::{Stream, wrappers::ReceiverStream};
+use tokio::sync::{broadcast, broadcast::error::RecvError};
+use tokio_stream::Stream;
+use tokio_util::sync::CancellationToken;
 
 use super::{Supervisor, Visibility, WorkerError};
-use crate::workers::model::{WorkerEvent, WorkerId};
+use crate::workers::{
+    model::{WorkerEvent, WorkerId},
+    store::Notice,
+};
 
 /// The slowest a watcher of another replica's worker re-reads the store between notices.
 const REMOTE_WATCH_POLL: Duration = Duration::from_secs(1);
 
-/// How many events a watcher may have in flight before the follower waits for it.
-const WATCH_BUFFER: usize = 16;
-
 /// The events of one watch, in sequence order.
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<WorkerEvent, WorkerError>> + Send>>;
 
-/// Where the follower stands and where it sends.
-struct Follower {
-    tx: mpsc::Sender<Result<WorkerEvent, WorkerError>>,
-    last: u64,
+/// Where a watch gets the events after the ones it has.
+enum Source {
+    /// The worker runs here: its broadcast channel.
+    Live(broadcast::Receiver<WorkerEvent>),
+    /// It does not (another replica runs it, or it ended between the two reads): the store,
+    /// woken by its notices when it has them.
+    Store(Option<broadcast::Receiver<Notice>>),
 }
 
-impl Follower {
-    /// Sends a batch in order; `false` once the watch is over (terminal event sent, or the
-    /// consumer left).
-    async fn send(&mut self, batch: Vec<WorkerEvent>) -> bool {
-        for ev in batch {
-            self.last = ev.sequence;
-            let terminal = ev.state.is_terminal();
-            if self.tx.send(Ok(ev)).await.is_err() || terminal {
-                return false;
+/// One watch's state. The stream is polled by the consumer itself — no task and no channel
+/// per watcher — and ends when the consumer drops it.
+struct Follow {
+    sup: Arc<Supervisor>,
+    id: WorkerId,
+    /// Sequence of the last event handed out.
+    last: u64,
+    /// Events read but not handed out yet, in order.
+    queue: VecDeque<WorkerEvent>,
+    source: Source,
+    shutdown: CancellationToken,
+    /// The terminal event was handed out, the worker's channel closed, an error was reported,
+    /// or the service is shutting down: nothing more comes.
+    over: bool,
+}
+
+impl Follow {
+    /// The next event, or `None` once the watch is over.
+    async fn next(mut self) -> Option<(Result<WorkerEvent, WorkerError>, Self)> {
+        loop {
+            if let Some(ev) = self.queue.pop_front() {
+                self.last = ev.sequence;
+                if ev.state.is_terminal() {
+                    self.queue.clear();
+                    self.over = true;
+                }
+                return Some((Ok(ev), self));
+            }
+            if self.over {
+                return None;
+            }
+            if let Err(e) = self.refill().await {
+                self.over = true;
+                return Some((Err(e), self));
             }
         }
-        true
     }
 
-    /// Reports a failure to the consumer; the watch ends.
-    async fn fail(&self, e: WorkerError) {
-        let _ = self.tx.send(Err(e)).await;
+    /// Waits for what comes after `last` and queues it (or marks the watch over).
+    async fn refill(&mut self) -> Result<(), WorkerError> {
+        match &mut self.source {
+            Source::Live(live) => {
+                let next = tokio::select! {
+                    ev = live.recv() => ev,
+                    () = self.shutdown.cancelled() => {
+                        self.over = true;
+                        return Ok(());
+                    }
+                };
+                match next {
+                    Ok(ev) if ev.sequence <= self.last => {}
+                    Ok(ev) if ev.sequence == self.last + 1 => self.queue.push_back(ev),
+                    // A gap: two writers published out of commit order (a report racing a
+                    // transition); the store has them in order.
+                    Ok(_) => self.queue = self.sup.events_after(&self.id, self.last).await?.into(),
+                    // Fell behind, or the worker finished: the store has every event.
+                    Err(e) => {
+                        self.queue = self.sup.events_after(&self.id, self.last).await?.into();
+                        self.over = e == RecvError::Closed;
+                    }
+                }
+            }
+            Source::Store(notices) => {
+                tokio::select! {
+                    () = self.sup.store_changed(&self.id, notices, REMOTE_WATCH_POLL) => {}
+                    () = self.shutdown.cancelled() => {
+                        self.over = true;
+                        return Ok(());
+                    }
+                }
+                self.queue = self.sup.events_after(&self.id, self.last).await?.into();
+            }
+        }
+        Ok(())
     }
 }
 
 impl Supervisor {
     /// Watches worker `id` as `vis` may see it, from `after_sequence` (0: a snapshot first).
     pub async fn watch(
-        self: &std::sync::Arc<Self>,
+        self: &Arc<Self>,
         id: &WorkerId,
         vis: &Visibility,
         after_sequence: u64,
@@ -61,85 +122,24 @@ impl Supervisor {
         // Another principal's worker does not exist for this caller.
         self.get(id, vis).await?;
         // Subscribe before reading, so no transition falls between the two.
-        let live = self.subscribe(id);
+        let source = match self.subscribe(id) {
+            Some(live) => Source::Live(live),
+            None => Source::Store(self.notices()),
+        };
         let first = if after_sequence == 0 {
             vec![WorkerEvent::snapshot(self.get(id, vis).await?)]
         } else {
             self.events_after(id, after_sequence).await?
         };
-        let (tx, rx) = mpsc::channel(WATCH_BUFFER);
-        let mut f = Follower {
-            tx,
+        let follow = Follow {
+            sup: self.clone(),
+            id: id.clone(),
             last: after_sequence,
+            queue: first.into(),
+            source,
+            shutdown: self.shutdown_token(),
+            over: false,
         };
-        let sup = self.clone();
-        let id = id.clone();
-        tokio::spawn(async move {
-            if !f.send(first).await {
-                return;
-            }
-            match live {
-                Some(live) => sup.follow_live(&id, live, f).await,
-                None => sup.follow_store(&id, f).await,
-            }
-        });
-        Ok(Box::pin(ReceiverStream::new(rx)))
-    }
-
-    /// Follows a worker run here through its broadcast channel.
-    async fn follow_live(
-        &self,
-        id: &WorkerId,
-        mut live: broadcast::Receiver<WorkerEvent>,
-        mut f: Follower,
-    ) {
-        let shutdown = self.shutdown_token();
-        loop {
-            let next = tokio::select! {
-                ev = live.recv() => ev,
-                () = shutdown.cancelled() => return,
-                () = f.tx.closed() => return,
-            };
-            let (batch, closed) = match next {
-                Ok(ev) if ev.sequence <= f.last => continue,
-                Ok(ev) if ev.sequence == f.last + 1 => (vec![ev], false),
-                // A gap: two writers published out of commit order (a report racing a
-                // transition); the store has them in order.
-                Ok(_) => match self.events_after(id, f.last).await {
-                    Ok(evs) => (evs, false),
-                    Err(e) => return f.fail(e).await,
-                },
-                // Fell behind, or the worker finished: the store has every event.
-                Err(e) => match self.events_after(id, f.last).await {
-                    Ok(evs) => (evs, e == RecvError::Closed),
-                    Err(e) => return f.fail(e).await,
-                },
-            };
-            if !f.send(batch).await || closed {
-                return;
-            }
-        }
-    }
-
-    /// Follows a worker that is not live here (another replica runs it, or it ended between
-    /// the two reads) through the store.
-    async fn follow_store(&self, id: &WorkerId, mut f: Follower) {
-        let shutdown = self.shutdown_token();
-        let mut notices = self.notices();
-        loop {
-            tokio::select! {
-                () = self.store_changed(id, &mut notices, REMOTE_WATCH_POLL) => {}
-                () = shutdown.cancelled() => return,
-                () = f.tx.closed() => return,
-            }
-            match self.events_after(id, f.last).await {
-                Ok(batch) => {
-                    if !f.send(batch).await {
-                        return;
-                    }
-                }
-                Err(e) => return f.fail(e).await,
-            }
-        }
+        Ok(Box::pin(futures_util::stream::unfold(follow, Follow::next)))
     }
 }
