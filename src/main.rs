@@ -219,6 +219,7 @@ fn watch_signals(stop: CancellationToken) -> anyhow::Result<()> {
                 stop.cancel();
             } else {
                 tracing::warn!(signal = name, "second signal; exiting without draining");
+                agentry::telemetry::flush_logs();
                 std::process::exit(130);
             }
         }

@@ -13,7 +13,7 @@
 //!
 //! This module depends on nothing else in the crate.
 
-use std::{collections::HashMap, time::Duration};
+use std::{collections::HashMap, io::IsTerminal, time::Duration};
 
 use opentelemetry::{
     KeyValue,
@@ -155,6 +155,7 @@ impl Telemetry {
         {
             eprintln!("agentry: metric export shutdown: {e}");
         }
+        flush_logs();
     }
 }
 
@@ -179,6 +180,25 @@ fn is_transport(target: &str) -> bool {
     .any(|t| target == *t || target.starts_with(&format!("{t}::")))
 }
 
+/// How many bytes of log lines the log thread gathers into one write.
+const LOG_BUFFER_BYTES: usize = 64 * 1024;
+
+/// The log thread's guard: dropping it writes out every queued line and ends the thread.
+fn log_guard() -> std::sync::MutexGuard<'static, Option<tracing_appender::non_blocking::WorkerGuard>>
+{
+    static GUARD: std::sync::Mutex<Option<tracing_appender::non_blocking::WorkerGuard>> =
+        std::sync::Mutex::new(None);
+    GUARD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Writes out every log line queued so far and stops the log thread; lines logged afterwards
+/// are lost. For exits that skip [`Telemetry`]'s drop (`std::process::exit`).
+pub fn flush_logs() {
+    drop(log_guard().take());
+}
+
 /// Installs the global subscriber (filter from `RUST_LOG`, default `info`) and, when export is
 /// on, the global tracer and meter providers and the W3C propagator.
 ///
@@ -186,7 +206,22 @@ fn is_transport(target: &str) -> bool {
 /// that runtime must outlive the returned guard.
 pub fn init(settings: &Settings) -> Result<Telemetry, TelemetryError> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Lines go to stderr from a thread of their own, which writes every line queued meanwhile
+    // in one `write`: a busy server does not pay a system call per log line on the threads
+    // that serve requests. Not lossy: when the queue is full, logging waits.
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .thread_name("agentry-log")
+        .finish(std::io::BufWriter::with_capacity(
+            LOG_BUFFER_BYTES,
+            std::io::stderr(),
+        ));
+    *log_guard() = Some(guard);
+    // Colours only for a person at a terminal; a file or a pipe gets plain text.
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(writer)
+        .with_ansi(ansi);
     let fmt = match settings.log_format {
         LogFormat::Text => fmt.boxed(),
         LogFormat::Json => fmt.json().boxed(),
