@@ -131,6 +131,9 @@ pub struct ParseCache<T> {
     entries: Mutex<HashMap<PathBuf, Arc<Entry<T>>>>,
     builds: AtomicU64,
     capacity: usize,
+    /// False for a one-off build's cache, which nothing reads again: every file is read and
+    /// parsed, and nothing is stored.
+    enabled: bool,
 }
 
 impl<T: Clone> ParseCache<T> {
@@ -140,6 +143,15 @@ impl<T: Clone> ParseCache<T> {
             entries: Mutex::default(),
             builds: AtomicU64::new(0),
             capacity,
+            enabled: true,
+        }
+    }
+
+    /// A cache that stores nothing, for a build that is not followed by another.
+    pub fn none() -> Self {
+        Self {
+            enabled: false,
+            ..Self::new(0)
         }
     }
 
@@ -160,6 +172,9 @@ impl<T: Clone> ParseCache<T> {
     /// Past capacity, drops the entries the build `build` did not use (files deleted, or read
     /// only by other workspaces' snapshots, which re-read them when next built).
     fn sweep(&self, build: u64) {
+        if !self.enabled {
+            return;
+        }
         let mut entries = self.lock();
         if entries.len() > self.capacity {
             entries.retain(|_, e| e.seen.load(Ordering::Relaxed) == build);
@@ -178,6 +193,11 @@ impl<T: Clone> ParseCache<T> {
         fits: impl Fn(&T) -> bool,
         parse: impl FnOnce(&[u8], String) -> T,
     ) -> Result<T, Diagnostic> {
+        if !self.enabled {
+            let (bytes, _) = read_bounded(path, shown)?;
+            let sha256 = sha_hex(&bytes);
+            return Ok(parse(&bytes, sha256));
+        }
         let now = SystemTime::now();
         let prior = self.get(path).filter(|e| fits(&e.value));
         if let Some(e) = prior.as_ref().filter(|e| e.settled)
@@ -258,7 +278,12 @@ pub fn list(dirs: &[SourceDir], diags: &mut Vec<Diagnostic>) -> Vec<FoundFile> {
     out
 }
 
-fn read_dir_sorted(dir: &Path, diags: &mut Vec<Diagnostic>) -> Vec<std::fs::DirEntry> {
+/// The entries of a directory with their names, in byte order of the name (each name is taken
+/// once: `DirEntry::file_name` allocates).
+fn read_dir_sorted(
+    dir: &Path,
+    diags: &mut Vec<Diagnostic>,
+) -> Vec<(std::ffi::OsString, std::fs::DirEntry)> {
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
@@ -272,8 +297,11 @@ fn read_dir_sorted(dir: &Path, diags: &mut Vec<Diagnostic>) -> Vec<std::fs::DirE
             return Vec::new();
         }
     };
-    let mut entries: Vec<_> = rd.filter_map(Result::ok).collect();
-    entries.sort_by(|a, b| a.file_name().as_bytes().cmp(b.file_name().as_bytes()));
+    let mut entries: Vec<_> = rd
+        .filter_map(Result::ok)
+        .map(|e| (e.file_name(), e))
+        .collect();
+    entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     entries
 }
 
@@ -323,11 +351,11 @@ fn walk(d: &SourceDir, diags: &mut Vec<Diagnostic>) -> Vec<(PathBuf, PathBuf)> {
         None
     };
     let mut found: Vec<(PathBuf, PathBuf)> = Vec::new();
-    let mut stack = vec![(d.path.clone(), PathBuf::new())];
-    while let Some((dir, rel)) = stack.pop() {
+    // (directory, its path relative to the root, its canonical form when reading deep).
+    let mut stack = vec![(d.path.clone(), PathBuf::new(), canon_root.clone())];
+    while let Some((dir, rel, canon_dir)) = stack.pop() {
         let top = rel.as_os_str().is_empty();
-        for e in read_dir_sorted(&dir, diags) {
-            let name = e.file_name();
+        for (name, e) in read_dir_sorted(&dir, diags) {
             let nb = name.as_bytes();
             let md = nb.ends_with(b".md") && (top || d.recursive);
             let toml = d.toml && nb.ends_with(b".toml");
@@ -348,8 +376,15 @@ fn walk(d: &SourceDir, diags: &mut Vec<Diagnostic>) -> Vec<(PathBuf, PathBuf)> {
                 if md && !d.recursive {
                     diags.push(not_a_file(&path, tt));
                 }
-                if let Some(canon_root) = &canon_root {
-                    match path.canonicalize() {
+                if let (Some(canon_root), Some(canon_dir)) = (&canon_root, &canon_dir) {
+                    // A real directory inside a canonical one is canonical once joined; only a
+                    // symlink needs resolving.
+                    let canon = if t.is_symlink() {
+                        path.canonicalize()
+                    } else {
+                        Ok(canon_dir.join(&name))
+                    };
+                    match canon {
                         Ok(c) if !c.starts_with(canon_root) => diags.push(warn_dir(
                             &path,
                             "symlink_outside_root",
@@ -359,7 +394,9 @@ fn walk(d: &SourceDir, diags: &mut Vec<Diagnostic>) -> Vec<(PathBuf, PathBuf)> {
                                 shown(&c)
                             ),
                         )),
-                        Ok(c) if visited.insert(c.clone()) => stack.push((path, rel.join(&name))),
+                        Ok(c) if visited.insert(c.clone()) => {
+                            stack.push((path, rel.join(&name), Some(c)));
+                        }
                         _ => {}
                     }
                 }

@@ -205,6 +205,14 @@ impl ParseCaches {
         }
     }
 
+    /// Caches that store nothing, for a one-off build.
+    fn none() -> Self {
+        Self {
+            agents: load::ParseCache::none(),
+            commands: load::ParseCache::none(),
+        }
+    }
+
     fn parsed(&self) -> Parsed<'_> {
         Parsed {
             agents: &self.agents,
@@ -249,22 +257,35 @@ fn assemble(
     let command_files = load::list(&plan.commands, &mut command_diagnostics);
     let loaded_commands = load::parse_commands(command_files, parsed.commands);
 
-    let mut agents: Vec<Arc<AgentDef>> = Vec::new();
-    let mut index: HashMap<String, usize> = HashMap::new();
+    let mut agents: Vec<Arc<AgentDef>> = Vec::with_capacity(loaded.len());
+    let mut index: HashMap<String, usize> = HashMap::with_capacity(loaded.len());
     let mut shadowed = Vec::new();
-    // (dir, name) → first path in that dir, for `duplicate_name`.
-    let mut in_dir: HashMap<(usize, String), String> = HashMap::new();
+    // Per winner (same index as `agents`): the last directory that defined its name and the
+    // first definition of it there, for `duplicate_name`. Files come in directory order, so
+    // a name's earlier definitions in the same directory are always the latest directory's.
+    let mut in_dir: Vec<(usize, Arc<AgentDef>)> = Vec::with_capacity(loaded.len());
     for f in loaded {
         diagnostics.extend(f.parsed.diagnostics);
         let Some(def) = f.parsed.def else { continue };
-        let key = (f.dir, def.persona.name.clone());
-        if let Some(first) = in_dir.get(&key) {
-            diagnostics.push(duplicate(&def.file_path, "agent", &def.persona.name, first));
-        } else {
-            in_dir.insert(key, def.file_path.clone());
+        match index.get(&def.persona.name) {
+            Some(&i) => {
+                let slot = &mut in_dir[i];
+                if slot.0 == f.dir {
+                    diagnostics.push(duplicate(
+                        &def.file_path,
+                        "agent",
+                        &def.persona.name,
+                        &slot.1.file_path,
+                    ));
+                } else {
+                    *slot = (f.dir, def.clone());
+                }
+            }
+            None => in_dir.push((f.dir, def.clone())),
         }
         merge(&mut agents, &mut index, &mut shadowed, def);
     }
+    drop(in_dir);
     for b in bundled.agents {
         merge(&mut agents, &mut index, &mut shadowed, b.clone());
     }
@@ -620,7 +641,7 @@ impl Registry {
             &self.inner.sources,
             &self.inner.opts,
             self.inner.bundled(),
-            ParseCaches::new(0).parsed(),
+            ParseCaches::none().parsed(),
             workspace,
             0,
             None,
@@ -650,7 +671,7 @@ impl Registry {
             agents: &[],
             commands: &[],
         };
-        let fresh = ParseCaches::new(0);
+        let fresh = ParseCaches::none();
         assemble(&plan, Vec::new(), &self.inner.opts, none, fresh.parsed(), 0)
     }
 }
