@@ -42,6 +42,12 @@ pub(super) struct Entry {
 
 /// `thinkingLevel` / `thinking-level` / `Thinking_Level` → `thinking_level`.
 pub(super) fn normalise_key(k: &str) -> String {
+    // Most keys are snake_case already, and are their own normal form.
+    if k.bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    {
+        return k.to_owned();
+    }
     let mut out = String::with_capacity(k.len() + 4);
     let mut prev_lower = false;
     for c in k.trim().chars() {
@@ -171,9 +177,11 @@ fn finish(
     };
     let mut name = None;
     let mut description = None;
-    let mut seen: Vec<String> = Vec::new();
+    // Keys already read, to warn about repeats: the entries' own, moved here once read.
+    let mut seen: Vec<String> = Vec::with_capacity(entries.len());
     for e in entries {
-        if seen.contains(&e.key) {
+        let repeated = seen.contains(&e.key);
+        if repeated {
             r.warn(
                 &e,
                 "duplicate_key",
@@ -182,8 +190,6 @@ fn finish(
                     e.raw_key
                 ),
             );
-        } else {
-            seen.push(e.key.clone());
         }
         match e.key.as_str() {
             "name" => name = r.string(&e),
@@ -214,6 +220,9 @@ fn finish(
             _ => {
                 p.extra.insert(e.raw_key, yaml_to_json(e.value));
             }
+        }
+        if !repeated {
+            seen.push(e.key);
         }
     }
 
@@ -341,7 +350,7 @@ fn simple_entries(block: &Block) -> Option<Vec<Entry>> {
     let blank = |l: &str| l.bytes().all(|b| b == b' ');
     let spaces = |l: &str| l.len() - l.trim_start_matches(' ').len();
     let lines: Vec<&str> = block.text.split('\n').collect();
-    let mut entries: Vec<Entry> = Vec::new();
+    let mut entries: Vec<Entry> = Vec::with_capacity(lines.len());
     let mut i = 0;
     while i < lines.len() {
         let line = lines[i];
@@ -481,12 +490,33 @@ fn scalar(v: &str) -> Option<Yaml> {
 /// indicator, comment, mapping separator or alternative type (number, bool, null).
 fn plain_scalar(s: &str) -> Option<&str> {
     let s = s.trim_matches(' ');
-    let first = s.chars().next()?;
-    if "-?:,[]{}#&*!|>'\"%@`+.~".contains(first)
-        || first.is_ascii_digit()
+    let first = *s.as_bytes().first()?;
+    if matches!(
+        first,
+        b'-' | b'?'
+            | b':'
+            | b','
+            | b'['
+            | b']'
+            | b'{'
+            | b'}'
+            | b'#'
+            | b'&'
+            | b'*'
+            | b'!'
+            | b'|'
+            | b'>'
+            | b'\''
+            | b'"'
+            | b'%'
+            | b'@'
+            | b'`'
+            | b'+'
+            | b'.'
+            | b'~'
+    ) || first.is_ascii_digit()
         || s.ends_with(':')
-        || s.contains(": ")
-        || s.contains(" #")
+        || s.as_bytes().windows(2).any(|w| w == b": " || w == b" #")
         || ["true", "false", "null"]
             .iter()
             .any(|w| s.eq_ignore_ascii_case(w))
