@@ -184,14 +184,20 @@ struct Bundled<'a> {
     commands: &'a [CommandDef],
 }
 
-/// The parsed files a build may reuse (see [`load::ParseCache`]).
+/// The listings and parsed files a build may reuse (see [`load::ListCache`],
+/// [`load::ParseCache`]).
 struct Parsed<'a> {
+    listings: &'a load::ListCache,
+    command_listings: &'a load::ListCache,
     agents: &'a load::ParseCache<load::ParsedAgent>,
     commands: &'a load::ParseCache<load::ParsedCommand>,
 }
 
-/// Caches of parsed agent and command files, shared by every build of one registry.
+/// Caches of directory listings and of parsed agent and command files, shared by every build
+/// of one registry.
 struct ParseCaches {
+    listings: load::ListCache,
+    command_listings: load::ListCache,
     agents: load::ParseCache<load::ParsedAgent>,
     commands: load::ParseCache<load::ParsedCommand>,
 }
@@ -200,6 +206,8 @@ impl ParseCaches {
     /// Caches holding up to `capacity` files each.
     fn new(capacity: usize) -> Self {
         Self {
+            listings: load::ListCache::new(capacity),
+            command_listings: load::ListCache::new(capacity),
             agents: load::ParseCache::new(capacity),
             commands: load::ParseCache::new(capacity),
         }
@@ -208,6 +216,8 @@ impl ParseCaches {
     /// Caches that store nothing, for a one-off build.
     fn none() -> Self {
         Self {
+            listings: load::ListCache::none(),
+            command_listings: load::ListCache::none(),
             agents: load::ParseCache::none(),
             commands: load::ParseCache::none(),
         }
@@ -215,6 +225,8 @@ impl ParseCaches {
 
     fn parsed(&self) -> Parsed<'_> {
         Parsed {
+            listings: &self.listings,
+            command_listings: &self.command_listings,
             agents: &self.agents,
             commands: &self.commands,
         }
@@ -252,10 +264,14 @@ fn assemble(
 ) -> Snapshot {
     let mut command_diagnostics = diagnostics.clone();
     let shared_diagnostics = diagnostics.len();
-    let files = load::list(&plan.agents, &mut diagnostics);
-    let loaded = load::parse_all(files, &plan.agents, opts, parsed.agents);
-    let command_files = load::list(&plan.commands, &mut command_diagnostics);
-    let loaded_commands = load::parse_commands(command_files, parsed.commands);
+    let found = load::list(&plan.agents, &mut diagnostics, parsed.listings);
+    let loaded = load::parse_all(found.files(), &plan.agents, opts, parsed.agents);
+    let found_commands = load::list(
+        &plan.commands,
+        &mut command_diagnostics,
+        parsed.command_listings,
+    );
+    let loaded_commands = load::parse_commands(found_commands.files(), parsed.commands);
 
     let mut agents: Vec<Arc<AgentDef>> = Vec::with_capacity(loaded.len());
     let mut index: HashMap<String, usize> = HashMap::with_capacity(loaded.len());
@@ -423,14 +439,16 @@ fn merge(
 /// sha256 over (name, source, content hash) of the winning agents, then of the winning commands
 /// (one version covers both registries).
 fn version_of(agents: &[Arc<AgentDef>], commands: &[CommandDef]) -> String {
-    let mut h = Sha256::new();
+    // The lines are gathered first and hashed in one call: tens of thousands of small updates
+    // cost more than the hashing itself.
+    let mut buf: Vec<u8> = Vec::with_capacity((agents.len() + commands.len() + 1) * 112);
     let mut add = |name: &str, source: SourceKind, sha: &str| {
-        h.update(name.as_bytes());
-        h.update([0]);
-        h.update(source.as_str().as_bytes());
-        h.update([0]);
-        h.update(sha.as_bytes());
-        h.update([b'\n']);
+        buf.extend_from_slice(name.as_bytes());
+        buf.push(0);
+        buf.extend_from_slice(source.as_str().as_bytes());
+        buf.push(0);
+        buf.extend_from_slice(sha.as_bytes());
+        buf.push(b'\n');
     };
     for a in agents {
         add(&a.persona.name, a.source, &a.content_sha256);
@@ -440,7 +458,7 @@ fn version_of(agents: &[Arc<AgentDef>], commands: &[CommandDef]) -> String {
     for c in commands {
         add(&c.name, c.source, &c.content_sha256);
     }
-    hex::encode(h.finalize())
+    hex::encode(Sha256::digest(&buf))
 }
 
 /// The registry: snapshots per workspace, kept fresh by the watcher and bounded by a TTL cache.
@@ -686,9 +704,10 @@ pub fn persona_files(dir: &Path, recursive: bool) -> Vec<PathBuf> {
         recursive,
         toml: true,
     };
-    load::list(&[source], &mut Vec::new())
+    load::list(&[source], &mut Vec::new(), &load::ListCache::none())
+        .files()
         .into_iter()
-        .map(|f| f.path)
+        .map(|f| f.path.to_owned())
         .collect()
 }
 
