@@ -281,9 +281,11 @@ impl<T: Clone> ParseCache<T> {
         parse: impl FnOnce(&[u8], String) -> T,
     ) -> Result<T, Diagnostic> {
         if !self.enabled {
-            let (bytes, _) = read_bounded(path, shown)?;
-            let sha256 = sha_hex(&bytes);
-            return Ok(parse(&bytes, sha256));
+            return with_read_buffer(|buf| {
+                read_bounded(path, shown, buf)?;
+                let sha256 = sha_hex(buf);
+                Ok(parse(buf, sha256))
+            });
         }
         let now = SystemTime::now();
         let prior = self.get(path).filter(|e| fits(&e.value));
@@ -293,13 +295,15 @@ impl<T: Clone> ParseCache<T> {
             e.seen.store(build, Ordering::Relaxed);
             return Ok(e.value.clone());
         }
-        let (bytes, meta) = read_bounded(path, shown)?;
-        let stamp = Stamp::of(&meta);
-        let sha256 = sha_hex(&bytes);
-        let value = match prior {
-            Some(e) if e.sha256 == sha256 => e.value.clone(),
-            _ => parse(&bytes, sha256.clone()),
-        };
+        let (stamp, sha256, value) = with_read_buffer(|bytes| {
+            let meta = read_bounded(path, shown, bytes)?;
+            let sha256 = sha_hex(bytes);
+            let value = match prior {
+                Some(e) if e.sha256 == sha256 => e.value.clone(),
+                _ => parse(bytes, sha256.clone()),
+            };
+            Ok((Stamp::of(&meta), sha256, value))
+        })?;
         let entry = Entry {
             stamp,
             settled: stamp.settled(now),
@@ -679,9 +683,27 @@ fn sha_hex(bytes: &[u8]) -> String {
     out
 }
 
-/// A file's bytes, at most [`MAX_FILE_BYTES`], and its metadata as seen on the open descriptor
-/// before reading; `Err` is the diagnostic that says why not.
-fn read_bounded(path: &Path, shown: &str) -> Result<(Vec<u8>, Metadata), Diagnostic> {
+/// Runs `f` with this thread's read buffer: files are read into it and parsed from it, so a
+/// build allocates no buffer per file. A buffer grown past 64 KiB by a large file is let go.
+fn with_read_buffer<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+    thread_local! {
+        static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    BUFFER.with_borrow_mut(|buf| {
+        let out = f(buf);
+        buf.clear();
+        if buf.capacity() > 64 << 10 {
+            *buf = Vec::new();
+        }
+        out
+    })
+}
+
+/// Reads a file's bytes, at most [`MAX_FILE_BYTES`], into `bytes` (emptied first) and returns
+/// its metadata as seen on the open descriptor before reading; `Err` is the diagnostic that
+/// says why not.
+fn read_bounded(path: &Path, shown: &str, bytes: &mut Vec<u8>) -> Result<Metadata, Diagnostic> {
+    bytes.clear();
     let fail = |severity, code: &'static str, message: String| Diagnostic {
         path: shown.to_owned(),
         line: None,
@@ -719,11 +741,11 @@ fn read_bounded(path: &Path, shown: &str) -> Result<(Vec<u8>, Metadata), Diagnos
         ));
     }
     // Sized from fstat (+1 to see EOF in the same call): one read for the file, one for EOF.
-    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0) + 1);
+    bytes.reserve(usize::try_from(len).unwrap_or(0) + 1);
     // The bound also holds if the file grows between stat and read.
     (&mut file)
         .take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
+        .read_to_end(bytes)
         .map_err(|e| error("unreadable", format!("cannot read: {e}")))?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(error(
@@ -731,7 +753,7 @@ fn read_bounded(path: &Path, shown: &str) -> Result<(Vec<u8>, Metadata), Diagnos
             format!("file grew past the {MAX_FILE_BYTES}-byte limit while being read"),
         ));
     }
-    Ok((bytes, meta))
+    Ok(meta)
 }
 
 #[cfg(test)]

@@ -179,7 +179,7 @@ fn finish(
     let mut description = None;
     // Keys already read, to warn about repeats: the entries' own, moved here once read.
     let mut seen: Vec<String> = Vec::with_capacity(entries.len());
-    for e in entries {
+    for mut e in entries {
         let repeated = seen.contains(&e.key);
         if repeated {
             r.warn(
@@ -192,13 +192,13 @@ fn finish(
             );
         }
         match e.key.as_str() {
-            "name" => name = r.string(&e),
-            "description" => description = r.string(&e),
-            "when_to_use" => p.when_to_use = r.string(&e),
-            "tools" => p.tools = r.list(&e),
-            "disallowed_tools" => p.disallowed_tools = r.list(&e),
+            "name" => name = r.take_string(&mut e),
+            "description" => description = r.take_string(&mut e),
+            "when_to_use" => p.when_to_use = r.take_string(&mut e),
+            "tools" => p.tools = r.take_list(&mut e),
+            "disallowed_tools" => p.disallowed_tools = r.take_list(&mut e),
             "spawns" => p.spawns = r.spawns(&e),
-            "model" => p.model = r.list(&e),
+            "model" => p.model = r.take_list(&mut e),
             "thinking_level" | "thinking" => {
                 if let Some(t) = r.thinking(&e) {
                     p.thinking_level = Some(t);
@@ -211,9 +211,9 @@ fn finish(
                     Err(why) => r.error(&e, "invalid_output_schema", why.to_string()),
                 }
             }
-            "permission_mode" => p.permission_mode = r.string(&e),
+            "permission_mode" => p.permission_mode = r.take_string(&mut e),
             "max_turns" => p.max_turns = r.positive(&e, "invalid_max_turns"),
-            "critical_reminder" => p.critical_reminder = r.string(&e),
+            "critical_reminder" => p.critical_reminder = r.take_string(&mut e),
             "temperature" => p.temperature = r.temperature(&e),
             "timeout_mins" => p.timeout_mins = r.positive(&e, "invalid_timeout_mins"),
             "kind" => p.remote = r.remote(&e),
@@ -599,6 +599,38 @@ impl<'a, 'd> Reader<'a, 'd> {
                 );
                 None
             }
+        }
+    }
+
+    /// [`Reader::string`], moving a string value out of the entry instead of copying it.
+    pub(super) fn take_string(&mut self, e: &mut Entry) -> Option<String> {
+        match &mut e.value {
+            Yaml::String(s) => Some(std::mem::take(s)),
+            _ => self.string(e),
+        }
+    }
+
+    /// [`Reader::list`], moving the items of a list of strings out of the entry when they need
+    /// no trimming.
+    pub(super) fn take_list(&mut self, e: &mut Entry) -> Option<Vec<String>> {
+        match &mut e.value {
+            Yaml::Sequence(items) if items.iter().all(|it| matches!(it, Yaml::String(_))) => {
+                let mut out = Vec::with_capacity(items.len());
+                for it in items {
+                    let Yaml::String(s) = it else { continue };
+                    let trimmed = s.trim();
+                    if trimmed.is_empty() {
+                        continue;
+                    }
+                    if trimmed.len() == s.len() {
+                        out.push(std::mem::take(s));
+                    } else {
+                        out.push(trimmed.to_owned());
+                    }
+                }
+                Some(out)
+            }
+            _ => self.list(e),
         }
     }
 
