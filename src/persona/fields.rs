@@ -2,6 +2,8 @@
 //! fallback when YAML fails, key normalisation, coercions and `extra`. The entry reading and the
 //! typed [`Reader`] are shared with workflow commands (`command.rs`).
 
+use std::borrow::Cow;
+
 use serde_json::Value as Json;
 use serde_yaml::Value as Yaml;
 
@@ -32,12 +34,43 @@ impl Default for ParseOptions {
 pub(super) struct Entry {
     /// The key as written.
     pub(super) raw_key: String,
-    /// snake_case form used to recognise known keys.
-    pub(super) key: String,
+    /// snake_case form used to recognise known keys ([`entry_key`]).
+    pub(super) key: Cow<'static, str>,
     /// The value as YAML read it (a string for the line fallback).
     pub(super) value: Yaml,
     /// 0-based line index in the block, when found.
     pub(super) line: Option<usize>,
+}
+
+/// The keys agentry reads (personas' and commands'), in their normal form.
+const KNOWN_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "when_to_use",
+    "tools",
+    "disallowed_tools",
+    "spawns",
+    "model",
+    "thinking_level",
+    "thinking",
+    "output",
+    "permission_mode",
+    "max_turns",
+    "critical_reminder",
+    "temperature",
+    "timeout_mins",
+    "kind",
+    "argument_hint",
+    "allowed_tools",
+];
+
+/// [`normalise_key`] of an entry's key, without an allocation when the key is a known one
+/// written in its normal form already (as most are).
+pub(super) fn entry_key(raw: &str) -> Cow<'static, str> {
+    match KNOWN_KEYS.iter().find(|k| **k == raw) {
+        Some(k) => Cow::Borrowed(k),
+        None => Cow::Owned(normalise_key(raw)),
+    }
 }
 
 /// `thinkingLevel` / `thinking-level` / `Thinking_Level` → `thinking_level`.
@@ -136,7 +169,7 @@ pub(super) fn entries(block: &Block, diag: &mut DiagFn<'_>) -> Vec<Entry> {
             fallback_entries(block)
                 .into_iter()
                 .map(|(k, v, i)| Entry {
-                    key: normalise_key(&k),
+                    key: entry_key(&k),
                     raw_key: k,
                     value: Yaml::String(v),
                     line: Some(i),
@@ -178,7 +211,7 @@ fn finish(
     let mut name = None;
     let mut description = None;
     // Keys already read, to warn about repeats: the entries' own, moved here once read.
-    let mut seen: Vec<String> = Vec::with_capacity(entries.len());
+    let mut seen: Vec<Cow<'static, str>> = Vec::with_capacity(entries.len());
     for mut e in entries {
         let repeated = seen.contains(&e.key);
         if repeated {
@@ -191,7 +224,7 @@ fn finish(
                 ),
             );
         }
-        match e.key.as_str() {
+        match &*e.key {
             "name" => name = r.take_string(&mut e),
             "description" => description = r.take_string(&mut e),
             "when_to_use" => p.when_to_use = r.take_string(&mut e),
@@ -316,7 +349,7 @@ fn yaml_entries(block: &Block) -> Result<Vec<Entry>, (Option<u32>, String)> {
                 };
                 let line = find_key_line(block, &raw_key);
                 Some(Entry {
-                    key: normalise_key(&raw_key),
+                    key: entry_key(&raw_key),
                     raw_key,
                     value: v,
                     line,
@@ -446,7 +479,7 @@ fn simple_entries(block: &Block) -> Option<Vec<Entry>> {
         };
         entries.push(Entry {
             raw_key: key.to_owned(),
-            key: normalise_key(key),
+            key: entry_key(key),
             value: yaml,
             line: Some(start),
         });
