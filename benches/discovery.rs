@@ -1,7 +1,10 @@
 //! Cold discovery of 10 000 persona files against the I/O floor, the memory a loaded snapshot
 //! takes, and a warm `ReloadAgents` after one of the files changed.
 //!
-//! `cargo bench --bench discovery [-- --files N --iters N]`
+//! `cargo bench --bench discovery [-- --files N --iters N] [--only cold|warm]`
+//!
+//! `--only cold` runs nothing but `iters` cold discoveries and `--only warm` nothing but the
+//! warm reloads, so a profiler (`perf record`, `valgrind --tool=callgrind`) sees one path alone.
 //!
 //! The files are generated in a tempdir and spread over every kind of source a snapshot reads:
 //! a project dir found by walking up from the workspace, the four user dirs of the fake home,
@@ -48,6 +51,8 @@ struct Args {
     files: usize,
     /// Timed iterations per measurement.
     iters: usize,
+    /// Run one path alone (`cold` or `warm`), for a profiler.
+    only: Option<String>,
 }
 
 impl Args {
@@ -55,6 +60,7 @@ impl Args {
         let mut a = Self {
             files: 10_000,
             iters: 10,
+            only: None,
         };
         let mut it = std::env::args().skip(1);
         while let Some(flag) = it.next() {
@@ -66,6 +72,11 @@ impl Args {
             match flag.as_str() {
                 "--files" => a.files = value("--files").max(1),
                 "--iters" => a.iters = value("--iters").max(1),
+                "--only" => {
+                    let v = it.next().unwrap_or_default();
+                    assert!(v == "cold" || v == "warm", "--only takes cold or warm");
+                    a.only = Some(v);
+                }
                 _ => {}
             }
         }
@@ -626,6 +637,33 @@ fn main() {
         ms(t.elapsed()),
         tree.dirs.len(),
     );
+
+    match args.only.as_deref() {
+        Some("cold") => {
+            let mut v: Vec<Duration> = (0..args.iters)
+                .map(|_| {
+                    let t = Instant::now();
+                    std::hint::black_box(discover(&tree));
+                    t.elapsed()
+                })
+                .collect();
+            v.sort();
+            println!("cold discovery alone: median {:.1} ms", ms(median(&v)));
+            return;
+        }
+        Some(_) => {
+            // As in the full run, where the cold timings come first: files changed within the
+            // last two seconds are re-read on every build (their stamps cannot be trusted yet).
+            std::thread::sleep(Duration::from_millis(2500));
+            let reload = warm_reload(&tree, args.iters);
+            println!(
+                "warm ReloadAgents alone: median {:.1} ms",
+                ms(median(&reload.rpc))
+            );
+            return;
+        }
+        None => {}
+    }
 
     // Memory first, on a fresh heap, so freed buffers of the timing runs do not hide the cost.
     // Files were just written, so the page cache is warm already.

@@ -2,6 +2,7 @@
 
 use std::{
     collections::{HashMap, HashSet},
+    ffi::OsString,
     fs::{FileType, Metadata},
     io::Read,
     os::unix::{
@@ -27,14 +28,99 @@ use crate::persona::{
 use super::{AgentDef, sources::SourceDir};
 
 /// One file found in a directory, in read order.
-#[derive(Debug)]
-pub struct FoundFile {
+#[derive(Debug, Clone, Copy)]
+pub struct FoundFile<'a> {
     /// Index of the directory in the planned list.
     pub dir: usize,
     /// The file.
-    pub path: PathBuf,
+    pub path: &'a Path,
     /// The path relative to its directory (a command's name comes from it).
-    pub rel: PathBuf,
+    pub rel: &'a Path,
+}
+
+/// What [`walk`] found in one directory, and what it takes to trust that again without reading
+/// the directory: the stamp of every directory it read.
+#[derive(Debug)]
+pub struct Listing {
+    /// `(relative path, path)` in read order.
+    files: Vec<(PathBuf, PathBuf)>,
+    /// Problems found while listing.
+    diags: Vec<Diagnostic>,
+    /// Every directory read with its stamp, taken before reading it; `None` when the listing
+    /// cannot be trusted again (a symlink was met, whose target can change while no directory
+    /// does; a directory that changed too recently or could not be stat'ed).
+    dirs: Option<Vec<(PathBuf, Stamp)>>,
+}
+
+impl Listing {
+    /// Whether every directory read still has its stamp: no entry was added, removed or renamed
+    /// in any of them, so a walk would find the same files.
+    fn unchanged(&self) -> bool {
+        self.dirs.as_ref().is_some_and(|dirs| {
+            dirs.iter().all(|(p, stamp)| {
+                std::fs::metadata(p).is_ok_and(|m| m.is_dir() && Stamp::of(&m) == *stamp)
+            })
+        })
+    }
+}
+
+/// (directory, recursive, toml) → its listing and the last build that used it.
+type Listings = HashMap<(PathBuf, bool, bool), (Arc<Listing>, u64)>;
+
+/// Listings by directory (and how it is read), so a rebuild lists only the directories that
+/// changed. Shared by every workspace's builds; past `capacity` files listed, a build drops the
+/// listings it did not use.
+pub struct ListCache {
+    entries: Mutex<Listings>,
+    builds: AtomicU64,
+    capacity: usize,
+    /// False for a one-off build: nothing is stored.
+    enabled: bool,
+}
+
+impl ListCache {
+    /// An empty cache for up to about `capacity` listed files.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            entries: Mutex::default(),
+            builds: AtomicU64::new(0),
+            capacity,
+            enabled: true,
+        }
+    }
+
+    /// A cache that stores nothing, for a build that is not followed by another.
+    pub fn none() -> Self {
+        Self {
+            enabled: false,
+            ..Self::new(0)
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Listings> {
+        // Entries are replaced whole, so a panic elsewhere leaves the map coherent.
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The listings of one build, in the order of its directories.
+pub struct Found {
+    listings: Vec<Arc<Listing>>,
+}
+
+impl Found {
+    /// Every file, in precedence order of the directories, then read order inside each.
+    pub fn files(&self) -> Vec<FoundFile<'_>> {
+        let mut out = Vec::with_capacity(self.listings.iter().map(|l| l.files.len()).sum());
+        for (dir, l) in self.listings.iter().enumerate() {
+            out.extend(
+                l.files
+                    .iter()
+                    .map(|(rel, path)| FoundFile { dir, path, rel }),
+            );
+        }
+        out
+    }
 }
 
 /// A parsed persona file: its definition (if valid) and its diagnostics.
@@ -128,9 +214,13 @@ struct Entry<T> {
 /// by all of them). Holds what the snapshots hold already (the definitions are shared), and is
 /// bounded: past `capacity` files, a build drops every entry it did not use.
 pub struct ParseCache<T> {
-    entries: Mutex<HashMap<PathBuf, Arc<Entry<T>>>>,
+    /// Keyed by the path's bytes: hashing a `Path` walks its components.
+    entries: Mutex<HashMap<OsString, Arc<Entry<T>>>>,
     builds: AtomicU64,
     capacity: usize,
+    /// False for a one-off build's cache, which nothing reads again: every file is read and
+    /// parsed, and nothing is stored.
+    enabled: bool,
 }
 
 impl<T: Clone> ParseCache<T> {
@@ -140,6 +230,15 @@ impl<T: Clone> ParseCache<T> {
             entries: Mutex::default(),
             builds: AtomicU64::new(0),
             capacity,
+            enabled: true,
+        }
+    }
+
+    /// A cache that stores nothing, for a build that is not followed by another.
+    pub fn none() -> Self {
+        Self {
+            enabled: false,
+            ..Self::new(0)
         }
     }
 
@@ -149,10 +248,10 @@ impl<T: Clone> ParseCache<T> {
     }
 
     fn get(&self, path: &Path) -> Option<Arc<Entry<T>>> {
-        self.lock().get(path).cloned()
+        self.lock().get(path.as_os_str()).cloned()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Arc<Entry<T>>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<OsString, Arc<Entry<T>>>> {
         // The map is only ever replaced whole per key, so a panic elsewhere leaves it coherent.
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -160,6 +259,9 @@ impl<T: Clone> ParseCache<T> {
     /// Past capacity, drops the entries the build `build` did not use (files deleted, or read
     /// only by other workspaces' snapshots, which re-read them when next built).
     fn sweep(&self, build: u64) {
+        if !self.enabled {
+            return;
+        }
         let mut entries = self.lock();
         if entries.len() > self.capacity {
             entries.retain(|_, e| e.seen.load(Ordering::Relaxed) == build);
@@ -178,6 +280,13 @@ impl<T: Clone> ParseCache<T> {
         fits: impl Fn(&T) -> bool,
         parse: impl FnOnce(&[u8], String) -> T,
     ) -> Result<T, Diagnostic> {
+        if !self.enabled {
+            return with_read_buffer(|buf| {
+                read_bounded(path, shown, buf)?;
+                let sha256 = sha_hex(buf);
+                Ok(parse(buf, sha256))
+            });
+        }
         let now = SystemTime::now();
         let prior = self.get(path).filter(|e| fits(&e.value));
         if let Some(e) = prior.as_ref().filter(|e| e.settled)
@@ -186,13 +295,15 @@ impl<T: Clone> ParseCache<T> {
             e.seen.store(build, Ordering::Relaxed);
             return Ok(e.value.clone());
         }
-        let (bytes, meta) = read_bounded(path, shown)?;
-        let stamp = Stamp::of(&meta);
-        let sha256 = sha_hex(&bytes);
-        let value = match prior {
-            Some(e) if e.sha256 == sha256 => e.value.clone(),
-            _ => parse(&bytes, sha256.clone()),
-        };
+        let (stamp, sha256, value) = with_read_buffer(|bytes| {
+            let meta = read_bounded(path, shown, bytes)?;
+            let sha256 = sha_hex(bytes);
+            let value = match prior {
+                Some(e) if e.sha256 == sha256 => e.value.clone(),
+                _ => parse(bytes, sha256.clone()),
+            };
+            Ok((Stamp::of(&meta), sha256, value))
+        })?;
         let entry = Entry {
             stamp,
             settled: stamp.settled(now),
@@ -200,7 +311,8 @@ impl<T: Clone> ParseCache<T> {
             value: value.clone(),
             seen: AtomicU64::new(build),
         };
-        self.lock().insert(path.to_owned(), Arc::new(entry));
+        self.lock()
+            .insert(path.as_os_str().to_owned(), Arc::new(entry));
         Ok(value)
     }
 }
@@ -245,20 +357,44 @@ fn warn_dir(path: &Path, code: &'static str, message: String) -> Diagnostic {
 }
 
 /// Lists the files of every directory in precedence order, then byte order of the relative
-/// path inside each.
-pub fn list(dirs: &[SourceDir], diags: &mut Vec<Diagnostic>) -> Vec<FoundFile> {
-    let mut out = Vec::new();
-    for (i, d) in dirs.iter().enumerate() {
-        out.extend(
-            walk(d, diags)
-                .into_iter()
-                .map(|(rel, path)| FoundFile { dir: i, path, rel }),
-        );
+/// path inside each. A directory whose listing in `cache` is [`Listing::unchanged`] is not read
+/// again.
+pub fn list(dirs: &[SourceDir], diags: &mut Vec<Diagnostic>, cache: &ListCache) -> Found {
+    let build = cache.builds.fetch_add(1, Ordering::Relaxed) + 1;
+    let mut listings = Vec::with_capacity(dirs.len());
+    for d in dirs {
+        let key = (d.path.clone(), d.recursive, d.toml);
+        let prior = if cache.enabled {
+            cache.lock().get(&key).map(|(l, _)| l.clone())
+        } else {
+            None
+        };
+        let listing = match prior.filter(|l| l.unchanged()) {
+            Some(l) => l,
+            None => Arc::new(walk(d)),
+        };
+        diags.extend(listing.diags.iter().cloned());
+        if cache.enabled {
+            cache.lock().insert(key, (listing.clone(), build));
+        }
+        listings.push(listing);
     }
-    out
+    if cache.enabled {
+        let mut entries = cache.lock();
+        let listed: usize = entries.values().map(|(l, _)| l.files.len()).sum();
+        if listed > cache.capacity {
+            entries.retain(|_, (_, seen)| *seen == build);
+        }
+    }
+    Found { listings }
 }
 
-fn read_dir_sorted(dir: &Path, diags: &mut Vec<Diagnostic>) -> Vec<std::fs::DirEntry> {
+/// The entries of a directory with their names, in byte order of the name (each name is taken
+/// once: `DirEntry::file_name` allocates).
+fn read_dir_sorted(
+    dir: &Path,
+    diags: &mut Vec<Diagnostic>,
+) -> Vec<(std::ffi::OsString, std::fs::DirEntry)> {
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
@@ -272,8 +408,11 @@ fn read_dir_sorted(dir: &Path, diags: &mut Vec<Diagnostic>) -> Vec<std::fs::DirE
             return Vec::new();
         }
     };
-    let mut entries: Vec<_> = rd.filter_map(Result::ok).collect();
-    entries.sort_by(|a, b| a.file_name().as_bytes().cmp(b.file_name().as_bytes()));
+    let mut entries: Vec<_> = rd
+        .filter_map(Result::ok)
+        .map(|e| (e.file_name(), e))
+        .collect();
+    entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     entries
 }
 
@@ -310,12 +449,21 @@ fn not_a_file(path: &Path, t: FileType) -> Diagnostic {
 /// a directory symlink only when it stays inside the root, and never twice (no loops). An entry
 /// with a wanted name that is not a regular file (nor a symlink to one) is a `not_a_file`
 /// warning.
-fn walk(d: &SourceDir, diags: &mut Vec<Diagnostic>) -> Vec<(PathBuf, PathBuf)> {
+fn walk(d: &SourceDir) -> Listing {
+    let mut diags = Vec::new();
+    let diags = &mut diags;
+    let now = SystemTime::now();
+    // Directories read with their stamps; `None` once the listing cannot be trusted again.
+    let mut stamps: Option<Vec<(PathBuf, Stamp)>> = Some(Vec::new());
     let deep = d.recursive || d.toml;
     let mut visited = HashSet::new();
     let canon_root = if deep {
         let Ok(c) = d.path.canonicalize() else {
-            return Vec::new();
+            return Listing {
+                files: Vec::new(),
+                diags: Vec::new(),
+                dirs: None,
+            };
         };
         visited.insert(c.clone());
         Some(c)
@@ -323,11 +471,18 @@ fn walk(d: &SourceDir, diags: &mut Vec<Diagnostic>) -> Vec<(PathBuf, PathBuf)> {
         None
     };
     let mut found: Vec<(PathBuf, PathBuf)> = Vec::new();
-    let mut stack = vec![(d.path.clone(), PathBuf::new())];
-    while let Some((dir, rel)) = stack.pop() {
+    // (directory, its path relative to the root, its canonical form when reading deep).
+    let mut stack = vec![(d.path.clone(), PathBuf::new(), canon_root.clone())];
+    while let Some((dir, rel, canon_dir)) = stack.pop() {
         let top = rel.as_os_str().is_empty();
-        for e in read_dir_sorted(&dir, diags) {
-            let name = e.file_name();
+        if let Some(list) = &mut stamps {
+            // Taken before reading: a change while reading leaves the stamp behind.
+            match std::fs::metadata(&dir).map(|m| Stamp::of(&m)) {
+                Ok(stamp) if stamp.settled(now) => list.push((dir.clone(), stamp)),
+                _ => stamps = None,
+            }
+        }
+        for (name, e) in read_dir_sorted(&dir, diags) {
             let nb = name.as_bytes();
             let md = nb.ends_with(b".md") && (top || d.recursive);
             let toml = d.toml && nb.ends_with(b".toml");
@@ -335,7 +490,13 @@ fn walk(d: &SourceDir, diags: &mut Vec<Diagnostic>) -> Vec<(PathBuf, PathBuf)> {
             if nb.starts_with(b".") && (d.recursive || !(top && md)) {
                 continue;
             }
-            let Ok(t) = e.file_type() else { continue };
+            let Ok(t) = e.file_type() else {
+                stamps = None;
+                continue;
+            };
+            if t.is_symlink() {
+                stamps = None;
+            }
             let path = e.path();
             // What the entry is once a symlink is followed; `None` when it cannot be followed
             // (reading it will say why).
@@ -348,8 +509,15 @@ fn walk(d: &SourceDir, diags: &mut Vec<Diagnostic>) -> Vec<(PathBuf, PathBuf)> {
                 if md && !d.recursive {
                     diags.push(not_a_file(&path, tt));
                 }
-                if let Some(canon_root) = &canon_root {
-                    match path.canonicalize() {
+                if let (Some(canon_root), Some(canon_dir)) = (&canon_root, &canon_dir) {
+                    // A real directory inside a canonical one is canonical once joined; only a
+                    // symlink needs resolving.
+                    let canon = if t.is_symlink() {
+                        path.canonicalize()
+                    } else {
+                        Ok(canon_dir.join(&name))
+                    };
+                    match canon {
                         Ok(c) if !c.starts_with(canon_root) => diags.push(warn_dir(
                             &path,
                             "symlink_outside_root",
@@ -359,7 +527,9 @@ fn walk(d: &SourceDir, diags: &mut Vec<Diagnostic>) -> Vec<(PathBuf, PathBuf)> {
                                 shown(&c)
                             ),
                         )),
-                        Ok(c) if visited.insert(c.clone()) => stack.push((path, rel.join(&name))),
+                        Ok(c) if visited.insert(c.clone()) => {
+                            stack.push((path, rel.join(&name), Some(c)));
+                        }
                         _ => {}
                     }
                 }
@@ -375,14 +545,18 @@ fn walk(d: &SourceDir, diags: &mut Vec<Diagnostic>) -> Vec<(PathBuf, PathBuf)> {
         }
     }
     found.sort_by(|a, b| a.0.as_os_str().as_bytes().cmp(b.0.as_os_str().as_bytes()));
-    found
+    Listing {
+        files: found,
+        diags: std::mem::take(diags),
+        dirs: stamps,
+    }
 }
 
 /// Reads and parses every persona file, in parallel, keeping the input order; files unchanged
 /// since `cache` last saw them are reused. `*.toml` files are Codex agents, everything else
 /// markdown.
 pub fn parse_all(
-    files: Vec<FoundFile>,
+    files: Vec<FoundFile<'_>>,
     dirs: &[SourceDir],
     opts: &ParseOptions,
     cache: &ParseCache<ParsedAgent>,
@@ -392,14 +566,14 @@ pub fn parse_all(
         .into_par_iter()
         .map(|f| {
             let d = &dirs[f.dir];
-            let file_path = shown(&f.path);
+            let file_path = shown(f.path);
             let fits = |p: &ParsedAgent| {
                 p.def
                     .as_ref()
                     .is_none_or(|def| def.source == d.kind && def.family == d.family)
             };
             let parse = |bytes: &[u8], sha256: String| {
-                let parsed = if is_toml(&f.path) {
+                let parsed = if is_toml(f.path) {
                     persona::parse_toml(bytes, &file_path)
                 } else {
                     persona::parse(bytes, &file_path, opts)
@@ -419,7 +593,7 @@ pub fn parse_all(
                 }
             };
             let parsed = cache
-                .load(build, &f.path, &file_path, fits, parse)
+                .load(build, f.path, &file_path, fits, parse)
                 .unwrap_or_else(|d| ParsedAgent {
                     def: None,
                     diagnostics: vec![d],
@@ -435,14 +609,14 @@ pub fn parse_all(
 /// since `cache` last saw them are reused. A path that cannot name a command is an
 /// `invalid_command_name` error and the file is not read.
 pub fn parse_commands(
-    files: Vec<FoundFile>,
+    files: Vec<FoundFile<'_>>,
     cache: &ParseCache<ParsedCommand>,
 ) -> Vec<LoadedCommand> {
     let build = cache.begin();
     let loaded = files
         .into_par_iter()
         .map(|f| {
-            let file_path = shown(&f.path);
+            let file_path = shown(f.path);
             let mut loaded = LoadedCommand {
                 dir: f.dir,
                 file_path,
@@ -451,7 +625,7 @@ pub fn parse_commands(
                 sha256: String::new(),
                 diagnostics: Vec::new(),
             };
-            let name = match command::name_from_path(&f.rel) {
+            let name = match command::name_from_path(f.rel) {
                 Ok(n) => n,
                 Err(why) => {
                     loaded.diagnostics.push(Diagnostic {
@@ -459,13 +633,13 @@ pub fn parse_commands(
                         line: None,
                         severity: Severity::Error,
                         code: "invalid_command_name",
-                        message: format!("{} cannot name a command: {why}", shown(&f.rel)),
+                        message: format!("{} cannot name a command: {why}", shown(f.rel)),
                     });
                     return loaded;
                 }
             };
             let parse = |bytes: &[u8], sha256: String| {
-                let parsed = if is_toml(&f.path) {
+                let parsed = if is_toml(f.path) {
                     command::parse_toml(bytes, &loaded.file_path)
                 } else {
                     command::parse_markdown(bytes, &loaded.file_path)
@@ -476,7 +650,7 @@ pub fn parse_commands(
                     diagnostics: parsed.diagnostics,
                 }
             };
-            match cache.load(build, &f.path, &loaded.file_path, |_| true, parse) {
+            match cache.load(build, f.path, &loaded.file_path, |_| true, parse) {
                 Ok(parsed) => {
                     loaded.command = parsed.command;
                     loaded.sha256 = parsed.sha256;
@@ -496,13 +670,40 @@ fn is_toml(p: &Path) -> bool {
     p.extension().is_some_and(|e| e == "toml")
 }
 
+/// Lowercase hex of the sha256 of `bytes` (what `hex::encode` writes, without its per-char
+/// iterator: this runs once per file read).
 fn sha_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let digest = Sha256::digest(bytes);
+    let mut out = String::with_capacity(2 * digest.len());
+    for b in digest {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    out
 }
 
-/// A file's bytes, at most [`MAX_FILE_BYTES`], and its metadata as seen on the open descriptor
-/// before reading; `Err` is the diagnostic that says why not.
-fn read_bounded(path: &Path, shown: &str) -> Result<(Vec<u8>, Metadata), Diagnostic> {
+/// Runs `f` with this thread's read buffer: files are read into it and parsed from it, so a
+/// build allocates no buffer per file. A buffer grown past 64 KiB by a large file is let go.
+fn with_read_buffer<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+    thread_local! {
+        static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    BUFFER.with_borrow_mut(|buf| {
+        let out = f(buf);
+        buf.clear();
+        if buf.capacity() > 64 << 10 {
+            *buf = Vec::new();
+        }
+        out
+    })
+}
+
+/// Reads a file's bytes, at most [`MAX_FILE_BYTES`], into `bytes` (emptied first) and returns
+/// its metadata as seen on the open descriptor before reading; `Err` is the diagnostic that
+/// says why not.
+fn read_bounded(path: &Path, shown: &str, bytes: &mut Vec<u8>) -> Result<Metadata, Diagnostic> {
+    bytes.clear();
     let fail = |severity, code: &'static str, message: String| Diagnostic {
         path: shown.to_owned(),
         line: None,
@@ -540,11 +741,11 @@ fn read_bounded(path: &Path, shown: &str) -> Result<(Vec<u8>, Metadata), Diagnos
         ));
     }
     // Sized from fstat (+1 to see EOF in the same call): one read for the file, one for EOF.
-    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0) + 1);
+    bytes.reserve(usize::try_from(len).unwrap_or(0) + 1);
     // The bound also holds if the file grows between stat and read.
     (&mut file)
         .take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
+        .read_to_end(bytes)
         .map_err(|e| error("unreadable", format!("cannot read: {e}")))?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(error(
@@ -552,12 +753,60 @@ fn read_bounded(path: &Path, shown: &str) -> Result<(Vec<u8>, Metadata), Diagnos
             format!("file grew past the {MAX_FILE_BYTES}-byte limit while being read"),
         ));
     }
-    Ok((bytes, meta))
+    Ok(meta)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listing_is_reused_only_while_no_directory_it_read_changed() {
+        use super::super::SourceKind;
+        let root = tempfile::tempdir().unwrap();
+        let tree = root.path().join("tree");
+        std::fs::create_dir_all(tree.join("team/area")).unwrap();
+        std::fs::write(tree.join("team/area/one.md"), "x").unwrap();
+        let dirs = [SourceDir {
+            kind: SourceKind::Dir,
+            family: String::new(),
+            path: tree.clone(),
+            recursive: true,
+            toml: false,
+        }];
+        let names =
+            |found: &Found| -> Vec<String> { found.files().iter().map(|f| shown(f.rel)).collect() };
+        let cache = ListCache::new(100);
+        // Too fresh to be trusted: listed again every time.
+        let fresh = list(&dirs, &mut Vec::new(), &cache);
+        assert!(fresh.listings[0].dirs.is_none());
+        std::thread::sleep(SETTLE + Duration::from_millis(100));
+        let first = list(&dirs, &mut Vec::new(), &cache);
+        assert!(first.listings[0].dirs.is_some());
+        let again = list(&dirs, &mut Vec::new(), &cache);
+        assert!(Arc::ptr_eq(&first.listings[0], &again.listings[0]));
+        // A file added two levels down changes that directory's stamp.
+        std::fs::write(tree.join("team/area/two.md"), "x").unwrap();
+        let added = list(&dirs, &mut Vec::new(), &cache);
+        assert_eq!(names(&added), ["team/area/one.md", "team/area/two.md"]);
+        std::fs::remove_file(tree.join("team/area/one.md")).unwrap();
+        assert_eq!(
+            names(&list(&dirs, &mut Vec::new(), &cache)),
+            ["team/area/two.md"]
+        );
+        // A symlink's target can change while no directory does: never trusted.
+        std::os::unix::fs::symlink(tree.join("team/area"), tree.join("team/link")).unwrap();
+        let linked = list(&dirs, &mut Vec::new(), &cache);
+        assert!(linked.listings[0].dirs.is_none());
+        assert_eq!(names(&linked), ["team/area/two.md"]);
+    }
+
+    #[test]
+    fn sha_hex_is_lowercase_hex_of_sha256() {
+        for bytes in [&b""[..], b"abc", &[0xff; 300]] {
+            assert_eq!(sha_hex(bytes), hex::encode(Sha256::digest(bytes)));
+        }
+    }
 
     #[test]
     fn shown_escapes_bytes_that_are_not_utf8() {

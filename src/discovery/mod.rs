@@ -184,14 +184,20 @@ struct Bundled<'a> {
     commands: &'a [CommandDef],
 }
 
-/// The parsed files a build may reuse (see [`load::ParseCache`]).
+/// The listings and parsed files a build may reuse (see [`load::ListCache`],
+/// [`load::ParseCache`]).
 struct Parsed<'a> {
+    listings: &'a load::ListCache,
+    command_listings: &'a load::ListCache,
     agents: &'a load::ParseCache<load::ParsedAgent>,
     commands: &'a load::ParseCache<load::ParsedCommand>,
 }
 
-/// Caches of parsed agent and command files, shared by every build of one registry.
+/// Caches of directory listings and of parsed agent and command files, shared by every build
+/// of one registry.
 struct ParseCaches {
+    listings: load::ListCache,
+    command_listings: load::ListCache,
     agents: load::ParseCache<load::ParsedAgent>,
     commands: load::ParseCache<load::ParsedCommand>,
 }
@@ -200,13 +206,27 @@ impl ParseCaches {
     /// Caches holding up to `capacity` files each.
     fn new(capacity: usize) -> Self {
         Self {
+            listings: load::ListCache::new(capacity),
+            command_listings: load::ListCache::new(capacity),
             agents: load::ParseCache::new(capacity),
             commands: load::ParseCache::new(capacity),
         }
     }
 
+    /// Caches that store nothing, for a one-off build.
+    fn none() -> Self {
+        Self {
+            listings: load::ListCache::none(),
+            command_listings: load::ListCache::none(),
+            agents: load::ParseCache::none(),
+            commands: load::ParseCache::none(),
+        }
+    }
+
     fn parsed(&self) -> Parsed<'_> {
         Parsed {
+            listings: &self.listings,
+            command_listings: &self.command_listings,
             agents: &self.agents,
             commands: &self.commands,
         }
@@ -244,27 +264,44 @@ fn assemble(
 ) -> Snapshot {
     let mut command_diagnostics = diagnostics.clone();
     let shared_diagnostics = diagnostics.len();
-    let files = load::list(&plan.agents, &mut diagnostics);
-    let loaded = load::parse_all(files, &plan.agents, opts, parsed.agents);
-    let command_files = load::list(&plan.commands, &mut command_diagnostics);
-    let loaded_commands = load::parse_commands(command_files, parsed.commands);
+    let found = load::list(&plan.agents, &mut diagnostics, parsed.listings);
+    let loaded = load::parse_all(found.files(), &plan.agents, opts, parsed.agents);
+    let found_commands = load::list(
+        &plan.commands,
+        &mut command_diagnostics,
+        parsed.command_listings,
+    );
+    let loaded_commands = load::parse_commands(found_commands.files(), parsed.commands);
 
-    let mut agents: Vec<Arc<AgentDef>> = Vec::new();
-    let mut index: HashMap<String, usize> = HashMap::new();
+    let mut agents: Vec<Arc<AgentDef>> = Vec::with_capacity(loaded.len());
+    let mut index: HashMap<String, usize> = HashMap::with_capacity(loaded.len());
     let mut shadowed = Vec::new();
-    // (dir, name) → first path in that dir, for `duplicate_name`.
-    let mut in_dir: HashMap<(usize, String), String> = HashMap::new();
+    // Per winner (same index as `agents`): the last directory that defined its name and the
+    // first definition of it there, for `duplicate_name`. Files come in directory order, so
+    // a name's earlier definitions in the same directory are always the latest directory's.
+    let mut in_dir: Vec<(usize, Arc<AgentDef>)> = Vec::with_capacity(loaded.len());
     for f in loaded {
         diagnostics.extend(f.parsed.diagnostics);
         let Some(def) = f.parsed.def else { continue };
-        let key = (f.dir, def.persona.name.clone());
-        if let Some(first) = in_dir.get(&key) {
-            diagnostics.push(duplicate(&def.file_path, "agent", &def.persona.name, first));
-        } else {
-            in_dir.insert(key, def.file_path.clone());
+        match index.get(&def.persona.name) {
+            Some(&i) => {
+                let slot = &mut in_dir[i];
+                if slot.0 == f.dir {
+                    diagnostics.push(duplicate(
+                        &def.file_path,
+                        "agent",
+                        &def.persona.name,
+                        &slot.1.file_path,
+                    ));
+                } else {
+                    *slot = (f.dir, def.clone());
+                }
+            }
+            None => in_dir.push((f.dir, def.clone())),
         }
         merge(&mut agents, &mut index, &mut shadowed, def);
     }
+    drop(in_dir);
     for b in bundled.agents {
         merge(&mut agents, &mut index, &mut shadowed, b.clone());
     }
@@ -402,14 +439,16 @@ fn merge(
 /// sha256 over (name, source, content hash) of the winning agents, then of the winning commands
 /// (one version covers both registries).
 fn version_of(agents: &[Arc<AgentDef>], commands: &[CommandDef]) -> String {
-    let mut h = Sha256::new();
+    // The lines are gathered first and hashed in one call: tens of thousands of small updates
+    // cost more than the hashing itself.
+    let mut buf: Vec<u8> = Vec::with_capacity((agents.len() + commands.len() + 1) * 112);
     let mut add = |name: &str, source: SourceKind, sha: &str| {
-        h.update(name.as_bytes());
-        h.update([0]);
-        h.update(source.as_str().as_bytes());
-        h.update([0]);
-        h.update(sha.as_bytes());
-        h.update([b'\n']);
+        buf.extend_from_slice(name.as_bytes());
+        buf.push(0);
+        buf.extend_from_slice(source.as_str().as_bytes());
+        buf.push(0);
+        buf.extend_from_slice(sha.as_bytes());
+        buf.push(b'\n');
     };
     for a in agents {
         add(&a.persona.name, a.source, &a.content_sha256);
@@ -419,7 +458,7 @@ fn version_of(agents: &[Arc<AgentDef>], commands: &[CommandDef]) -> String {
     for c in commands {
         add(&c.name, c.source, &c.content_sha256);
     }
-    hex::encode(h.finalize())
+    hex::encode(Sha256::digest(&buf))
 }
 
 /// The registry: snapshots per workspace, kept fresh by the watcher and bounded by a TTL cache.
@@ -620,7 +659,7 @@ impl Registry {
             &self.inner.sources,
             &self.inner.opts,
             self.inner.bundled(),
-            ParseCaches::new(0).parsed(),
+            ParseCaches::none().parsed(),
             workspace,
             0,
             None,
@@ -650,7 +689,7 @@ impl Registry {
             agents: &[],
             commands: &[],
         };
-        let fresh = ParseCaches::new(0);
+        let fresh = ParseCaches::none();
         assemble(&plan, Vec::new(), &self.inner.opts, none, fresh.parsed(), 0)
     }
 }
@@ -665,9 +704,10 @@ pub fn persona_files(dir: &Path, recursive: bool) -> Vec<PathBuf> {
         recursive,
         toml: true,
     };
-    load::list(&[source], &mut Vec::new())
+    load::list(&[source], &mut Vec::new(), &load::ListCache::none())
+        .files()
         .into_iter()
-        .map(|f| f.path)
+        .map(|f| f.path.to_owned())
         .collect()
 }
 

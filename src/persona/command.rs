@@ -176,7 +176,7 @@ fn markdown(text: &str, path: &str, diags: &mut Vec<Diagnostic>) -> Option<Comma
             let entries = fields::entries(&block, &mut diag);
             let mut r = Reader::new(&block, &mut diag);
             for e in entries {
-                match e.key.as_str() {
+                match &*e.key {
                     "description" => description = r.string(&e),
                     "argument_hint" => c.argument_hint = r.string(&e),
                     "model" => c.model = r.string(&e).map(|m| m.trim().to_owned()),

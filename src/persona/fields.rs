@@ -2,6 +2,8 @@
 //! fallback when YAML fails, key normalisation, coercions and `extra`. The entry reading and the
 //! typed [`Reader`] are shared with workflow commands (`command.rs`).
 
+use std::borrow::Cow;
+
 use serde_json::Value as Json;
 use serde_yaml::Value as Yaml;
 
@@ -32,16 +34,53 @@ impl Default for ParseOptions {
 pub(super) struct Entry {
     /// The key as written.
     pub(super) raw_key: String,
-    /// snake_case form used to recognise known keys.
-    pub(super) key: String,
+    /// snake_case form used to recognise known keys ([`entry_key`]).
+    pub(super) key: Cow<'static, str>,
     /// The value as YAML read it (a string for the line fallback).
     pub(super) value: Yaml,
     /// 0-based line index in the block, when found.
     pub(super) line: Option<usize>,
 }
 
+/// The keys agentry reads (personas' and commands'), in their normal form.
+const KNOWN_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "when_to_use",
+    "tools",
+    "disallowed_tools",
+    "spawns",
+    "model",
+    "thinking_level",
+    "thinking",
+    "output",
+    "permission_mode",
+    "max_turns",
+    "critical_reminder",
+    "temperature",
+    "timeout_mins",
+    "kind",
+    "argument_hint",
+    "allowed_tools",
+];
+
+/// [`normalise_key`] of an entry's key, without an allocation when the key is a known one
+/// written in its normal form already (as most are).
+pub(super) fn entry_key(raw: &str) -> Cow<'static, str> {
+    match KNOWN_KEYS.iter().find(|k| **k == raw) {
+        Some(k) => Cow::Borrowed(k),
+        None => Cow::Owned(normalise_key(raw)),
+    }
+}
+
 /// `thinkingLevel` / `thinking-level` / `Thinking_Level` → `thinking_level`.
 pub(super) fn normalise_key(k: &str) -> String {
+    // Most keys are snake_case already, and are their own normal form.
+    if k.bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    {
+        return k.to_owned();
+    }
     let mut out = String::with_capacity(k.len() + 4);
     let mut prev_lower = false;
     for c in k.trim().chars() {
@@ -130,7 +169,7 @@ pub(super) fn entries(block: &Block, diag: &mut DiagFn<'_>) -> Vec<Entry> {
             fallback_entries(block)
                 .into_iter()
                 .map(|(k, v, i)| Entry {
-                    key: normalise_key(&k),
+                    key: entry_key(&k),
                     raw_key: k,
                     value: Yaml::String(v),
                     line: Some(i),
@@ -171,9 +210,11 @@ fn finish(
     };
     let mut name = None;
     let mut description = None;
-    let mut seen: Vec<String> = Vec::new();
-    for e in entries {
-        if seen.contains(&e.key) {
+    // Keys already read, to warn about repeats: the entries' own, moved here once read.
+    let mut seen: Vec<Cow<'static, str>> = Vec::with_capacity(entries.len());
+    for mut e in entries {
+        let repeated = seen.contains(&e.key);
+        if repeated {
             r.warn(
                 &e,
                 "duplicate_key",
@@ -182,17 +223,15 @@ fn finish(
                     e.raw_key
                 ),
             );
-        } else {
-            seen.push(e.key.clone());
         }
-        match e.key.as_str() {
-            "name" => name = r.string(&e),
-            "description" => description = r.string(&e),
-            "when_to_use" => p.when_to_use = r.string(&e),
-            "tools" => p.tools = r.list(&e),
-            "disallowed_tools" => p.disallowed_tools = r.list(&e),
+        match &*e.key {
+            "name" => name = r.take_string(&mut e),
+            "description" => description = r.take_string(&mut e),
+            "when_to_use" => p.when_to_use = r.take_string(&mut e),
+            "tools" => p.tools = r.take_list(&mut e),
+            "disallowed_tools" => p.disallowed_tools = r.take_list(&mut e),
             "spawns" => p.spawns = r.spawns(&e),
-            "model" => p.model = r.list(&e),
+            "model" => p.model = r.take_list(&mut e),
             "thinking_level" | "thinking" => {
                 if let Some(t) = r.thinking(&e) {
                     p.thinking_level = Some(t);
@@ -205,15 +244,18 @@ fn finish(
                     Err(why) => r.error(&e, "invalid_output_schema", why.to_string()),
                 }
             }
-            "permission_mode" => p.permission_mode = r.string(&e),
+            "permission_mode" => p.permission_mode = r.take_string(&mut e),
             "max_turns" => p.max_turns = r.positive(&e, "invalid_max_turns"),
-            "critical_reminder" => p.critical_reminder = r.string(&e),
+            "critical_reminder" => p.critical_reminder = r.take_string(&mut e),
             "temperature" => p.temperature = r.temperature(&e),
             "timeout_mins" => p.timeout_mins = r.positive(&e, "invalid_timeout_mins"),
             "kind" => p.remote = r.remote(&e),
             _ => {
                 p.extra.insert(e.raw_key, yaml_to_json(e.value));
             }
+        }
+        if !repeated {
+            seen.push(e.key);
         }
     }
 
@@ -307,7 +349,7 @@ fn yaml_entries(block: &Block) -> Result<Vec<Entry>, (Option<u32>, String)> {
                 };
                 let line = find_key_line(block, &raw_key);
                 Some(Entry {
-                    key: normalise_key(&raw_key),
+                    key: entry_key(&raw_key),
                     raw_key,
                     value: v,
                     line,
@@ -341,7 +383,7 @@ fn simple_entries(block: &Block) -> Option<Vec<Entry>> {
     let blank = |l: &str| l.bytes().all(|b| b == b' ');
     let spaces = |l: &str| l.len() - l.trim_start_matches(' ').len();
     let lines: Vec<&str> = block.text.split('\n').collect();
-    let mut entries: Vec<Entry> = Vec::new();
+    let mut entries: Vec<Entry> = Vec::with_capacity(lines.len());
     let mut i = 0;
     while i < lines.len() {
         let line = lines[i];
@@ -437,7 +479,7 @@ fn simple_entries(block: &Block) -> Option<Vec<Entry>> {
         };
         entries.push(Entry {
             raw_key: key.to_owned(),
-            key: normalise_key(key),
+            key: entry_key(key),
             value: yaml,
             line: Some(start),
         });
@@ -481,12 +523,33 @@ fn scalar(v: &str) -> Option<Yaml> {
 /// indicator, comment, mapping separator or alternative type (number, bool, null).
 fn plain_scalar(s: &str) -> Option<&str> {
     let s = s.trim_matches(' ');
-    let first = s.chars().next()?;
-    if "-?:,[]{}#&*!|>'\"%@`+.~".contains(first)
-        || first.is_ascii_digit()
+    let first = *s.as_bytes().first()?;
+    if matches!(
+        first,
+        b'-' | b'?'
+            | b':'
+            | b','
+            | b'['
+            | b']'
+            | b'{'
+            | b'}'
+            | b'#'
+            | b'&'
+            | b'*'
+            | b'!'
+            | b'|'
+            | b'>'
+            | b'\''
+            | b'"'
+            | b'%'
+            | b'@'
+            | b'`'
+            | b'+'
+            | b'.'
+            | b'~'
+    ) || first.is_ascii_digit()
         || s.ends_with(':')
-        || s.contains(": ")
-        || s.contains(" #")
+        || s.as_bytes().windows(2).any(|w| w == b": " || w == b" #")
         || ["true", "false", "null"]
             .iter()
             .any(|w| s.eq_ignore_ascii_case(w))
@@ -569,6 +632,38 @@ impl<'a, 'd> Reader<'a, 'd> {
                 );
                 None
             }
+        }
+    }
+
+    /// [`Reader::string`], moving a string value out of the entry instead of copying it.
+    pub(super) fn take_string(&mut self, e: &mut Entry) -> Option<String> {
+        match &mut e.value {
+            Yaml::String(s) => Some(std::mem::take(s)),
+            _ => self.string(e),
+        }
+    }
+
+    /// [`Reader::list`], moving the items of a list of strings out of the entry when they need
+    /// no trimming.
+    pub(super) fn take_list(&mut self, e: &mut Entry) -> Option<Vec<String>> {
+        match &mut e.value {
+            Yaml::Sequence(items) if items.iter().all(|it| matches!(it, Yaml::String(_))) => {
+                let mut out = Vec::with_capacity(items.len());
+                for it in items {
+                    let Yaml::String(s) = it else { continue };
+                    let trimmed = s.trim();
+                    if trimmed.is_empty() {
+                        continue;
+                    }
+                    if trimmed.len() == s.len() {
+                        out.push(std::mem::take(s));
+                    } else {
+                        out.push(trimmed.to_owned());
+                    }
+                }
+                Some(out)
+            }
+            _ => self.list(e),
         }
     }
 

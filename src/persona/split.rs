@@ -2,6 +2,8 @@
 //! numbers so diagnostics point at the line the author sees even after HTML comments (which may
 //! span lines) were removed.
 
+use std::borrow::Cow;
+
 /// The frontmatter block, as text plus the original line number of each of its lines.
 #[derive(Debug)]
 pub(super) struct Block {
@@ -46,14 +48,35 @@ pub(super) struct Doc {
     pub body: String,
 }
 
-/// Removes `<!-- ... -->` comments. Returns the new text and, for each removed comment, the
-/// offset in the new text where it was and the number of newlines removed so far (inclusive).
-fn strip_comments(text: &str) -> (String, Vec<(usize, u32)>) {
+/// Where `<!--` first starts in `s`: a `memchr` for `<` (most files have none), then a check.
+fn find_open(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    let mut from = 0;
+    while let Some(i) = s[from..].find('<') {
+        let at = from + i;
+        if b[at..].starts_with(b"<!--") {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
+}
+
+/// Removes `<!-- ... -->` comments. Returns the new text (the text itself when it has none) and,
+/// for each removed comment, the offset in the new text where it was and the number of newlines
+/// removed so far (inclusive).
+fn strip_comments(text: &str) -> (Cow<'_, str>, Vec<(usize, u32)>) {
+    let Some(first) = find_open(text) else {
+        return (Cow::Borrowed(text), Vec::new());
+    };
+    if !text[first + 4..].contains("-->") {
+        return (Cow::Borrowed(text), Vec::new());
+    }
     let mut out = String::with_capacity(text.len());
     let mut removed = Vec::new();
     let mut total = 0u32;
     let mut rest = text;
-    while let Some(start) = rest.find("<!--") {
+    while let Some(start) = find_open(rest) {
         let Some(end_rel) = rest[start + 4..].find("-->") else {
             break; // an unclosed comment is kept as text
         };
@@ -65,7 +88,7 @@ fn strip_comments(text: &str) -> (String, Vec<(usize, u32)>) {
         rest = &rest[end..];
     }
     out.push_str(rest);
-    (out, removed)
+    (Cow::Owned(out), removed)
 }
 
 /// Splits `text` per docs §2.1.
@@ -79,6 +102,7 @@ pub(super) fn split(text: &str) -> Doc {
         text
     };
     let (text, removed) = strip_comments(text);
+    let text: &str = &text;
     let orig = |offset: usize, new_line: usize| -> u32 {
         // Newlines removed by comments that sit before `offset` in the new text.
         let idx = removed.partition_point(|(o, _)| *o < offset);
@@ -118,23 +142,24 @@ pub(super) fn split(text: &str) -> Doc {
         };
     };
     let mut block_lines = Vec::new();
-    let mut block_text = String::new();
+    // The block's lines are contiguous in `text`: it is the slice from the first one's start to
+    // the last one's end.
+    let mut block = None::<(usize, usize)>;
     for (i, start, l) in lines.by_ref() {
         if l.trim_end() == "---" {
             let body_start = (start + l.len() + 1).min(text.len());
+            let block_text = block.map_or("", |(from, to)| &text[from..to]);
             return Doc {
                 front: Front::Block(Block {
-                    text: block_text,
+                    text: block_text.to_owned(),
                     lines: block_lines,
                     open_line,
                 }),
                 body: text[body_start..].trim().to_owned(),
             };
         }
-        if !block_lines.is_empty() {
-            block_text.push('\n');
-        }
-        block_text.push_str(l);
+        let from = block.map_or(start, |(from, _)| from);
+        block = Some((from, start + l.len()));
         block_lines.push(orig(start, i));
     }
     Doc {
