@@ -148,8 +148,6 @@ pub struct Snapshot {
     pub version: String,
     /// Watcher generation this snapshot was built at.
     generation: u64,
-    /// When it was built (for logs).
-    pub built_at: Instant,
 }
 
 impl Snapshot {
@@ -323,7 +321,6 @@ fn assemble(
         shared_diagnostics,
         version,
         generation,
-        built_at: Instant::now(),
     }
 }
 
