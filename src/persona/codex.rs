@@ -6,6 +6,7 @@ use super::{Diagnostic, Format, Persona, Severity, ThinkingLevel, fields::invali
 
 /// The persona in a Codex agent file, or `None` after an error diagnostic.
 pub(super) fn read(text: &str, path: &str, diags: &mut Vec<Diagnostic>) -> Option<Persona> {
+    let entries = tomlread::entries_or_report(text, path, diags)?;
     let mut diag = |line: Option<u32>, severity, code, message: String| {
         diags.push(Diagnostic {
             path: path.to_owned(),
@@ -14,18 +15,6 @@ pub(super) fn read(text: &str, path: &str, diags: &mut Vec<Diagnostic>) -> Optio
             code,
             message,
         });
-    };
-    let entries = match tomlread::entries(text) {
-        Ok(e) => e,
-        Err((line, why)) => {
-            diag(
-                line,
-                Severity::Error,
-                "toml_syntax",
-                format!("not a valid TOML document: {why}"),
-            );
-            return None;
-        }
     };
     let mut failed = false;
     let mut p = Persona {

@@ -223,6 +223,7 @@ pub fn parse_toml(bytes: &[u8], path: &str) -> Parsed {
 }
 
 fn toml_command(text: &str, path: &str, diags: &mut Vec<Diagnostic>) -> Option<Command> {
+    let entries = tomlread::entries_or_report(text, path, diags)?;
     let mut diag = |line: Option<u32>, severity, code, message: String| {
         diags.push(Diagnostic {
             path: path.to_owned(),
@@ -231,18 +232,6 @@ fn toml_command(text: &str, path: &str, diags: &mut Vec<Diagnostic>) -> Option<C
             code,
             message,
         });
-    };
-    let entries = match tomlread::entries(text) {
-        Ok(e) => e,
-        Err((line, why)) => {
-            diag(
-                line,
-                Severity::Error,
-                "toml_syntax",
-                format!("not a valid TOML document: {why}"),
-            );
-            return None;
-        }
     };
     let mut c = Command {
         description: String::new(),

@@ -55,6 +55,28 @@ fn line_at(text: &str, offset: usize) -> u32 {
     u32::try_from(n + 1).unwrap_or(u32::MAX)
 }
 
+/// The top-level entries of the TOML document `text`, or `None` after a `toml_syntax` error
+/// diagnostic for `path` (the one way a TOML persona or command file reports a syntax error).
+pub(super) fn entries_or_report(
+    text: &str,
+    path: &str,
+    diags: &mut Vec<super::Diagnostic>,
+) -> Option<Vec<Entry>> {
+    match entries(text) {
+        Ok(e) => Some(e),
+        Err((line, why)) => {
+            diags.push(super::Diagnostic {
+                path: path.to_owned(),
+                line,
+                severity: super::Severity::Error,
+                code: "toml_syntax",
+                message: format!("not a valid TOML document: {why}"),
+            });
+            None
+        }
+    }
+}
+
 /// Parses `text` (a leading BOM is ignored). On a syntax error returns the line it is on (when
 /// the parser knows it) and the parser's message on one line.
 pub(super) fn entries(text: &str) -> Result<Vec<Entry>, (Option<u32>, String)> {
