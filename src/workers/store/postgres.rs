@@ -21,7 +21,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, IsolationLevel, NoTls, Row};
 
 use super::pg_schema;
-use super::rows::{Snapshot, advance, to_sql_sequence};
+use super::rows::{Snapshot, advance, progress_event, to_sql_sequence};
 use super::schema::COLUMNS;
 use super::{
     Applied, Lease, ListQuery, Notice, ParentFilter, Patch, StoreError, WorkerStore, creation_event,
@@ -770,35 +770,13 @@ impl WorkerStore for PostgresStore {
         let current = select_worker(&tx, id, true)
             .await?
             .ok_or_else(|| StoreError::NotFound(id.clone()))?;
-        if current.state != WorkerState::Running {
-            return Err(StoreError::NotRunning {
-                id: id.clone(),
-                state: current.state,
-            });
-        }
-        if current.sequence >= max_events {
-            return Err(StoreError::TooManyEvents {
-                id: id.clone(),
-                max: max_events,
-            });
-        }
-        let mut next = current;
-        next.sequence += 1;
-        next.last_activity_ms = now_ms;
+        let event = progress_event(current, progress, now_ms, max_events)?;
         tx.execute(
             "UPDATE workers SET sequence = $2, last_activity_ms = $3 WHERE id = $1",
-            &[&id.as_str(), &to_sql_sequence(next.sequence), &now_ms],
+            &[&id.as_str(), &to_sql_sequence(event.sequence), &now_ms],
         )
         .await
         .pg("record progress")?;
-        let event = WorkerEvent {
-            worker_id: next.id.clone(),
-            sequence: next.sequence,
-            state: next.state,
-            time_ms: now_ms,
-            worker: next,
-            progress: Some(progress),
-        };
         insert_event(&tx, &event).await?;
         tx.commit().await.pg("record progress: commit")?;
         Ok(event)

@@ -156,6 +156,40 @@ pub(super) fn advance(
     Ok(Some(next))
 }
 
+/// The progress event `current` gets (docs/workers.md §6.9): only a running worker reports, at
+/// most `max_events` events per worker; the event takes the next sequence and is the worker's
+/// latest activity. Shared by every backend, like [`advance`].
+pub(super) fn progress_event(
+    current: WorkerRecord,
+    progress: Progress,
+    now_ms: i64,
+    max_events: u64,
+) -> Result<WorkerEvent, StoreError> {
+    if current.state != WorkerState::Running {
+        return Err(StoreError::NotRunning {
+            id: current.id.clone(),
+            state: current.state,
+        });
+    }
+    if current.sequence >= max_events {
+        return Err(StoreError::TooManyEvents {
+            id: current.id.clone(),
+            max: max_events,
+        });
+    }
+    let mut next = current;
+    next.sequence += 1;
+    next.last_activity_ms = now_ms;
+    Ok(WorkerEvent {
+        worker_id: next.id.clone(),
+        sequence: next.sequence,
+        state: next.state,
+        time_ms: now_ms,
+        worker: next,
+        progress: Some(progress),
+    })
+}
+
 /// The body of [`WorkerStore::append_progress`](super::WorkerStore::append_progress): a
 /// progress event of a running worker, the next sequence, its latest activity.
 pub(super) fn progress_in(
@@ -166,22 +200,8 @@ pub(super) fn progress_in(
     max_events: u64,
 ) -> Result<WorkerEvent, StoreError> {
     let current = select_worker(tx, id)?.ok_or_else(|| StoreError::NotFound(id.clone()))?;
-    if current.state != WorkerState::Running {
-        return Err(StoreError::NotRunning {
-            id: id.clone(),
-            state: current.state,
-        });
-    }
-    if current.sequence >= max_events {
-        return Err(StoreError::TooManyEvents {
-            id: id.clone(),
-            max: max_events,
-        });
-    }
     let previous_sequence = current.sequence;
-    let mut next = current;
-    next.sequence = previous_sequence + 1;
-    next.last_activity_ms = now_ms;
+    let event = progress_event(current, progress, now_ms, max_events)?;
     let changed = tx
         .prepare_cached(
             "UPDATE workers SET sequence = ?2, last_activity_ms = ?3
@@ -189,8 +209,8 @@ pub(super) fn progress_in(
         )
         .and_then(|mut stmt| {
             stmt.execute(params![
-                next.id,
-                to_sql_sequence(next.sequence),
+                event.worker_id,
+                to_sql_sequence(event.sequence),
                 now_ms,
                 to_sql_sequence(previous_sequence),
             ])
@@ -201,14 +221,6 @@ pub(super) fn progress_in(
             "worker {id} changed under a write transaction (expected sequence {previous_sequence})"
         )));
     }
-    let event = WorkerEvent {
-        worker_id: next.id.clone(),
-        sequence: next.sequence,
-        state: next.state,
-        time_ms: now_ms,
-        worker: next,
-        progress: Some(progress),
-    };
     insert_event(tx, &event)?;
     Ok(event)
 }
