@@ -1,7 +1,7 @@
 //! Throw-away PostgreSQL databases for tests: `AGENTRY_TEST_POSTGRES_URL` names a server (and a
 //! database to connect to for administration); each test gets its own `agentry_test_<random>`
 //! database, dropped when the guard goes. Without the variable, PostgreSQL tests are skipped
-//! and say so once.
+//! and say so once; under `CI=true` a missing variable fails them instead.
 
 use std::sync::Once;
 
@@ -35,9 +35,15 @@ pub fn with_database(url: &str, db: &str) -> String {
 
 impl TestDb {
     /// A fresh database, or `None` (after printing the skip line once) when the variable is
-    /// unset. With the variable set, a server that cannot be reached fails the test.
+    /// unset — a failure under `CI=true`. With the variable set, a server that cannot be
+    /// reached fails the test.
     pub async fn create() -> Option<TestDb> {
         let Ok(admin_url) = std::env::var(VAR) else {
+            // CI must run them: a missing database there is a failure, never a skip.
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "{VAR} must be set under CI=true"
+            );
             static SKIPPED: Once = Once::new();
             SKIPPED.call_once(|| {
                 use std::io::Write;
