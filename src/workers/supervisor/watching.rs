@@ -119,15 +119,16 @@ impl Supervisor {
         vis: &Visibility,
         after_sequence: u64,
     ) -> Result<EventStream, WorkerError> {
-        // Another principal's worker does not exist for this caller.
-        self.get(id, vis).await?;
-        // Subscribe before reading, so no transition falls between the two.
+        // Subscribe before reading, so no transition falls between the two. (A receiver of a
+        // worker the caller may not see is dropped unused by the error below.)
         let source = match self.subscribe(id) {
             Some(live) => Source::Live(live),
             None => Source::Store(self.notices()),
         };
+        // Another principal's worker does not exist for this caller.
+        let current = self.get(id, vis).await?;
         let first = if after_sequence == 0 {
-            vec![WorkerEvent::snapshot(self.get(id, vis).await?)]
+            vec![WorkerEvent::snapshot(current)]
         } else {
             self.events_after(id, after_sequence).await?
         };
