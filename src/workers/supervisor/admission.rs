@@ -315,7 +315,8 @@ impl Supervisor {
         self.metrics.worker_state(None, "pending");
         tracing::info!(worker = %new_id, agent = %req.agent, depth = record.spec.depth, parent = ?record.spec.parent_id.as_ref().map(WorkerId::as_str), "worker created");
 
-        let job = self.job(id, req, purpose, def, eff, &record, &lineage, token);
+        let timeout = self.run_timeout(purpose, req, def);
+        let job = self.job(id, &record, &lineage.caller.blocked, token, timeout);
         let ctx = RunCtx {
             id: new_id.clone(),
             output: match purpose {
@@ -349,34 +350,49 @@ impl Supervisor {
         })
     }
 
-    /// What the executor gets: the worker spec on stdin, its environment, its bounds.
-    #[allow(clippy::too_many_arguments)]
+    /// How long the run may take: the request's, the agent's and the executor's bound for a
+    /// spawn; for a review, only a backstop behind its deadline (which the gate enforces), so
+    /// the row records the review's own stop reason.
+    fn run_timeout(&self, purpose: &Purpose, req: &SpawnRequest, def: &AgentDef) -> Duration {
+        match purpose {
+            Purpose::Review { deadline, .. } => {
+                *deadline + self.settings.kill_grace + Duration::from_secs(1)
+            }
+            Purpose::Spawn => resolve::effective_timeout(
+                req.timeout,
+                def.persona.timeout_mins,
+                self.settings.timeout,
+            ),
+        }
+    }
+
+    /// What the executor gets for `record`: its spec on stdin, its environment (the caller's
+    /// blocked agents plus its own), its bounds.
     fn job(
         &self,
         id: &Identity,
-        req: &SpawnRequest,
-        purpose: &Purpose,
-        def: &AgentDef,
-        eff: &Effective,
         record: &WorkerRecord,
-        lineage: &Lineage,
+        caller_blocked: &[String],
         token: String,
+        timeout: Duration,
     ) -> Job {
-        let mut blocked = lineage.caller.blocked.clone();
-        if !blocked.contains(&req.agent) {
-            blocked.insert(0, req.agent.clone());
+        let spec = &record.spec;
+        let eff = &spec.effective;
+        let mut blocked = caller_blocked.to_vec();
+        if !blocked.contains(&spec.agent) {
+            blocked.insert(0, spec.agent.clone());
         }
-        let spec = WorkerSpec::new(
+        let worker_spec = WorkerSpec::new(
             record.id.as_str(),
             eff,
-            &req.prompt,
-            &req.description,
-            record.spec.workspace.as_deref(),
+            &spec.prompt,
+            &spec.description,
+            spec.workspace.as_deref(),
         );
         let assignment = Arc::new(Assignment {
             worker_token: token.clone(),
-            caller_scope: record.spec.caller_scope.clone(),
-            spec,
+            caller_scope: spec.caller_scope.clone(),
+            spec: worker_spec,
         });
         Job {
             worker_id: record.id.to_string(),
@@ -385,7 +401,7 @@ impl Supervisor {
                 ("AGENTRY_ADDR".into(), self.settings.addr.clone()),
                 ("AGENTRY_WORKER_ID".into(), record.id.to_string()),
                 ("AGENTRY_WORKER_TOKEN".into(), token),
-                ("AGENTRY_AGENT".into(), req.agent.clone()),
+                ("AGENTRY_AGENT".into(), spec.agent.clone()),
                 ("AGENTRY_DEPTH".into(), eff.depth.to_string()),
                 ("AGENTRY_SPAWNS".into(), eff.spawns.clone()),
                 ("AGENTRY_BLOCKED_AGENT".into(), blocked.join(",")),
@@ -396,19 +412,8 @@ impl Supervisor {
                         .unwrap_or_default(),
                 ),
             ],
-            cwd: record.spec.workspace.as_ref().map(Into::into),
-            // A review has its own deadline (enforced by the gate); the executor bound is only
-            // a backstop behind it, so the row records the review's stop reason.
-            timeout: match purpose {
-                Purpose::Review { deadline, .. } => {
-                    *deadline + self.settings.kill_grace + Duration::from_secs(1)
-                }
-                Purpose::Spawn => resolve::effective_timeout(
-                    req.timeout,
-                    def.persona.timeout_mins,
-                    self.settings.timeout,
-                ),
-            },
+            cwd: spec.workspace.as_ref().map(Into::into),
+            timeout,
             kill_grace: self.settings.kill_grace,
             max_output_bytes: self.settings.max_output_bytes,
             assignment: Some(assignment),
