@@ -71,6 +71,26 @@ pub(super) fn list_sql(q: &ListQuery) -> (String, Vec<Value>) {
     (sql, args)
 }
 
+/// Worker `id` as this transaction sees it; a missing one is `NotFound`.
+fn current_worker(tx: &Connection, id: &WorkerId) -> Result<WorkerRecord, StoreError> {
+    select_worker(tx, id)?.ok_or_else(|| StoreError::NotFound(id.clone()))
+}
+
+/// An update guarded by `sequence = previous_sequence` must have changed exactly one row:
+/// anything else is impossible while the transaction holds the write lock, and is said loudly.
+fn one_row_changed(
+    changed: usize,
+    id: &WorkerId,
+    previous_sequence: u64,
+) -> Result<(), StoreError> {
+    if changed == 1 {
+        return Ok(());
+    }
+    Err(StoreError::Corrupt(format!(
+        "worker {id} changed under a write transaction (expected sequence {previous_sequence})"
+    )))
+}
+
 /// The body of [`WorkerStore::apply`], run inside the caller's transaction so
 /// [`WorkerStore::close_orphans`] goes through exactly the same rules.
 pub(super) fn apply_in(
@@ -80,7 +100,7 @@ pub(super) fn apply_in(
     patch: Patch,
     now_ms: i64,
 ) -> Result<Applied, StoreError> {
-    let current = select_worker(tx, id)?.ok_or_else(|| StoreError::NotFound(id.clone()))?;
+    let current = current_worker(tx, id)?;
     let previous_sequence = current.sequence;
     let Some(next) = advance(&current, event, patch, now_ms)? else {
         return Ok(Applied::Absorbed(current));
@@ -110,12 +130,7 @@ pub(super) fn apply_in(
             ])
         })
         .context("update worker")?;
-    if changed != 1 {
-        // Impossible while this transaction holds the write lock; says so loudly if it happens.
-        return Err(StoreError::Corrupt(format!(
-            "worker {id} changed under a write transaction (expected sequence {previous_sequence})"
-        )));
-    }
+    one_row_changed(changed, id, previous_sequence)?;
     let event = WorkerEvent {
         worker_id: next.id.clone(),
         sequence: next.sequence,
@@ -199,7 +214,7 @@ pub(super) fn progress_in(
     now_ms: i64,
     max_events: u64,
 ) -> Result<WorkerEvent, StoreError> {
-    let current = select_worker(tx, id)?.ok_or_else(|| StoreError::NotFound(id.clone()))?;
+    let current = current_worker(tx, id)?;
     let previous_sequence = current.sequence;
     let event = progress_event(current, progress, now_ms, max_events)?;
     let changed = tx
@@ -216,11 +231,7 @@ pub(super) fn progress_in(
             ])
         })
         .context("record progress")?;
-    if changed != 1 {
-        return Err(StoreError::Corrupt(format!(
-            "worker {id} changed under a write transaction (expected sequence {previous_sequence})"
-        )));
-    }
+    one_row_changed(changed, id, previous_sequence)?;
     insert_event(tx, &event)?;
     Ok(event)
 }
