@@ -70,6 +70,14 @@ impl Binding {
     }
 }
 
+/// What a dispatch that reuses a worker live here does with it.
+enum Reuse {
+    /// Waits for its final record, holding it (`None`: it is not bound to its waiters).
+    Wait(watch::Receiver<Option<WorkerRecord>>, Option<Hold>),
+    /// Hands it to the service and returns at once.
+    Detached,
+}
+
 /// Waits until the worker's final record is published.
 pub(super) async fn wait_done(mut rx: watch::Receiver<Option<WorkerRecord>>) -> WorkerRecord {
     loop {
@@ -98,21 +106,21 @@ impl Supervisor {
         if rec.state.is_terminal() {
             return Ok(rec);
         }
-        let handles = self.live_mut(&rec.id, |l| {
+        let here = self.live_mut(&rec.id, |l| {
             if wait {
-                Some((l.done.clone(), l.binding.join()))
+                Reuse::Wait(l.done.clone(), l.binding.join())
             } else {
                 l.binding.detach();
-                None
+                Reuse::Detached
             }
         });
-        match handles {
-            Some(Some((done, hold))) => {
+        match here {
+            Some(Reuse::Wait(done, hold)) => {
                 let rec = wait_done(done).await;
                 drop(hold);
                 Ok(rec)
             }
-            Some(None) => Ok(rec),
+            Some(Reuse::Detached) => Ok(rec),
             // Run by another replica (shared store): it belongs to that replica's service, so
             // waiting never binds it; follow its row until it is terminal.
             None if wait && self.store.is_shared() => self.wait_terminal(&rec.id).await,
