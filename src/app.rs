@@ -236,9 +236,11 @@ impl App {
             .await?)
     }
 
-    /// `Review`: the gate's verdict (it never fails; a gate that cannot run rejects).
-    pub async fn review(&self, id: &Identity, p: Proposal) -> Verdict {
-        review::review(&self.supervisor, id, p).await
+    /// `Review`: the gate's verdict. Only the caller's lineage can fail (an unknown worker
+    /// token); past that the gate never fails, a gate that cannot run rejects.
+    pub async fn review(&self, id: &Identity, p: Proposal) -> Result<Verdict, Error> {
+        self.lineage(id).await?;
+        Ok(review::review(&self.supervisor, id, p).await)
     }
 
     /// `ListCommands`.

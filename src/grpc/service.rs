@@ -96,7 +96,7 @@ impl pb::agent_registry_service_server::AgentRegistryService for Service {
         req: Request<pb::ReviewRequest>,
     ) -> Result<Response<pb::ReviewResponse>, Status> {
         let (id, p) = request::parse(req)?;
-        let verdict = self.0.review(&id, p).await;
+        let verdict = self.0.review(&id, p).await?;
         Ok(Response::new(convert::verdict(verdict)))
     }
 

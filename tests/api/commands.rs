@@ -519,6 +519,19 @@ async fn pagination_walks_every_command_once() {
         .await
         .unwrap_err();
     assert_bad_field(&e, "page_token");
+    // … its page size among them …
+    let e = s
+        .client
+        .clone()
+        .list_commands(pb::ListCommandsRequest {
+            workspace: ws.display().to_string(),
+            page_size: 4,
+            include_shadowed: false,
+            page_token: first.next_page_token.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_bad_field(&e, "page_token");
     // … and to the registry version: a change between pages aborts the listing.
     command(&dir, "new.md", "t");
     eventually(

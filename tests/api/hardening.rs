@@ -135,6 +135,37 @@ async fn every_rpc_reads_the_worker_token() {
         .map(drop),
         "StopWorker",
     );
+    unauthenticated(
+        c.review(req(
+            pb::ReviewRequest {
+                tool: "read_file".into(),
+                tool_class: pb::ToolClass::Read as i32,
+                ..Default::default()
+            },
+            &forged,
+        ))
+        .await
+        .map(drop),
+        "Review",
+    );
+    unauthenticated(
+        c.list_commands(req(pb::ListCommandsRequest::default(), &forged))
+            .await
+            .map(drop),
+        "ListCommands",
+    );
+    unauthenticated(
+        c.resolve_command(req(
+            pb::ResolveCommandRequest {
+                name: "init".into(),
+                ..Default::default()
+            },
+            &forged,
+        ))
+        .await
+        .map(drop),
+        "ResolveCommand",
+    );
 
     // Once the worker has ended, its token is unknown.
     c.stop_worker(pb::StopWorkerRequest {
