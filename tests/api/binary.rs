@@ -95,6 +95,12 @@ impl Launch {
         self
     }
 
+    /// Removes a variable from the child's environment.
+    pub fn env_remove(mut self, key: &str) -> Self {
+        self.cmd.env_remove(key);
+        self
+    }
+
     /// Spawns the child and waits for the address it listens on; it may not be SERVING yet.
     pub async fn spawn(self) -> Binary {
         let mut b = self.run();

@@ -332,6 +332,41 @@ async fn start_up_log(dir: &std::path::Path, name: &str, executor: Option<&str>)
         .await
 }
 
+#[tokio::test]
+async fn logs_to_a_pipe_are_plain_text_and_arrive_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "home: {home}\nstore: {{path: {db}}}\n",
+        home = dir.path().display(),
+        db = dir.path().join("plain.db").display(),
+    );
+    let config = binary::config(dir.path(), "plain", &yaml);
+    // No NO_COLOR: stderr is a pipe, which alone must turn colours off.
+    let b = Launch::new(&config)
+        .env("RUST_LOG", "info")
+        .env_remove("NO_COLOR")
+        .start()
+        .await;
+    let log = b
+        .log_until("agentry listening", Duration::from_secs(30))
+        .await;
+    assert!(
+        log.iter().all(|l| !l.contains('\u{1b}')),
+        "escape codes in a log that goes to a pipe: {log:?}"
+    );
+    // A line logged while serving arrives through the log thread, whole.
+    b.client()
+        .await
+        .reload_agents(pb::ReloadAgentsRequest::default())
+        .await
+        .unwrap();
+    let log = b
+        .log_until("agents reloaded", Duration::from_secs(10))
+        .await;
+    let line = lines_with(&log, "agents reloaded")[0];
+    assert!(line.contains("version="), "{line}");
+}
+
 fn lines_with<'a>(log: &'a [String], needle: &str) -> Vec<&'a String> {
     log.iter().filter(|l| l.contains(needle)).collect()
 }
