@@ -184,15 +184,6 @@ pub fn worker_id(field: &str, s: &str, v: &mut Violations) -> Option<WorkerId> {
     }
 }
 
-/// A worker id outside a request conversion (runner messages): the same checks, as a status.
-pub fn required_worker_id(field: &str, s: &str) -> Result<WorkerId, tonic::Status> {
-    let mut v = Violations::default();
-    match worker_id(field, s, &mut v) {
-        Some(id) => Ok(id),
-        None => Err(v.into_status()),
-    }
-}
-
 /// Checks a request workspace: bounded, absolute when given.
 pub fn check_workspace(ws: &str, v: &mut Violations) {
     if ws.len() > MAX_WORKSPACE_BYTES {
@@ -688,10 +679,15 @@ mod tests {
 
     #[test]
     fn worker_ids_are_bounded_before_they_are_quoted() {
-        let err = required_worker_id("worker_id", &"x".repeat(1_000_000)).unwrap_err();
+        let refused = |s: &str| {
+            let mut v = Violations::default();
+            assert!(worker_id("worker_id", s, &mut v).is_none());
+            v.into_status()
+        };
+        let err = refused(&"x".repeat(1_000_000));
         assert!(err.message().len() < 300, "{}", err.message().len());
         assert!(err.message().contains("the limit is 64 bytes"));
-        let err = required_worker_id("worker_id", "wkr_\u{1b}[31m").unwrap_err();
+        let err = refused("wkr_\u{1b}[31m");
         assert!(
             err.message().contains("control characters"),
             "{}",
