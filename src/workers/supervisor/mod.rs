@@ -536,11 +536,19 @@ impl Supervisor {
     pub async fn get(&self, id: &WorkerId, vis: &Visibility) -> Result<WorkerRecord, WorkerError> {
         let rec = match self.cached(id) {
             Some(r) => r,
-            None => self
-                .store
-                .get(id)
-                .await?
-                .ok_or_else(|| WorkerError::NotFound(id.to_string()))?,
+            None => {
+                let rec = self
+                    .store
+                    .get(id)
+                    .await?
+                    .ok_or_else(|| WorkerError::NotFound(id.to_string()))?;
+                // A finished worker never changes again: later reads of it (a coordinator
+                // polling the result, another replica's worker) stay off the disk.
+                if rec.state.is_terminal() {
+                    self.recent.insert(id.clone(), rec.clone());
+                }
+                rec
+            }
         };
         if vis.sees(&rec) {
             Ok(rec)
