@@ -180,6 +180,11 @@ fn is_transport(target: &str) -> bool {
     .any(|t| target == *t || target.starts_with(&format!("{t}::")))
 }
 
+/// The name of the span the gRPC layer opens for every RPC.
+pub const RPC_SPAN: &str = "rpc";
+/// The target (module path) of that span.
+pub const RPC_SPAN_TARGET: &str = "agentry::grpc::layers";
+
 /// How many bytes of log lines the log thread gathers into one write.
 const LOG_BUFFER_BYTES: usize = 64 * 1024;
 
@@ -225,7 +230,12 @@ pub fn init(settings: &Settings) -> Result<Telemetry, TelemetryError> {
     let fmt = match settings.log_format {
         LogFormat::Text => fmt.boxed(),
         LogFormat::Json => fmt.json().boxed(),
-    };
+    }
+    // The per-RPC span is for export; its log line carries the same fields itself, so the log
+    // layer does not format them when the span opens and each time one is recorded.
+    .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
+        !(meta.is_span() && meta.name() == RPC_SPAN && meta.target() == RPC_SPAN_TARGET)
+    }));
 
     let (tracer, meter) = match &settings.otlp {
         Otlp::Off => (None, None),
@@ -324,6 +334,10 @@ pub fn parent_from_headers(headers: &http::HeaderMap) -> opentelemetry::Context 
 /// Makes the trace context in `headers`, if any, the parent of `span` (which must not have been
 /// entered yet). A no-op without OTLP export.
 pub fn set_remote_parent(span: &tracing::Span, headers: &http::HeaderMap) {
+    // Most calls carry no trace context: one header lookup instead of a propagator run.
+    if !headers.contains_key("traceparent") {
+        return;
+    }
     let parent = parent_from_headers(headers);
     if parent.span().span_context().is_valid() {
         // Fails only when no OpenTelemetry layer is installed (export off) or the span is

@@ -117,17 +117,22 @@ fn tools(t: &Tools) -> pb::EffectiveTools {
     pb::EffectiveTools { kind: Some(kind) }
 }
 
-/// The effective agent as the API shows it.
-pub fn effective(e: &Effective) -> pb::EffectiveAgent {
+/// The effective agent as the API shows it; takes it by value, so the composed prompt and the
+/// lists move into the message instead of being copied.
+pub fn effective(e: Effective) -> pb::EffectiveAgent {
+    let tools = match e.tools {
+        Tools::Only(values) => pb::effective_tools::Kind::Only(pb::StringList { values }),
+        Tools::AllExcept(values) => pb::effective_tools::Kind::AllExcept(pb::StringList { values }),
+    };
     pb::EffectiveAgent {
-        name: e.name.clone(),
-        system_prompt: e.system_prompt.clone(),
-        tools: Some(tools(&e.tools)),
-        spawns: e.spawns.clone(),
-        model: e.model.clone(),
+        name: e.name,
+        system_prompt: e.system_prompt,
+        tools: Some(pb::EffectiveTools { kind: Some(tools) }),
+        spawns: e.spawns,
+        model: e.model,
         thinking_level: thinking(e.thinking_level),
         max_turns: e.max_turns,
-        permission_mode: e.permission_mode.clone(),
+        permission_mode: e.permission_mode,
         output_schema: e.output_schema.as_ref().map(|s| s.to_string()),
         output_schema_source: (match e.output_schema_source {
             None => pb::OutputSchemaSource::Unspecified,
@@ -159,10 +164,10 @@ pub fn agent_page(p: &AgentPage) -> pb::ListAgentsResponse {
 }
 
 /// A `ResolveAgent` answer.
-pub fn resolved(r: &Resolved) -> pb::ResolveAgentResponse {
+pub fn resolved(r: Resolved) -> pb::ResolveAgentResponse {
     pb::ResolveAgentResponse {
         agent: Some(agent(&r.agent)),
-        effective: Some(effective(&r.effective)),
+        effective: Some(effective(r.effective)),
         registry_version: r.snapshot.version.clone(),
     }
 }

@@ -20,7 +20,7 @@ use tower::{Layer, Service};
 
 use super::status::with_info;
 use crate::{
-    auth::TokenFile,
+    auth::{Principal, TokenFile},
     telemetry::{self, Metrics},
 };
 
@@ -145,10 +145,9 @@ where
                         return Box::pin(async move {
                             match lookup.await {
                                 Ok(Some(principal)) => {
-                                    tracing::Span::current()
-                                        .record("principal", principal.0.as_str());
-                                    req.extensions_mut().insert(principal);
-                                    inner.call(req).await
+                                    req.extensions_mut().insert(principal.clone());
+                                    let resp = inner.call(req).await;
+                                    Ok(with_principal(resp?, principal))
                                 }
                                 _ => Ok(unauthenticated("missing bearer token")),
                             }
@@ -160,12 +159,19 @@ where
                         "unknown bearer token",
                     ))));
                 };
-                tracing::Span::current().record("principal", principal.0.as_str());
-                req.extensions_mut().insert(principal);
+                req.extensions_mut().insert(principal.clone());
+                let fut = self.inner.call(req);
+                return Box::pin(async move { Ok(with_principal(fut.await?, principal)) });
             }
         }
         Box::pin(self.inner.call(req))
     }
+}
+
+/// Hands the caller's principal back to the trace layer, which logs and records it.
+fn with_principal(mut resp: http::Response<Body>, principal: Principal) -> http::Response<Body> {
+    resp.extensions_mut().insert(principal);
+    resp
 }
 
 /// Largest accepted value of one request header (metadata key), in bytes.
@@ -302,8 +308,10 @@ pub struct Trace<S> {
 struct Call {
     span: tracing::Span,
     started: Instant,
-    service: String,
-    method: String,
+    /// `/pkg.Service/Method`, shared with the request (no copy).
+    path: http::uri::PathAndQuery,
+    /// Who called, once the auth layer has said so.
+    principal: Option<Principal>,
     metrics: Metrics,
 }
 
@@ -311,19 +319,48 @@ impl Call {
     fn finish(self, code: Code) {
         let elapsed = self.started.elapsed();
         let latency_ms = elapsed.as_secs_f64() * 1000.0;
+        let (service, method) = split_path(self.path.path());
         self.span.record("rpc.grpc.status_code", code as i32);
         self.span.record("latency_ms", latency_ms);
         if is_server_fault(code) {
             self.span.record("otel.status_code", "ERROR");
         }
-        self.metrics.rpc(&self.service, &self.method, code, elapsed);
-        let _in = self.span.enter();
-        let code = format!("{code:?}");
-        if self.service.starts_with("grpc.") {
-            tracing::debug!(%code, latency_ms, "rpc finished");
+        self.metrics.rpc(service, method, code, elapsed);
+        // The log line carries the span's fields itself: the log layer does not format the
+        // span (see `telemetry::RPC_SPAN`).
+        let principal = self
+            .principal
+            .as_ref()
+            .map(|p| tracing::field::display(p.0.as_str()));
+        let code = tracing::field::display(code_name(code));
+        if service.starts_with("grpc.") {
+            tracing::debug!(parent: &self.span, rpc.service = %service, rpc.method = %method, code, latency_ms, principal, "rpc finished");
         } else {
-            tracing::info!(%code, latency_ms, "rpc finished");
+            tracing::info!(parent: &self.span, rpc.service = %service, rpc.method = %method, code, latency_ms, principal, "rpc finished");
         }
+    }
+}
+
+/// The name of a gRPC status code, as the log line writes it.
+fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "Ok",
+        Code::Cancelled => "Cancelled",
+        Code::Unknown => "Unknown",
+        Code::InvalidArgument => "InvalidArgument",
+        Code::DeadlineExceeded => "DeadlineExceeded",
+        Code::NotFound => "NotFound",
+        Code::AlreadyExists => "AlreadyExists",
+        Code::PermissionDenied => "PermissionDenied",
+        Code::ResourceExhausted => "ResourceExhausted",
+        Code::FailedPrecondition => "FailedPrecondition",
+        Code::Aborted => "Aborted",
+        Code::OutOfRange => "OutOfRange",
+        Code::Unimplemented => "Unimplemented",
+        Code::Internal => "Internal",
+        Code::Unavailable => "Unavailable",
+        Code::DataLoss => "DataLoss",
+        Code::Unauthenticated => "Unauthenticated",
     }
 }
 
@@ -356,50 +393,65 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let (service, method) = split_path(req.uri().path());
+        let path = req
+            .uri()
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+        let (service, method) = split_path(path.path());
         let span = tracing::info_span!(
+            target: telemetry::RPC_SPAN_TARGET,
             "rpc",
-            otel.name = %req.uri().path().trim_start_matches('/'),
+            otel.name = path.path().trim_start_matches('/'),
             otel.kind = "server",
             otel.status_code = tracing::field::Empty,
             rpc.system = "grpc",
-            rpc.service = %service,
-            rpc.method = %method,
+            rpc.service = service,
+            rpc.method = method,
             rpc.grpc.status_code = tracing::field::Empty,
             latency_ms = tracing::field::Empty,
             principal = tracing::field::Empty,
         );
         telemetry::set_remote_parent(&span, req.headers());
-        let call = Call {
-            span: span.clone(),
-            started: Instant::now(),
-            service: service.to_owned(),
-            method: method.to_owned(),
-            metrics: self.metrics.clone(),
-        };
+        let started = Instant::now();
         let fut = {
             let _in = span.enter();
             self.inner.call(req)
         };
+        let metrics = self.metrics.clone();
         Box::pin(async move {
-            let result = {
-                let span = call.span.clone();
-                tracing::Instrument::instrument(fut, span).await
-            };
+            let result = tracing::Instrument::instrument(fut, span.clone()).await;
             match result {
-                Ok(resp) => {
+                Ok(mut resp) => {
+                    let principal = resp.extensions_mut().remove::<Principal>();
+                    if let Some(p) = &principal {
+                        span.record("principal", p.0.as_str());
+                    }
                     // A trailers-only response (every error) carries the code in its headers.
                     let code = Status::from_header_map(resp.headers()).map(|s| s.code());
                     let (parts, body) = resp.into_parts();
                     let body = Body::new(TracedBody {
                         inner: body,
                         code,
-                        call: Some(call),
+                        call: Some(Call {
+                            span,
+                            started,
+                            path,
+                            principal,
+                            metrics,
+                        }),
                     });
                     Ok(http::Response::from_parts(parts, body))
                 }
                 Err(e) => {
-                    call.finish(Code::Internal);
+                    Call {
+                        span,
+                        started,
+                        path,
+                        principal: None,
+                        metrics,
+                    }
+                    .finish(Code::Internal);
                     Err(e)
                 }
             }
@@ -433,10 +485,7 @@ impl HttpBody for TracedBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = &mut *self;
-        let polled = {
-            let _in = this.call.as_ref().map(|c| c.span.enter());
-            ready!(Pin::new(&mut this.inner).poll_frame(cx))
-        };
+        let polled = ready!(Pin::new(&mut this.inner).poll_frame(cx));
         match &polled {
             Some(Ok(frame)) => {
                 if let Some(trailers) = frame.trailers_ref() {

@@ -36,7 +36,7 @@ impl pb::agent_registry_service_server::AgentRegistryService for Service {
     ) -> Result<Response<pb::ResolveAgentResponse>, Status> {
         let (id, q) = request::parse(req)?;
         let resolved = self.0.resolve_agent(&id, q).await?;
-        Ok(Response::new(convert::resolved(&resolved)))
+        Ok(Response::new(convert::resolved(resolved)))
     }
 
     async fn reload_agents(

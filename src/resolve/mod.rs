@@ -274,13 +274,10 @@ pub fn effective(
     .collect::<Vec<_>>()
     .join("\n\n");
 
-    let (output_schema, output_schema_source) =
-        match (&p.output, request_schema, &caller.parent_output_schema) {
-            (Some(s), _, _) => (Some(s.clone()), Some(SchemaSource::Agent)),
-            (None, Some(s), _) => (Some(s.clone()), Some(SchemaSource::Request)),
-            (None, None, Some(s)) => (Some(s.clone()), Some(SchemaSource::Parent)),
-            _ => (None, None),
-        };
+    let (output_schema, output_schema_source) = match output_schema(def, request_schema, caller) {
+        Some((s, source)) => (Some(s.clone()), Some(source)),
+        None => (None, None),
+    };
 
     Effective {
         name: p.name.clone(),
@@ -296,6 +293,21 @@ pub fn effective(
         mode,
         depth,
         at_max_depth: at_max,
+    }
+}
+
+/// The output schema a worker of `def` must answer with, and where it comes from: the agent's
+/// own, else the request's, else the one its parent worker must answer with.
+pub fn output_schema<'a>(
+    def: &'a AgentDef,
+    request_schema: Option<&'a serde_json::Value>,
+    caller: &'a Caller,
+) -> Option<(&'a serde_json::Value, SchemaSource)> {
+    match (&def.persona.output, request_schema, &caller.parent_output_schema) {
+        (Some(s), _, _) => Some((s, SchemaSource::Agent)),
+        (None, Some(s), _) => Some((s, SchemaSource::Request)),
+        (None, None, Some(s)) => Some((s, SchemaSource::Parent)),
+        _ => None,
     }
 }
 

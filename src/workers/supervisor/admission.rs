@@ -111,24 +111,23 @@ impl Supervisor {
             self.metrics
                 .worker_spawned(&req.agent, &format!("denied_{}", denied.reason()));
         })?;
-        let eff = resolve::effective(
-            def,
-            &snap,
-            &lineage.caller,
-            req.mode,
-            req.output_schema.as_ref(),
-            &self.rules,
-        );
         let parent_id = lineage.parent.as_ref().map(|p| p.id.clone());
-        // Reviews are never deduplicated: each one gates a different moment.
+        // Reviews are never deduplicated: each one gates a different moment. The key needs only
+        // the mode and the effective schema; the effective agent is composed once it is known
+        // that a worker will be created.
         let key = matches!(purpose, Purpose::Spawn).then(|| {
             DedupeKey::new(&Dispatch {
                 caller_scope: &lineage.scope,
                 parent_worker_id: parent_id.as_ref().map_or("", WorkerId::as_str),
                 agent: &req.agent,
-                mode: eff.mode.as_str(),
+                mode: req.mode.as_str(),
                 workspace: &req.workspace,
-                output_schema: eff.output_schema.as_ref(),
+                output_schema: resolve::output_schema(
+                    def,
+                    req.output_schema.as_ref(),
+                    &lineage.caller,
+                )
+                .map(|(s, _)| s),
                 prompt: &req.prompt,
             })
         });
@@ -136,6 +135,13 @@ impl Supervisor {
             && let Some(existing) = self.store.find_by_request_id(&lineage.scope, rid).await?
         {
             return self.reuse_request_id(rid, existing, key, &req).await;
+        }
+        // The common hit: an identical dispatch this process answers for. It needs neither a
+        // pending place nor a new id.
+        if let Some(key) = key
+            && let Some(reused) = self.reuse_known(key, &req).await?
+        {
+            return Ok(Admitted::Reused(reused));
         }
         let pending = self.pending.clone().try_acquire_owned().map_err(|_| {
             self.metrics.worker_spawned(&req.agent, "denied_capacity");
@@ -150,6 +156,14 @@ impl Supervisor {
         {
             return Ok(Admitted::Reused(reused));
         }
+        let eff = resolve::effective(
+            def,
+            &snap,
+            &lineage.caller,
+            req.mode,
+            req.output_schema.as_ref(),
+            &self.rules,
+        );
         let started = self
             .create(id, &req, &purpose, lineage, def, eff, new_id, key, pending)
             .await?;
@@ -196,12 +210,8 @@ impl Supervisor {
         });
         if let Claim::Existing { worker_id, age } = claim {
             let wid = WorkerId::parse(&worker_id).expect("dedupe holds valid ids");
-            let creating = self.creating_lock().get(&wid).cloned();
-            if let Some(mut created) = creating {
-                let _ = created.wait_for(|done| *done).await;
-            }
-            if let Some(rec) = self.cached(&wid) {
-                return self.reused(rec, age, req).await.map(Some);
+            if let Some(reused) = self.reuse_local(&wid, age, req).await? {
+                return Ok(Some(reused));
             }
         }
         let holder = self
@@ -220,6 +230,43 @@ impl Supervisor {
             u64::try_from(now_ms().saturating_sub(rec.spec.create_time_ms)).unwrap_or(0),
         );
         self.reused(rec, age, req).await.map(Some)
+    }
+
+    /// The worker this process's dedupe cache already points `key` at, if it may be reused: a
+    /// read, no claim. A miss (or a worker that may not be reused) goes on to
+    /// [`Self::reuse_dispatch`], which claims the key.
+    async fn reuse_known(
+        &self,
+        key: DedupeKey,
+        req: &SpawnRequest,
+    ) -> Result<Option<Spawned>, WorkerError> {
+        let Some(entry) = self.dedupe.get(&key) else {
+            return Ok(None);
+        };
+        match WorkerId::parse(&entry.worker_id) {
+            Ok(wid) if self.reusable(&wid) => {
+                self.reuse_local(&wid, entry.inserted.elapsed(), req).await
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Answers with worker `wid` of this process (once it is created), if it is still in
+    /// memory.
+    async fn reuse_local(
+        &self,
+        wid: &WorkerId,
+        age: Duration,
+        req: &SpawnRequest,
+    ) -> Result<Option<Spawned>, WorkerError> {
+        let creating = self.creating_lock().get(wid).cloned();
+        if let Some(mut created) = creating {
+            let _ = created.wait_for(|done| *done).await;
+        }
+        match self.cached(wid) {
+            Some(rec) => self.reused(rec, age, req).await.map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Answers a dispatch with the identical one made `age` ago.
