@@ -204,13 +204,34 @@ pub fn flush_logs() {
     drop(log_guard().take());
 }
 
+/// The log filter for a `RUST_LOG` value (default `info`; an unusable value means `info` too).
+/// A plain list of `target=level` directives, which is nearly every setting, becomes a
+/// [`Targets`](tracing_subscriber::filter::Targets) filter: it decides once per call site and
+/// keeps no state per span, where an `EnvFilter` takes a lock on every span entry and exit.
+/// Directives that need that state (span names, field values) get the `EnvFilter`.
+fn log_filter<S>(rust_log: Option<&str>) -> Box<dyn Layer<S> + Send + Sync>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    let spec = rust_log
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .unwrap_or("info");
+    if let Ok(targets) = spec.parse::<tracing_subscriber::filter::Targets>() {
+        return targets.boxed();
+    }
+    EnvFilter::try_new(spec)
+        .unwrap_or_else(|_| EnvFilter::new("info"))
+        .boxed()
+}
+
 /// Installs the global subscriber (filter from `RUST_LOG`, default `info`) and, when export is
 /// on, the global tracer and meter providers and the W3C propagator.
 ///
 /// With export on it must run inside a tokio runtime (the gRPC exporters spawn onto it), and
 /// that runtime must outlive the returned guard.
 pub fn init(settings: &Settings) -> Result<Telemetry, TelemetryError> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = log_filter(std::env::var("RUST_LOG").ok().as_deref());
     // Lines go to stderr from a thread of their own, which writes every line queued meanwhile
     // in one `write`: a busy server does not pay a system call per log line on the threads
     // that serve requests. Not lossy: when the queue is full, logging waits.
@@ -557,6 +578,31 @@ mod tests {
             assert_ne!(parts[2], "b7ad6b7169203331", "a child span of its own");
             assert_eq!(parts[3], "01");
         });
+    }
+
+    #[test]
+    fn log_filters_read_rust_log_like_env_filter() {
+        let enabled = |rust_log: Option<&str>, level: tracing::Level| {
+            let subscriber = tracing_subscriber::registry().with(log_filter(rust_log));
+            tracing::subscriber::with_default(subscriber, || match level {
+                tracing::Level::DEBUG => tracing::enabled!(tracing::Level::DEBUG),
+                tracing::Level::INFO => tracing::enabled!(tracing::Level::INFO),
+                _ => tracing::enabled!(tracing::Level::WARN),
+            })
+        };
+        use tracing::Level;
+        // The default, and an unusable value, are `info`.
+        for spec in [None, Some(""), Some("info"), Some("a=b=c")] {
+            assert!(enabled(spec, Level::INFO), "{spec:?}");
+            assert!(!enabled(spec, Level::DEBUG), "{spec:?}");
+        }
+        assert!(!enabled(Some("warn"), Level::INFO));
+        assert!(enabled(Some("warn"), Level::WARN));
+        assert!(enabled(Some("warn,agentry=debug"), Level::DEBUG));
+        assert!(!enabled(Some("warn,other=debug"), Level::DEBUG));
+        assert!(!enabled(Some("off"), Level::WARN));
+        // A span directive is not a plain target list: the EnvFilter takes it.
+        assert!(enabled(Some("info,[rpc]=debug"), Level::INFO));
     }
 
     #[test]

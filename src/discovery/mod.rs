@@ -591,6 +591,12 @@ impl Registry {
     pub async fn snapshot(&self, workspace: &str) -> Result<Arc<Snapshot>, DiscoveryError> {
         let key = self.workspace_key(workspace)?;
         let generation = self.generation();
+        // The usual case, a current snapshot, without setting up a build.
+        if let Some(snap) = self.inner.snapshots.get(&key).await
+            && snap.generation == generation
+        {
+            return Ok(snap);
+        }
         let inner = self.inner.clone();
         let build_key = key.clone();
         let entry = self

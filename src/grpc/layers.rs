@@ -225,8 +225,23 @@ fn oversized_header(headers: &http::HeaderMap) -> Option<String> {
     })
 }
 
+/// The `grpc-status` in `headers`, read without building a whole [`Status`]: every response
+/// passes here, and a successful one carries it only in its trailers.
+fn grpc_code(headers: &http::HeaderMap) -> Option<Code> {
+    static GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
+    headers
+        .get(&GRPC_STATUS)
+        .map(|v| Code::from_bytes(v.as_bytes()))
+}
+
 /// A transport-level refusal of the request body, rewritten as the caller's error.
 fn rewrite_decode_error(resp: http::Response<Body>) -> http::Response<Body> {
+    if !matches!(
+        grpc_code(resp.headers()),
+        Some(Code::Internal | Code::OutOfRange)
+    ) {
+        return resp;
+    }
     let Some(status) = Status::from_header_map(resp.headers()) else {
         return resp;
     };
@@ -428,7 +443,7 @@ where
                         span.record("principal", p.0.as_str());
                     }
                     // A trailers-only response (every error) carries the code in its headers.
-                    let code = Status::from_header_map(resp.headers()).map(|s| s.code());
+                    let code = grpc_code(resp.headers());
                     let (parts, body) = resp.into_parts();
                     let body = Body::new(TracedBody {
                         inner: body,
@@ -489,10 +504,7 @@ impl HttpBody for TracedBody {
         match &polled {
             Some(Ok(frame)) => {
                 if let Some(trailers) = frame.trailers_ref() {
-                    let code = Status::from_header_map(trailers)
-                        .map(|s| s.code())
-                        .or(this.code)
-                        .unwrap_or(Code::Unknown);
+                    let code = grpc_code(trailers).or(this.code).unwrap_or(Code::Unknown);
                     this.finish(code);
                 }
             }

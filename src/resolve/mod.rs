@@ -303,7 +303,11 @@ pub fn output_schema<'a>(
     request_schema: Option<&'a serde_json::Value>,
     caller: &'a Caller,
 ) -> Option<(&'a serde_json::Value, SchemaSource)> {
-    match (&def.persona.output, request_schema, &caller.parent_output_schema) {
+    match (
+        &def.persona.output,
+        request_schema,
+        &caller.parent_output_schema,
+    ) {
         (Some(s), _, _) => Some((s, SchemaSource::Agent)),
         (None, Some(s), _) => Some((s, SchemaSource::Request)),
         (None, None, Some(s)) => Some((s, SchemaSource::Parent)),
