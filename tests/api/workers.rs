@@ -287,6 +287,10 @@ async fn stop_while_pending_and_capacity_limits() {
     assert_eq!(get(&s, &b.id).await.state, pb::WorkerState::Pending as i32);
     let e = spawn(&s, spawn_req("task", "c", false)).await.unwrap_err();
     assert_eq!(e.code(), Code::ResourceExhausted);
+    // An identical dispatch is answered by the pending worker: it needs no place of its own.
+    let again = spawn(&s, spawn_req("task", "b", false)).await.unwrap();
+    assert!(again.deduplicated, "{again:?}");
+    assert_eq!(again.worker.unwrap().id, b.id);
     let k = s
         .client
         .clone()
