@@ -333,7 +333,8 @@ struct Call {
 impl Call {
     fn finish(self, code: Code) {
         let elapsed = self.started.elapsed();
-        let latency_ms = elapsed.as_secs_f64() * 1000.0;
+        // Whole microseconds: `0.373`, not `0.37269100000000005`.
+        let latency_ms = elapsed.as_micros() as f64 / 1000.0;
         let (service, method) = split_path(self.path.path());
         self.span.record("rpc.grpc.status_code", code as i32);
         self.span.record("latency_ms", latency_ms);
@@ -343,15 +344,33 @@ impl Call {
         self.metrics.rpc(service, method, code, elapsed);
         // The log line carries the span's fields itself: the log layer does not format the
         // span (see `telemetry::RPC_SPAN`).
-        let principal = self
-            .principal
-            .as_ref()
-            .map(|p| tracing::field::display(p.0.as_str()));
-        let code = tracing::field::display(code_name(code));
-        if service.starts_with("grpc.") {
-            tracing::debug!(parent: &self.span, rpc.service = %service, rpc.method = %method, code, latency_ms, principal, "rpc finished");
+        let principal = self.principal.as_ref().map(|p| p.0.as_str());
+        let line = telemetry::RpcLine {
+            level: if service.starts_with("grpc.") {
+                tracing::Level::DEBUG
+            } else {
+                tracing::Level::INFO
+            },
+            service,
+            method,
+            code: code_name(code),
+            latency_ms,
+            principal,
+        };
+        let wanted = match line.level {
+            tracing::Level::DEBUG => {
+                tracing::enabled!(target: telemetry::RPC_LOG_TARGET, tracing::Level::DEBUG)
+            }
+            _ => tracing::enabled!(target: telemetry::RPC_LOG_TARGET, tracing::Level::INFO),
+        };
+        if !wanted || telemetry::rpc_line(&line) {
+            return;
+        }
+        let (code, principal) = (line.code, principal.map(tracing::field::display));
+        if line.level == tracing::Level::DEBUG {
+            tracing::event!(target: telemetry::RPC_LOG_TARGET, parent: &self.span, tracing::Level::DEBUG, rpc.service = %service, rpc.method = %method, code = %code, latency_ms, principal, "rpc finished");
         } else {
-            tracing::info!(parent: &self.span, rpc.service = %service, rpc.method = %method, code, latency_ms, principal, "rpc finished");
+            tracing::event!(target: telemetry::RPC_LOG_TARGET, parent: &self.span, tracing::Level::INFO, rpc.service = %service, rpc.method = %method, code = %code, latency_ms, principal, "rpc finished");
         }
     }
 }
