@@ -365,6 +365,25 @@ async fn logs_to_a_pipe_are_plain_text_and_arrive_whole() {
         .await;
     let line = lines_with(&log, "agents reloaded")[0];
     assert!(line.contains("version="), "{line}");
+    // Every finished RPC logs one line of its own, with the method, code and latency, and the
+    // per-RPC span is not repeated in front of the lines logged inside the call.
+    let log = b
+        .log_until("rpc.method=ReloadAgents", Duration::from_secs(10))
+        .await;
+    let line = lines_with(&log, "rpc.method=ReloadAgents")[0];
+    let (time, rest) = line.split_once(' ').unwrap();
+    assert!(time.ends_with('Z') && time.contains('T'), "{line}");
+    let rest = rest
+        .strip_prefix(
+            " INFO agentry::rpc: rpc finished rpc.service=agentry.v1.AgentRegistryService \
+             rpc.method=ReloadAgents code=Ok latency_ms=",
+        )
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(rest.parse::<f64>().is_ok_and(|ms| ms >= 0.0), "{line}");
+    assert!(
+        !lines_with(&log, "agents reloaded")[0].contains("rpc{"),
+        "{log:?}"
+    );
 }
 
 fn lines_with<'a>(log: &'a [String], needle: &str) -> Vec<&'a String> {
