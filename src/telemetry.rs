@@ -350,6 +350,7 @@ pub fn init(settings: &Settings) -> Result<Telemetry, TelemetryError> {
         opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
         opentelemetry::global::set_tracer_provider(t.clone());
         opentelemetry::global::set_meter_provider(m.clone());
+        METRICS_EXPORTED.store(true, std::sync::atomic::Ordering::Relaxed);
         tracing::info!(service = %settings.service_name, "exporting spans and metrics over OTLP/gRPC");
     }
     Ok(Telemetry { tracer, meter })
@@ -470,7 +471,13 @@ pub struct Metrics {
     discovery_duration: Histogram<f64>,
     discovery_diagnostics: Gauge<u64>,
     workers_live: UpDownCounter<i64>,
+    /// Whether a meter provider that exports was installed before these instruments were made.
+    /// Without one the instruments do nothing, so the attributes are not even built.
+    exported: bool,
 }
+
+/// Set by [`init`] once metrics are exported.
+static METRICS_EXPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -528,11 +535,15 @@ impl Metrics {
                 .i64_up_down_counter("agentry.workers.live")
                 .with_description("workers currently in each non-terminal state")
                 .build(),
+            exported: METRICS_EXPORTED.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 
     /// One finished RPC: `service`/`method` as in the path, `code` the gRPC status code.
     pub fn rpc(&self, service: &str, method: &str, code: tonic::Code, elapsed: Duration) {
+        if !self.exported {
+            return;
+        }
         let attrs = [
             KeyValue::new("rpc.service", service.to_owned()),
             KeyValue::new("rpc.method", method.to_owned()),

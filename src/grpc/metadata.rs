@@ -1,7 +1,9 @@
 //! Call metadata → what the caller declared about itself (docs §5.1). Malformed values are
 //! `INVALID_ARGUMENT` naming the key, never ignored.
 
-use tonic::metadata::MetadataMap;
+use std::sync::LazyLock;
+
+use tonic::metadata::{Ascii, MetadataKey, MetadataMap};
 
 use crate::{
     persona::{MAX_NAME_BYTES, Spawns},
@@ -15,9 +17,26 @@ pub const MAX_METADATA_BYTES: usize = 8192;
 /// Largest declared depth accepted (a sanity bound; real trees are shallow).
 pub const MAX_DECLARED_DEPTH: u32 = 1_000;
 
+/// A metadata key, parsed once: looking up a parsed key skips checking and hashing a string on
+/// every call.
+pub type Key = LazyLock<MetadataKey<Ascii>>;
+
+/// `x-agentry-spawns`.
+pub static SPAWNS: Key = LazyLock::new(|| MetadataKey::from_static("x-agentry-spawns"));
+/// `x-agentry-depth`.
+pub static DEPTH: Key = LazyLock::new(|| MetadataKey::from_static("x-agentry-depth"));
+/// `x-agentry-blocked-agent`.
+pub static BLOCKED_AGENT: Key =
+    LazyLock::new(|| MetadataKey::from_static("x-agentry-blocked-agent"));
+/// `x-agentry-worker-token`.
+pub static WORKER_TOKEN: Key = LazyLock::new(|| MetadataKey::from_static("x-agentry-worker-token"));
+/// `traceparent`.
+pub static TRACEPARENT: Key = LazyLock::new(|| MetadataKey::from_static("traceparent"));
+
 /// The value of `key`, once, as ASCII text.
-fn one<'a>(md: &'a MetadataMap, key: &str, v: &mut Violations) -> Option<&'a str> {
-    let mut all = md.get_all(key).iter();
+fn one<'a>(md: &'a MetadataMap, key: &Key, v: &mut Violations) -> Option<&'a str> {
+    let mut all = md.get_all(&**key).iter();
+    let key = key.as_str();
     let first = all.next()?;
     if all.next().is_some() {
         v.add(key, "must be given at most once");
@@ -53,14 +72,14 @@ fn check_names(key: &str, names: &[String], v: &mut Violations) {
 /// Reads `x-agentry-spawns`, `x-agentry-depth` and `x-agentry-blocked-agent`.
 pub fn declared(md: &MetadataMap, v: &mut Violations) -> Declared {
     let mut d = Declared::default();
-    if let Some(s) = one(md, "x-agentry-spawns", v) {
+    if let Some(s) = one(md, &SPAWNS, v) {
         let policy = Spawns::parse_policy(s);
         if let Spawns::Only(names) = &policy {
             check_names("x-agentry-spawns", names, v);
         }
         d.spawns = Some(policy);
     }
-    if let Some(s) = one(md, "x-agentry-depth", v) {
+    if let Some(s) = one(md, &DEPTH, v) {
         match s.trim().parse::<u32>() {
             Ok(n) if n <= MAX_DECLARED_DEPTH => d.depth = Some(n),
             Ok(n) => v.add(
@@ -73,7 +92,7 @@ pub fn declared(md: &MetadataMap, v: &mut Violations) -> Declared {
             ),
         }
     }
-    if let Some(s) = one(md, "x-agentry-blocked-agent", v) {
+    if let Some(s) = one(md, &BLOCKED_AGENT, v) {
         let names = crate::persona::split_csv(s);
         check_names("x-agentry-blocked-agent", &names, v);
         d.blocked = names;

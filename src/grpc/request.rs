@@ -89,8 +89,9 @@ pub fn identity<M>(req: &Request<M>, v: &mut Violations) -> Identity {
         .get::<crate::auth::Principal>()
         .map(|p| p.0.clone());
     let declared = metadata::declared(md, v);
-    let text = |key: &str, v: &mut Violations| -> Option<String> {
-        let val = md.get(key)?;
+    let text = |key: &metadata::Key, v: &mut Violations| -> Option<String> {
+        let val = md.get(&**key)?;
+        let key = key.as_str();
         match val.to_str() {
             Ok(s) if s.len() <= MAX_TOKEN_BYTES => Some(s.to_owned()),
             Ok(_) => {
@@ -106,9 +107,9 @@ pub fn identity<M>(req: &Request<M>, v: &mut Violations) -> Identity {
     Identity {
         authenticated: principal.is_some(),
         principal: principal.unwrap_or_else(|| crate::auth::Principal::ANONYMOUS.to_owned()),
-        worker_token: text("x-agentry-worker-token", v),
+        worker_token: text(&metadata::WORKER_TOKEN, v),
         declared,
-        traceparent: text("traceparent", v),
+        traceparent: text(&metadata::TRACEPARENT, v),
     }
 }
 
