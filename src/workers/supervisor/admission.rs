@@ -243,9 +243,18 @@ impl Supervisor {
         let Some(entry) = self.dedupe.get(&key) else {
             return Ok(None);
         };
-        match WorkerId::parse(&entry.worker_id) {
-            Ok(wid) if self.reusable(&wid) => {
-                self.reuse_local(&wid, entry.inserted.elapsed(), req).await
+        let Ok(wid) = WorkerId::parse(&entry.worker_id) else {
+            return Ok(None);
+        };
+        let age = entry.inserted.elapsed();
+        if self.creating_lock().contains_key(&wid) {
+            return self.reuse_local(&wid, age, req).await;
+        }
+        // One look at memory, which also says whether it may be reused (see `reusable`): live,
+        // or finished `completed`.
+        match self.cached(&wid) {
+            Some(rec) if !rec.state.is_terminal() || rec.state == WorkerState::Completed => {
+                self.reused(rec, age, req).await.map(Some)
             }
             _ => Ok(None),
         }
