@@ -31,7 +31,7 @@ const PUBLIC_PREFIXES: &[&str] = &["/grpc.health.v1.Health/", "/grpc.reflection.
 type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send + 'static>>;
 
 /// Requires `authorization: Bearer <token>` on every non-public RPC when a tokens file is
-/// configured, and puts the caller's [`Principal`](crate::auth::Principal) into the request extensions.
+/// configured, and puts the caller's [`Principal`] into the request extensions.
 #[derive(Clone, Default)]
 pub struct AuthLayer {
     tokens: Option<Arc<TokenFile>>,
