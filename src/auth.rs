@@ -32,7 +32,7 @@ pub const RELOAD_INTERVAL: Duration = Duration::from_secs(1);
 /// The auth layer puts it into the request extensions; when no tokens file is configured there
 /// is none, and the caller is [`Principal::ANONYMOUS`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Principal(pub String);
+pub struct Principal(pub Arc<str>);
 
 impl Principal {
     /// The name every caller has when authentication is off.
@@ -149,7 +149,7 @@ fn parse(text: &str) -> Result<HashMap<TokenDigest, Principal>, String> {
                  spaces or control characters"
             ));
         }
-        out.insert(digest(token), Principal(principal.to_owned()));
+        out.insert(digest(token), Principal(principal.into()));
     }
     Ok(out)
 }

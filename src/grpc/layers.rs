@@ -344,7 +344,7 @@ impl Call {
         self.metrics.rpc(service, method, code, elapsed);
         // The log line carries the span's fields itself: the log layer does not format the
         // span (see `telemetry::RPC_SPAN`).
-        let principal = self.principal.as_ref().map(|p| p.0.as_str());
+        let principal = self.principal.as_ref().map(|p| &*p.0);
         let line = telemetry::RpcLine {
             level: if service.starts_with("grpc.") {
                 tracing::Level::DEBUG
@@ -459,7 +459,7 @@ where
                 Ok(mut resp) => {
                     let principal = resp.extensions_mut().remove::<Principal>();
                     if let Some(p) = &principal {
-                        span.record("principal", p.0.as_str());
+                        span.record("principal", &*p.0);
                     }
                     // A trailers-only response (every error) carries the code in its headers.
                     let code = grpc_code(resp.headers());

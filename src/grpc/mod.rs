@@ -298,7 +298,7 @@ pub async fn run(
                 let supervisor = supervisor.clone();
                 Box::pin(async move {
                     if let Some(p) = supervisor.principal_for_token(&token) {
-                        return Ok(Some(crate::auth::Principal(p)));
+                        return Ok(Some(crate::auth::Principal(p.into())));
                     }
                     // A worker of another replica sharing the store.
                     Ok(supervisor
@@ -306,7 +306,7 @@ pub async fn run(
                         .await
                         .ok()
                         .flatten()
-                        .map(|r| crate::auth::Principal(r.spec.caller_scope.clone())))
+                        .map(|r| crate::auth::Principal(r.spec.caller_scope.as_str().into())))
                 })
             })
         }))

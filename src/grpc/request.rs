@@ -87,7 +87,7 @@ pub fn identity<M>(req: &Request<M>, v: &mut Violations) -> Identity {
     let principal = req
         .extensions()
         .get::<crate::auth::Principal>()
-        .map(|p| p.0.clone());
+        .map(|p| p.0.to_string());
     let declared = metadata::declared(md, v);
     let text = |key: &metadata::Key, v: &mut Violations| -> Option<String> {
         let val = md.get(&**key)?;

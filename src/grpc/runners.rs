@@ -323,7 +323,7 @@ impl pb::runner_service_server::RunnerService for RunnerService {
         let principal = req
             .extensions()
             .get::<crate::auth::Principal>()
-            .map(|p| p.0.clone());
+            .map(|p| p.0.to_string());
         let mut inbound = req.into_inner();
         let lease = self.hub.settings().lease;
         let first = match tokio::time::timeout(lease, inbound.message()).await {
