@@ -553,37 +553,37 @@ impl Registry {
         if workspace.is_empty() {
             return Ok(None);
         }
-        let canon = match self.inner.canonical.get(workspace) {
-            Some(c) => c,
-            None => {
-                let invalid = |reason: String| DiscoveryError::InvalidWorkspace {
-                    workspace: workspace.to_owned(),
-                    reason,
-                };
-                let p = Path::new(workspace);
-                if !p.is_absolute() {
-                    return Err(invalid("must be an absolute path".to_owned()));
-                }
-                let c = p.canonicalize().map_err(|e| {
-                    invalid(if e.kind() == std::io::ErrorKind::NotFound {
-                        "does not exist".to_owned()
-                    } else {
-                        format!("cannot be resolved: {e}")
-                    })
-                })?;
-                if !c.is_dir() {
-                    return Err(invalid("is not a directory".to_owned()));
-                }
-                self.inner.canonical.insert(workspace.to_owned(), c.clone());
-                c
-            }
+        // Only workspaces inside the roots are remembered, so a hit needs no check.
+        if let Some(c) = self.inner.canonical.get(workspace) {
+            return Ok(Some(c));
+        }
+        let invalid = |reason: String| DiscoveryError::InvalidWorkspace {
+            workspace: workspace.to_owned(),
+            reason,
         };
+        let p = Path::new(workspace);
+        if !p.is_absolute() {
+            return Err(invalid("must be an absolute path".to_owned()));
+        }
+        let canon = p.canonicalize().map_err(|e| {
+            invalid(if e.kind() == std::io::ErrorKind::NotFound {
+                "does not exist".to_owned()
+            } else {
+                format!("cannot be resolved: {e}")
+            })
+        })?;
+        if !canon.is_dir() {
+            return Err(invalid("is not a directory".to_owned()));
+        }
         if !self.inner.roots.is_empty() && !self.inner.roots.iter().any(|r| canon.starts_with(r)) {
             return Err(DiscoveryError::OutsideRoots {
                 workspace: workspace.to_owned(),
                 resolved: canon.display().to_string(),
             });
         }
+        self.inner
+            .canonical
+            .insert(workspace.to_owned(), canon.clone());
         Ok(Some(canon))
     }
 

@@ -248,10 +248,10 @@ pub fn effective(
         _ => String::new(),
     };
 
-    let body = if mode == Mode::Plan {
-        format!("{}\n\n{}", rules.plan_mode.prompt.trim(), p.system_prompt)
+    let body: std::borrow::Cow<'_, str> = if mode == Mode::Plan {
+        format!("{}\n\n{}", rules.plan_mode.prompt.trim(), p.system_prompt).into()
     } else {
-        p.system_prompt.clone()
+        p.system_prompt.as_str().into()
     };
     let reminder = p
         .critical_reminder
@@ -263,7 +263,7 @@ pub fn effective(
         (p.name == "default").then(|| catalog_markdown(&catalog(snapshot, caller, rules)));
     let system_prompt = [
         Some(rules.base_prompt.as_str()),
-        Some(body.as_str()),
+        Some(&*body),
         reminder.as_deref(),
         catalog_text.as_deref(),
     ]
