@@ -536,25 +536,28 @@ impl Supervisor {
     pub async fn get(&self, id: &WorkerId, vis: &Visibility) -> Result<WorkerRecord, WorkerError> {
         let rec = match self.cached(id) {
             Some(r) => r,
-            None => {
-                let rec = self
-                    .store
-                    .get(id)
-                    .await?
-                    .ok_or_else(|| WorkerError::NotFound(id.to_string()))?;
-                // A finished worker never changes again: later reads of it (a coordinator
-                // polling the result, another replica's worker) stay off the disk.
-                if rec.state.is_terminal() {
-                    self.recent.insert(id.clone(), rec.clone());
-                }
-                rec
-            }
+            None => self.stored(id).await?,
         };
         if vis.sees(&rec) {
             Ok(rec)
         } else {
             Err(WorkerError::NotFound(id.to_string()))
         }
+    }
+
+    /// The worker's row, `NotFound` when there is none. A finished worker never changes again,
+    /// so it is kept in memory: later reads of it (a coordinator polling the result, another
+    /// replica's worker) stay off the disk.
+    pub(super) async fn stored(&self, id: &WorkerId) -> Result<WorkerRecord, WorkerError> {
+        let rec = self
+            .store
+            .get(id)
+            .await?
+            .ok_or_else(|| WorkerError::NotFound(id.to_string()))?;
+        if rec.state.is_terminal() {
+            self.recent.insert(id.clone(), rec.clone());
+        }
+        Ok(rec)
     }
 
     /// Waits until the store may hold something new about `id`: a notice about it, a resync of

@@ -132,11 +132,7 @@ impl Supervisor {
     pub(super) async fn wait_terminal(&self, id: &WorkerId) -> Result<WorkerRecord, WorkerError> {
         let mut notices = self.store.notices();
         loop {
-            let rec = self
-                .store
-                .get(id)
-                .await?
-                .ok_or_else(|| WorkerError::NotFound(id.to_string()))?;
+            let rec = self.stored(id).await?;
             if rec.state.is_terminal() {
                 return Ok(rec);
             }
