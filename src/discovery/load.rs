@@ -64,22 +64,19 @@ impl Listing {
     }
 }
 
-/// (directory, recursive, toml) → its listing and the last build that used it.
-type Listings = HashMap<(PathBuf, bool, bool), (Arc<Listing>, u64)>;
-
-/// Listings by directory (and how it is read), so a rebuild lists only the directories that
-/// changed. Shared by every workspace's builds; past `capacity` files listed, a build drops the
-/// listings it did not use.
-pub struct ListCache {
-    entries: Mutex<Listings>,
+/// A map that successive discovery builds share. Each build takes a number ([`Self::begin`]),
+/// marks what it uses, and past `capacity` drops what it did not use ([`Self::sweep`]). The
+/// cache of a one-off build ([`Self::none`]) stores nothing.
+pub struct BuildCache<K, V> {
+    entries: Mutex<HashMap<K, V>>,
     builds: AtomicU64,
     capacity: usize,
     /// False for a one-off build: nothing is stored.
     enabled: bool,
 }
 
-impl ListCache {
-    /// An empty cache for up to about `capacity` listed files.
+impl<K: Eq + std::hash::Hash, V> BuildCache<K, V> {
+    /// An empty cache for up to about `capacity` files.
     pub fn new(capacity: usize) -> Self {
         Self {
             entries: Mutex::default(),
@@ -97,11 +94,39 @@ impl ListCache {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Listings> {
+    /// Starts a build; its number marks the entries it uses.
+    fn begin(&self) -> u64 {
+        self.builds.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<K, V>> {
         // Entries are replaced whole, so a panic elsewhere leaves the map coherent.
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Past capacity (`files` counts what the map holds), drops the entries that build `build`
+    /// did not use (`used_by` says which build last used one): files deleted, or read only by
+    /// other workspaces' snapshots, which re-read them when next built.
+    fn sweep(
+        &self,
+        build: u64,
+        files: impl FnOnce(&HashMap<K, V>) -> usize,
+        used_by: impl Fn(&V) -> u64,
+    ) {
+        if !self.enabled {
+            return;
+        }
+        let mut entries = self.lock();
+        if files(&entries) > self.capacity {
+            entries.retain(|_, v| used_by(v) == build);
+        }
+    }
 }
+
+/// Listings by directory (and how it is read), so a rebuild lists only the directories that
+/// changed: (directory, recursive, toml) → its listing and the last build that used it. Shared
+/// by every workspace's builds; `capacity` counts the files listed.
+pub type ListCache = BuildCache<(PathBuf, bool, bool), (Arc<Listing>, u64)>;
 
 /// The listings of one build, in the order of its directories.
 pub struct Found {
@@ -195,15 +220,15 @@ impl Stamp {
     }
 }
 
-/// One cached file.
-struct Entry<T> {
+/// One cached file of a [`ParseCache`].
+pub struct Entry<T> {
     stamp: Stamp,
     /// The stamp can be trusted without reading ([`Stamp::settled`] when it was taken).
     settled: bool,
     /// Hex sha256 of the bytes parsed.
     sha256: String,
     value: T,
-    /// The last build that used it, for [`ParseCache::sweep`].
+    /// The last build that used it, for [`BuildCache::sweep`].
     seen: AtomicU64,
 }
 
@@ -212,60 +237,13 @@ struct Entry<T> {
 /// recorded, and settled, is reused after one `stat`; any other file is read, and parsed again
 /// unless its sha256 is the recorded one. Shared by every workspace's builds (user dirs are read
 /// by all of them). Holds what the snapshots hold already (the definitions are shared), and is
-/// bounded: past `capacity` files, a build drops every entry it did not use.
-pub struct ParseCache<T> {
-    /// Keyed by the path's bytes: hashing a `Path` walks its components.
-    entries: Mutex<HashMap<OsString, Arc<Entry<T>>>>,
-    builds: AtomicU64,
-    capacity: usize,
-    /// False for a one-off build's cache, which nothing reads again: every file is read and
-    /// parsed, and nothing is stored.
-    enabled: bool,
-}
+/// bounded: past `capacity` files, a build drops every entry it did not use. Keyed by the
+/// path's bytes: hashing a `Path` walks its components.
+pub type ParseCache<T> = BuildCache<OsString, Arc<Entry<T>>>;
 
 impl<T: Clone> ParseCache<T> {
-    /// An empty cache holding up to about `capacity` files.
-    pub fn new(capacity: usize) -> Self {
-        Self {
-            entries: Mutex::default(),
-            builds: AtomicU64::new(0),
-            capacity,
-            enabled: true,
-        }
-    }
-
-    /// A cache that stores nothing, for a build that is not followed by another.
-    pub fn none() -> Self {
-        Self {
-            enabled: false,
-            ..Self::new(0)
-        }
-    }
-
-    /// Starts a build; its number marks the entries it uses.
-    fn begin(&self) -> u64 {
-        self.builds.fetch_add(1, Ordering::Relaxed) + 1
-    }
-
     fn get(&self, path: &Path) -> Option<Arc<Entry<T>>> {
         self.lock().get(path.as_os_str()).cloned()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<OsString, Arc<Entry<T>>>> {
-        // The map is only ever replaced whole per key, so a panic elsewhere leaves it coherent.
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Past capacity, drops the entries the build `build` did not use (files deleted, or read
-    /// only by other workspaces' snapshots, which re-read them when next built).
-    fn sweep(&self, build: u64) {
-        if !self.enabled {
-            return;
-        }
-        let mut entries = self.lock();
-        if entries.len() > self.capacity {
-            entries.retain(|_, e| e.seen.load(Ordering::Relaxed) == build);
-        }
     }
 
     /// The value for one file: the cached one when the file is unchanged, else `parse` of its
@@ -360,7 +338,7 @@ fn warn_dir(path: &Path, code: &'static str, message: String) -> Diagnostic {
 /// path inside each. A directory whose listing in `cache` is [`Listing::unchanged`] is not read
 /// again.
 pub fn list(dirs: &[SourceDir], diags: &mut Vec<Diagnostic>, cache: &ListCache) -> Found {
-    let build = cache.builds.fetch_add(1, Ordering::Relaxed) + 1;
+    let build = cache.begin();
     let mut listings = Vec::with_capacity(dirs.len());
     for d in dirs {
         let key = (d.path.clone(), d.recursive, d.toml);
@@ -379,13 +357,11 @@ pub fn list(dirs: &[SourceDir], diags: &mut Vec<Diagnostic>, cache: &ListCache) 
         }
         listings.push(listing);
     }
-    if cache.enabled {
-        let mut entries = cache.lock();
-        let listed: usize = entries.values().map(|(l, _)| l.files.len()).sum();
-        if listed > cache.capacity {
-            entries.retain(|_, (_, seen)| *seen == build);
-        }
-    }
+    cache.sweep(
+        build,
+        |entries| entries.values().map(|(l, _)| l.files.len()).sum(),
+        |(_, seen)| *seen,
+    );
     Found { listings }
 }
 
@@ -601,7 +577,7 @@ pub fn parse_all(
             LoadedFile { dir: f.dir, parsed }
         })
         .collect();
-    cache.sweep(build);
+    cache.sweep(build, HashMap::len, |e| e.seen.load(Ordering::Relaxed));
     loaded
 }
 
@@ -662,7 +638,7 @@ pub fn parse_commands(
             loaded
         })
         .collect();
-    cache.sweep(build);
+    cache.sweep(build, HashMap::len, |e| e.seen.load(Ordering::Relaxed));
     loaded
 }
 
