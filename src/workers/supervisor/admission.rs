@@ -250,13 +250,9 @@ impl Supervisor {
         if self.creating_lock().contains_key(&wid) {
             return self.reuse_local(&wid, age, req).await;
         }
-        // One look at memory, which also says whether it may be reused (see `reusable`): live,
-        // or finished `completed`.
-        match self.cached(&wid) {
-            Some(rec) if !rec.state.is_terminal() || rec.state == WorkerState::Completed => {
-                self.reused(rec, age, req).await.map(Some)
-            }
-            _ => Ok(None),
+        match self.reusable_record(&wid) {
+            Some(rec) => self.reused(rec, age, req).await.map(Some),
+            None => Ok(None),
         }
     }
 
@@ -482,14 +478,20 @@ impl Supervisor {
         self.creating.lock().expect("creating workers poisoned")
     }
 
-    /// Whether a cached dispatch may be reused: being created, live, or finished `completed`.
+    /// Whether a cached dispatch may be reused: being created, or [`Self::reusable_record`].
     fn reusable(&self, id: &WorkerId) -> bool {
-        if self.live().contains_key(id) || self.creating_lock().contains_key(id) {
-            return true;
+        self.creating_lock().contains_key(id) || self.reusable_record(id).is_some()
+    }
+
+    /// The record of a worker in memory that a dispatch may be answered with: live, or
+    /// finished `completed`.
+    fn reusable_record(&self, id: &WorkerId) -> Option<WorkerRecord> {
+        if let Some(l) = self.live().get(id) {
+            return Some(l.record.clone());
         }
         self.recent
             .get(id)
-            .is_some_and(|r| r.state == WorkerState::Completed)
+            .filter(|r| r.state == WorkerState::Completed)
     }
 }
 

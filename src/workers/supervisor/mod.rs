@@ -274,10 +274,6 @@ impl LiveSet {
         self.by_id.get_mut(id)
     }
 
-    fn contains_key(&self, id: &WorkerId) -> bool {
-        self.by_id.contains_key(id)
-    }
-
     fn values(&self) -> impl Iterator<Item = &Live> {
         self.by_id.values()
     }
