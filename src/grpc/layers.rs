@@ -435,7 +435,7 @@ where
         let (service, method) = split_path(path.path());
         let span = tracing::info_span!(
             target: telemetry::RPC_SPAN_TARGET,
-            "rpc",
+            telemetry::RPC_SPAN,
             otel.name = path.path().trim_start_matches('/'),
             otel.kind = "server",
             otel.status_code = tracing::field::Empty,
@@ -447,19 +447,24 @@ where
             principal = tracing::field::Empty,
         );
         telemetry::set_remote_parent(&span, req.headers());
-        let started = Instant::now();
+        let mut call = Call {
+            span,
+            started: Instant::now(),
+            path,
+            principal: None,
+            metrics: self.metrics.clone(),
+        };
         let fut = {
-            let _in = span.enter();
+            let _in = call.span.enter();
             self.inner.call(req)
         };
-        let metrics = self.metrics.clone();
         Box::pin(async move {
-            let result = tracing::Instrument::instrument(fut, span.clone()).await;
+            let result = tracing::Instrument::instrument(fut, call.span.clone()).await;
             match result {
                 Ok(mut resp) => {
-                    let principal = resp.extensions_mut().remove::<Principal>();
-                    if let Some(p) = &principal {
-                        span.record("principal", &*p.0);
+                    call.principal = resp.extensions_mut().remove::<Principal>();
+                    if let Some(p) = &call.principal {
+                        call.span.record("principal", &*p.0);
                     }
                     // A trailers-only response (every error) carries the code in its headers.
                     let code = grpc_code(resp.headers());
@@ -467,25 +472,12 @@ where
                     let body = Body::new(TracedBody {
                         inner: body,
                         code,
-                        call: Some(Call {
-                            span,
-                            started,
-                            path,
-                            principal,
-                            metrics,
-                        }),
+                        call: Some(call),
                     });
                     Ok(http::Response::from_parts(parts, body))
                 }
                 Err(e) => {
-                    Call {
-                        span,
-                        started,
-                        path,
-                        principal: None,
-                        metrics,
-                    }
-                    .finish(Code::Internal);
+                    call.finish(Code::Internal);
                     Err(e)
                 }
             }
