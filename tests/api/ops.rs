@@ -386,6 +386,44 @@ async fn logs_to_a_pipe_are_plain_text_and_arrive_whole() {
     );
 }
 
+#[tokio::test]
+async fn the_per_rpc_line_can_be_filtered_on_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "home: {home}\nstore: {{path: {db}}}\n",
+        home = dir.path().display(),
+        db = dir.path().join("quiet.db").display(),
+    );
+    let config = binary::config(dir.path(), "quiet", &yaml);
+    let b = Launch::new(&config)
+        .env("RUST_LOG", "info,agentry::rpc=warn")
+        .start()
+        .await;
+    b.log_until("agentry listening", Duration::from_secs(30))
+        .await;
+    let mut client = b.client().await;
+    client
+        .reload_agents(pb::ReloadAgentsRequest::default())
+        .await
+        .unwrap();
+    client
+        .reload_agents(pb::ReloadAgentsRequest::default())
+        .await
+        .unwrap();
+    // The first call's rpc line would be written before the second call was answered: once the
+    // second reload's own line is there, so would it be.
+    let log = eventually(
+        "both reloads to be logged",
+        Duration::from_secs(10),
+        || async {
+            let log = b.stderr();
+            (log.matches("agents reloaded").count() == 2).then_some(log)
+        },
+    )
+    .await;
+    assert!(!log.contains("rpc finished"), "{log}");
+}
+
 fn lines_with<'a>(log: &'a [String], needle: &str) -> Vec<&'a String> {
     log.iter().filter(|l| l.contains(needle)).collect()
 }
