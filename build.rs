@@ -20,6 +20,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // No `Client::connect(addr)` constructor: it would collide with RunnerService/Connect;
         // clients are built with `new(channel)`.
         .build_transport(false)
+        // Written by hand, so the service can send an answer it encoded once (src/grpc/reply.rs).
+        .extern_path(
+            ".agentry.v1.ResolveAgentResponse",
+            "crate::grpc::reply::ResolveAgentResponse",
+        )
         .compile_fds(fds)?;
     Ok(())
 }

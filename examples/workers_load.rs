@@ -288,7 +288,7 @@ async fn start_nodelay(cfg: Config) -> Running {
     )
     .await
     .expect("supervisor");
-    let svc = Service(agentry::app::App {
+    let svc = Service::new(agentry::app::App {
         registry,
         rules,
         supervisor: supervisor.clone(),

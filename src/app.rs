@@ -68,6 +68,17 @@ pub struct ResolveQuery {
     pub output_schema: Option<serde_json::Value>,
 }
 
+/// What a `ResolveAgent` answer is computed from ([`App::resolve_target`]).
+#[derive(Debug)]
+pub struct ResolveTarget {
+    /// Who is asking, after lineage and declarations.
+    pub caller: resolve::Caller,
+    /// The snapshot the agent was found in.
+    pub snapshot: Arc<Snapshot>,
+    /// The definition.
+    pub agent: Arc<AgentDef>,
+}
+
 /// What `ResolveAgent` answers.
 #[derive(Debug)]
 pub struct Resolved {
@@ -159,27 +170,42 @@ impl App {
         Ok(listing::agents(snapshot, &caller, &self.rules, &q)?)
     }
 
-    /// `ResolveAgent`: what a worker of the agent would get, for this caller.
-    pub async fn resolve_agent(&self, id: &Identity, q: ResolveQuery) -> Result<Resolved, Error> {
+    /// What `ResolveAgent` is computed from: the caller's lineage, the workspace's current
+    /// snapshot and the definition the request names (unknown → `NOT_FOUND` with suggestions).
+    pub async fn resolve_target(
+        &self,
+        id: &Identity,
+        q: &ResolveQuery,
+    ) -> Result<ResolveTarget, Error> {
         let caller = self.lineage(id).await?.caller;
         let snapshot = self.registry.snapshot(&q.workspace).await?;
         let agent = snapshot
             .get(&q.name)
             .ok_or_else(|| resolve::unknown_agent(&snapshot, &q.name))?
             .clone();
+        Ok(ResolveTarget {
+            caller,
+            snapshot,
+            agent,
+        })
+    }
+
+    /// `ResolveAgent`'s answer for a target: what a worker of the agent would get, for this
+    /// caller. A pure function of the target, the query's mode and schema, and the rules.
+    pub fn resolve(&self, target: &ResolveTarget, q: &ResolveQuery) -> Resolved {
         let effective = resolve::effective(
-            &agent,
-            &snapshot,
-            &caller,
+            &target.agent,
+            &target.snapshot,
+            &target.caller,
             q.mode,
             q.output_schema.as_ref(),
             &self.rules,
         );
-        Ok(Resolved {
-            snapshot,
-            agent,
+        Resolved {
+            snapshot: target.snapshot.clone(),
+            agent: target.agent.clone(),
             effective,
-        })
+        }
     }
 
     /// `ReloadAgents`: rebuilds the workspace's snapshot now.

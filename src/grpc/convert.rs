@@ -165,11 +165,11 @@ pub fn agent_page(p: &AgentPage) -> pb::ListAgentsResponse {
 
 /// A `ResolveAgent` answer.
 pub fn resolved(r: Resolved) -> pb::ResolveAgentResponse {
-    pb::ResolveAgentResponse {
-        agent: Some(agent(&r.agent)),
-        effective: Some(effective(r.effective)),
-        registry_version: r.snapshot.version.clone(),
-    }
+    pb::ResolveAgentResponse::new(
+        Some(agent(&r.agent)),
+        Some(effective(r.effective)),
+        r.snapshot.version.clone(),
+    )
 }
 
 /// A command as the API shows it.

@@ -5,6 +5,7 @@ pub mod convert;
 pub mod layers;
 pub mod listen;
 pub mod metadata;
+pub mod reply;
 pub mod request;
 pub mod runners;
 pub mod service;
@@ -36,6 +37,8 @@ pub use listen::Listener;
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod pb {
     tonic::include_proto!("agentry.v1");
+
+    pub use super::reply::ResolveAgentResponse;
 
     /// Encoded descriptor set of `agentry.v1`, served by reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] =
@@ -169,7 +172,7 @@ pub async fn run(
         hub: hub.clone(),
         max_output_bytes: cfg.executor.max_output_bytes,
     };
-    let svc = service::Service(crate::app::App {
+    let svc = service::Service::new(crate::app::App {
         registry: registry.clone(),
         rules,
         supervisor: supervisor.clone(),

@@ -4,11 +4,14 @@
 
 use std::pin::Pin;
 
+use bytes::Bytes;
+use prost::Message;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use super::{
     convert, pb,
+    reply::ResolveReplies,
     request::{self, Workspace},
 };
 use crate::app::App;
@@ -17,7 +20,21 @@ use crate::app::App;
 pub type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::WatchWorkerResponse, Status>> + Send>>;
 
 /// The gRPC face of [`App`].
-pub struct Service(pub App);
+pub struct Service {
+    app: App,
+    /// `ResolveAgent` answers already encoded.
+    replies: ResolveReplies,
+}
+
+impl Service {
+    /// Serves `app`.
+    pub fn new(app: App) -> Self {
+        Self {
+            app,
+            replies: ResolveReplies::default(),
+        }
+    }
+}
 
 #[tonic::async_trait]
 impl pb::agent_registry_service_server::AgentRegistryService for Service {
@@ -26,7 +43,7 @@ impl pb::agent_registry_service_server::AgentRegistryService for Service {
         req: Request<pb::ListAgentsRequest>,
     ) -> Result<Response<pb::ListAgentsResponse>, Status> {
         let (id, q) = request::parse(req)?;
-        let page = self.0.list_agents(&id, q).await?;
+        let page = self.app.list_agents(&id, q).await?;
         Ok(Response::new(convert::agent_page(&page)))
     }
 
@@ -35,8 +52,13 @@ impl pb::agent_registry_service_server::AgentRegistryService for Service {
         req: Request<pb::ResolveAgentRequest>,
     ) -> Result<Response<pb::ResolveAgentResponse>, Status> {
         let (id, q) = request::parse(req)?;
-        let resolved = self.0.resolve_agent(&id, q).await?;
-        Ok(Response::new(convert::resolved(resolved)))
+        let target = self.app.resolve_target(&id, &q).await?;
+        if let Some(bytes) = self.replies.get(&target, &q) {
+            return Ok(Response::new(pb::ResolveAgentResponse::from_encoded(bytes)));
+        }
+        let bytes = Bytes::from(convert::resolved(self.app.resolve(&target, &q)).encode_to_vec());
+        self.replies.put(&target, &q, bytes.clone());
+        Ok(Response::new(pb::ResolveAgentResponse::from_encoded(bytes)))
     }
 
     async fn reload_agents(
@@ -44,7 +66,7 @@ impl pb::agent_registry_service_server::AgentRegistryService for Service {
         req: Request<pb::ReloadAgentsRequest>,
     ) -> Result<Response<pb::ReloadAgentsResponse>, Status> {
         let (id, Workspace(ws)) = request::parse(req)?;
-        let snap = self.0.reload_agents(&id, &ws).await?;
+        let snap = self.app.reload_agents(&id, &ws).await?;
         Ok(Response::new(pb::ReloadAgentsResponse {
             registry_version: snap.version.clone(),
             diagnostics: snap.all_diagnostics().map(convert::diagnostic).collect(),
@@ -55,8 +77,8 @@ impl pb::agent_registry_service_server::AgentRegistryService for Service {
         &self,
         req: Request<pb::SpawnWorkerRequest>,
     ) -> Result<Response<pb::SpawnWorkerResponse>, Status> {
-        let (id, r) = request::parse_limited(req, self.0.limits)?;
-        let spawned = self.0.spawn_worker(&id, r).await?;
+        let (id, r) = request::parse_limited(req, self.app.limits)?;
+        let spawned = self.app.spawn_worker(&id, r).await?;
         Ok(Response::new(convert::spawned(&spawned)))
     }
 
@@ -65,7 +87,7 @@ impl pb::agent_registry_service_server::AgentRegistryService for Service {
         req: Request<pb::StopWorkerRequest>,
     ) -> Result<Response<pb::StopWorkerResponse>, Status> {
         let (id, r) = request::parse(req)?;
-        let w = self.0.stop_worker(&id, r).await?;
+        let w = self.app.stop_worker(&id, r).await?;
         Ok(Response::new(pb::StopWorkerResponse {
             worker: Some(convert::worker(&w)),
         }))
@@ -76,7 +98,7 @@ impl pb::agent_registry_service_server::AgentRegistryService for Service {
         req: Request<pb::GetWorkerRequest>,
     ) -> Result<Response<pb::GetWorkerResponse>, Status> {
         let (id, worker) = request::parse(req)?;
-        let w = self.0.get_worker(&id, &worker).await?;
+        let w = self.app.get_worker(&id, &worker).await?;
         Ok(Response::new(pb::GetWorkerResponse {
             worker: Some(convert::worker(&w)),
         }))
@@ -87,7 +109,7 @@ impl pb::agent_registry_service_server::AgentRegistryService for Service {
         req: Request<pb::ListWorkersRequest>,
     ) -> Result<Response<pb::ListWorkersResponse>, Status> {
         let (id, q) = request::parse(req)?;
-        let page = self.0.list_workers(&id, q).await?;
+        let page = self.app.list_workers(&id, q).await?;
         Ok(Response::new(convert::workers_page(&page)))
     }
 
@@ -96,7 +118,7 @@ impl pb::agent_registry_service_server::AgentRegistryService for Service {
         req: Request<pb::ReviewRequest>,
     ) -> Result<Response<pb::ReviewResponse>, Status> {
         let (id, p) = request::parse(req)?;
-        let verdict = self.0.review(&id, p).await?;
+        let verdict = self.app.review(&id, p).await?;
         Ok(Response::new(convert::verdict(verdict)))
     }
 
@@ -105,7 +127,7 @@ impl pb::agent_registry_service_server::AgentRegistryService for Service {
         req: Request<pb::ListCommandsRequest>,
     ) -> Result<Response<pb::ListCommandsResponse>, Status> {
         let (id, q) = request::parse(req)?;
-        let page = self.0.list_commands(&id, q).await?;
+        let page = self.app.list_commands(&id, q).await?;
         Ok(Response::new(convert::command_page(&page)))
     }
 
@@ -113,8 +135,8 @@ impl pb::agent_registry_service_server::AgentRegistryService for Service {
         &self,
         req: Request<pb::ResolveCommandRequest>,
     ) -> Result<Response<pb::ResolveCommandResponse>, Status> {
-        let (id, r) = request::parse_limited(req, self.0.limits)?;
-        let resolved = self.0.resolve_command(&id, r).await?;
+        let (id, r) = request::parse_limited(req, self.app.limits)?;
+        let resolved = self.app.resolve_command(&id, r).await?;
         Ok(Response::new(convert::resolved_command(&resolved)))
     }
 
@@ -123,7 +145,7 @@ impl pb::agent_registry_service_server::AgentRegistryService for Service {
         req: Request<pb::ReportProgressRequest>,
     ) -> Result<Response<pb::ReportProgressResponse>, Status> {
         let (id, p) = request::parse(req)?;
-        let sequence = self.0.report_progress(&id, p).await?;
+        let sequence = self.app.report_progress(&id, p).await?;
         Ok(Response::new(pb::ReportProgressResponse { sequence }))
     }
 
@@ -134,7 +156,7 @@ impl pb::agent_registry_service_server::AgentRegistryService for Service {
         req: Request<pb::WatchWorkerRequest>,
     ) -> Result<Response<Self::WatchWorkerStream>, Status> {
         let (id, r) = request::parse(req)?;
-        let events = self.0.watch_worker(&id, r).await?;
+        let events = self.app.watch_worker(&id, r).await?;
         Ok(Response::new(Box::pin(events.map(|ev| {
             ev.map(|ev| convert::event(&ev)).map_err(Status::from)
         }))))

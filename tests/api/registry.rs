@@ -372,6 +372,100 @@ async fn effective_agent_depth_plan_mode_and_schema_precedence() {
     assert_eq!(e.output_schema, None);
 }
 
+/// ResolveAgent answers are encoded once per (snapshot, caller, mode, schema) and reused: each
+/// of those still gets its own answer, a repeat gets the same one, and an edited file is seen.
+#[tokio::test]
+async fn repeated_resolves_answer_per_caller_and_see_edits() {
+    let s = start().await;
+    let ws = s.ws("cached");
+    let d = ws.join(".claude/agents");
+    persona(
+        &d,
+        "default.md",
+        "name: default\ndescription: the coordinator",
+        "COORD",
+    );
+    persona(
+        &d,
+        "lead.md",
+        "name: lead\ndescription: leads\ntools: read\nspawns: '*'",
+        "LEAD v1",
+    );
+    let resolve = |r: tonic::Request<pb::ResolveAgentRequest>| {
+        let mut c = s.client.clone();
+        async move { c.resolve_agent(r).await.unwrap().into_inner() }
+    };
+    let plain = || tonic::Request::new(resolve_req("lead", &ws));
+    let first = resolve(plain()).await;
+    assert_eq!(
+        first,
+        resolve(plain()).await,
+        "a repeat gets the same answer"
+    );
+    let e = first.effective.clone().unwrap();
+    assert_eq!(
+        (e.depth, e.at_max_depth, e.spawns.as_str()),
+        (1, false, "*")
+    );
+
+    // A deeper caller, plan mode and a request schema are other answers, and asking for them
+    // leaves the first one as it was.
+    let deep = resolve(req(resolve_req("lead", &ws), &[("x-agentry-depth", "1")])).await;
+    let e = deep.effective.unwrap();
+    assert_eq!((e.depth, e.at_max_depth, e.spawns.as_str()), (2, true, ""));
+    let mut plan = resolve_req("lead", &ws);
+    plan.mode = pb::Mode::Plan as i32;
+    let e = resolve(tonic::Request::new(plan)).await.effective.unwrap();
+    assert_eq!(e.mode, pb::Mode::Plan as i32);
+    let mut schema = resolve_req("lead", &ws);
+    schema.output_schema = Some(r#"{"type":"object"}"#.into());
+    let e = resolve(tonic::Request::new(schema))
+        .await
+        .effective
+        .unwrap();
+    assert_eq!(e.output_schema.as_deref(), Some(r#"{"type":"object"}"#));
+    assert_eq!(resolve(plain()).await, first);
+
+    // The coordinator's catalog depends on what the caller may spawn.
+    let coord = |md: Vec<(&'static str, &'static str)>| {
+        let mut c = s.client.clone();
+        let ws = ws.clone();
+        async move {
+            let r = req(resolve_req("default", &ws), &md);
+            c.resolve_agent(r)
+                .await
+                .unwrap()
+                .into_inner()
+                .effective
+                .unwrap()
+                .system_prompt
+        }
+    };
+    assert!(coord(vec![]).await.contains("`lead`"));
+    let blocked = coord(vec![("x-agentry-blocked-agent", "lead")]).await;
+    assert!(!blocked.contains("`lead`"), "{blocked}");
+    assert!(coord(vec![]).await.contains("`lead`"));
+
+    // An edit makes a new snapshot, whose answer is computed afresh.
+    persona(
+        &d,
+        "lead.md",
+        "name: lead\ndescription: leads\ntools: read\nspawns: '*'",
+        "LEAD v2",
+    );
+    s.client
+        .clone()
+        .reload_agents(pb::ReloadAgentsRequest {
+            workspace: ws.display().to_string(),
+        })
+        .await
+        .unwrap();
+    let edited = resolve(plain()).await;
+    assert_ne!(edited.registry_version, first.registry_version);
+    assert_eq!(edited.agent.unwrap().system_prompt, "LEAD v2");
+    assert!(edited.effective.unwrap().system_prompt.ends_with("LEAD v2"));
+}
+
 #[tokio::test]
 async fn catalog_respects_policy_reserved_and_default_prompt() {
     let s = start().await;
