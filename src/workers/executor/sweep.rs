@@ -14,7 +14,11 @@
 //! programs); a pid freed and reused between the read and the kill is an unavoidable race,
 //! narrowed by reading immediately before killing. Depends only on `/proc` and `nix`.
 
-use std::{fs, io::Read};
+use std::{
+    fmt::Write as _,
+    fs,
+    io::{self, Read},
+};
 
 use nix::{
     sys::signal::{Signal, kill},
@@ -40,7 +44,7 @@ pub fn kill_marked(worker_ids: &[&str]) -> usize {
         .collect();
     let me = std::process::id();
     let mut killed = 0;
-    let mut buf = Vec::with_capacity(16 * 1024);
+    let mut buf = Vec::new();
     for _ in 0..MAX_ROUNDS {
         let found = scan(me, &needles, &mut buf);
         if found.is_empty() {
@@ -58,11 +62,16 @@ pub fn kill_marked(worker_ids: &[&str]) -> usize {
 
 /// The pids whose environment holds one of `needles` (each `NAME=value\0`), matched at the
 /// start of a variable.
+///
+/// Runs at the end of every worker, so each process costs as few system calls as it can: one
+/// `open`, one `read` and one `close` (`read_to_end` would add an `fstat`, an `lseek` and a
+/// read that confirms the end), and one buffer for every file.
 fn scan(me: u32, needles: &[Vec<u8>], buf: &mut Vec<u8>) -> Vec<i32> {
     let Ok(dir) = fs::read_dir("/proc") else {
         return Vec::new();
     };
     let mut found = Vec::new();
+    let mut path = String::with_capacity(32);
     for entry in dir.flatten() {
         let name = entry.file_name();
         let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
@@ -71,20 +80,46 @@ fn scan(me: u32, needles: &[Vec<u8>], buf: &mut Vec<u8>) -> Vec<i32> {
         if pid == me {
             continue;
         }
-        let Ok(mut file) = fs::File::open(format!("/proc/{pid}/environ")) else {
+        path.clear();
+        let _ = write!(path, "/proc/{pid}/environ");
+        let Ok(mut file) = fs::File::open(&path) else {
             continue;
         };
-        buf.clear();
-        if file.read_to_end(buf).is_err() || buf.is_empty() {
+        let Ok(len) = read_environ(&mut file, buf) else {
             continue;
-        }
-        if needles.iter().any(|n| holds_variable(buf, n))
+        };
+        if len > 0
+            && needles.iter().any(|n| holds_variable(&buf[..len], n))
             && let Ok(pid) = i32::try_from(pid)
         {
             found.push(pid);
         }
     }
     found
+}
+
+/// Reads a `/proc/<pid>/environ` into `buf` (grown as needed); returns its length. The kernel
+/// fills a read of `environ` up to the buffer's size or the end of the block, so a read that
+/// leaves room in the buffer has read everything.
+fn read_environ(file: &mut fs::File, buf: &mut Vec<u8>) -> io::Result<usize> {
+    if buf.is_empty() {
+        buf.resize(16 * 1024, 0);
+    }
+    let mut len = 0;
+    loop {
+        match file.read(&mut buf[len..]) {
+            Ok(n) => {
+                len += n;
+                if n == 0 || len < buf.len() {
+                    return Ok(len);
+                }
+                let bigger = buf.len() * 2;
+                buf.resize(bigger, 0);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Whether the NUL-separated `environ` block has a variable starting exactly with `needle`.

@@ -115,27 +115,15 @@ impl Supervisor {
         };
         let (started_tx, started_rx) = oneshot::channel();
         let run = self.executor.run(job, cancel.clone(), started_tx);
-        tokio::pin!(run);
-        let mut started_rx = Some(started_rx);
-        let outcome = loop {
-            tokio::select! {
-                // Start first: a fast process may have started and ended by the same poll.
-                biased;
-                s = async { started_rx.as_mut().expect("polled once").await }, if started_rx.is_some() => {
-                    started_rx = None;
-                    if s.is_ok() {
-                        self.record_start(id, events, &mut pending).await;
-                    }
-                }
-                o = &mut run => break o,
+        // `running` is persisted while the executor goes on (its commit overlaps the run instead
+        // of delaying it), and before the outcome is: both futures end before this returns, and
+        // the executor drops its sender at the latest when the run ends.
+        let start = async {
+            if started_rx.await.is_ok() {
+                self.record_start(id, events, &mut pending).await;
             }
         };
-        // The run can end before the start signal was observed; never lose `running`.
-        if let Some(mut rx) = started_rx.take()
-            && rx.try_recv().is_ok()
-        {
-            self.record_start(id, events, &mut pending).await;
-        }
+        let (outcome, ()) = tokio::join!(run, start);
         drop(slot);
         outcome::settle(outcome, output, || self.kill_reason(id))
     }
