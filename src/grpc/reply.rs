@@ -171,6 +171,10 @@ const PER_NAME: usize = 16;
 /// everything if that was not enough.
 const TOTAL: usize = 4096;
 
+/// Answers larger than this are not kept: a coordinator's catalog over thousands of agents is
+/// mostly transfer, and sixteen variants of it would hold a lot of memory.
+const MAX_BYTES: usize = 256 * 1024;
+
 /// One computed answer and what it was computed from.
 struct Cached {
     /// The snapshot. A `Weak` keeps its allocation (not its contents), so while one is held no
@@ -215,8 +219,12 @@ impl ResolveReplies {
             .map(|c| c.bytes.clone())
     }
 
-    /// Keeps `bytes`, the encoded answer for this target and query.
+    /// Keeps `bytes`, the encoded answer for this target and query (unless it is larger than
+    /// [`MAX_BYTES`]).
     pub fn put(&self, t: &ResolveTarget, q: &ResolveQuery, bytes: Bytes) {
+        if bytes.len() > MAX_BYTES {
+            return;
+        }
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
         if inner.len >= TOTAL {
             let before = inner.len;
@@ -252,6 +260,95 @@ impl ResolveReplies {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{config::Config, discovery::Registry};
+
+    fn registry() -> (tempfile::TempDir, Registry) {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            home: Some(dir.path().to_owned()),
+            ..Config::default()
+        };
+        let registry = Registry::new(&cfg, false).unwrap();
+        (dir, registry)
+    }
+
+    fn target(snapshot: &Arc<Snapshot>, depth: u32) -> ResolveTarget {
+        ResolveTarget {
+            caller: Caller {
+                depth,
+                ..Caller::top_level()
+            },
+            agent: snapshot.get("task").unwrap().clone(),
+            snapshot: snapshot.clone(),
+        }
+    }
+
+    fn query() -> ResolveQuery {
+        ResolveQuery {
+            name: "task".into(),
+            workspace: String::new(),
+            mode: Mode::Default,
+            output_schema: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_answer_is_found_only_for_what_it_was_computed_from() {
+        let (_dir, registry) = registry();
+        let snap = registry.snapshot("").await.unwrap();
+        let cache = ResolveReplies::default();
+        let (t, q) = (target(&snap, 0), query());
+        assert!(cache.get(&t, &q).is_none());
+        cache.put(&t, &q, Bytes::from_static(b"top"));
+        assert_eq!(cache.get(&t, &q).as_deref(), Some(&b"top"[..]));
+        assert!(cache.get(&target(&snap, 1), &q).is_none(), "another depth");
+        let plan = ResolveQuery {
+            mode: Mode::Plan,
+            ..query()
+        };
+        assert!(cache.get(&t, &plan).is_none(), "another mode");
+        let schema = ResolveQuery {
+            output_schema: Some(serde_json::json!({"type": "object"})),
+            ..query()
+        };
+        assert!(cache.get(&t, &schema).is_none(), "a request schema");
+        let other = ResolveQuery {
+            name: "explore".into(),
+            ..query()
+        };
+        assert!(cache.get(&t, &other).is_none(), "another name");
+
+        // A rebuilt snapshot is another answer.
+        let fresh = registry.reload("").await.unwrap();
+        assert!(!Arc::ptr_eq(&snap, &fresh));
+        assert!(cache.get(&target(&fresh, 0), &q).is_none());
+
+        // The entry of a snapshot nobody holds any more goes when the next answer is kept.
+        let (_other_dir, other) = self::registry();
+        let gone = other.snapshot("").await.unwrap();
+        cache.put(&target(&gone, 0), &q, Bytes::from_static(b"gone"));
+        assert_eq!(cache.inner.read().unwrap().len, 2);
+        drop((gone, other));
+        cache.put(&target(&fresh, 0), &q, Bytes::from_static(b"fresh"));
+        assert_eq!(cache.inner.read().unwrap().len, 2);
+        assert_eq!(cache.get(&t, &q).as_deref(), Some(&b"top"[..]));
+        assert_eq!(
+            cache.get(&target(&fresh, 0), &q).as_deref(),
+            Some(&b"fresh"[..])
+        );
+    }
+
+    #[tokio::test]
+    async fn a_huge_answer_is_not_kept() {
+        let (_dir, registry) = registry();
+        let snap = registry.snapshot("").await.unwrap();
+        let cache = ResolveReplies::default();
+        let (t, q) = (target(&snap, 0), query());
+        cache.put(&t, &q, Bytes::from(vec![0; MAX_BYTES + 1]));
+        assert!(cache.get(&t, &q).is_none());
+        cache.put(&t, &q, Bytes::from(vec![0; MAX_BYTES]));
+        assert_eq!(cache.get(&t, &q).map(|b| b.len()), Some(MAX_BYTES));
+    }
 
     fn sample() -> ResolveAgentResponse {
         ResolveAgentResponse::new(
