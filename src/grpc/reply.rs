@@ -84,7 +84,13 @@ impl std::fmt::Debug for ResolveAgentResponse {
     }
 }
 
-const STRUCT_NAME: &str = "ResolveAgentResponse";
+/// Names the field a decoding error happened in, as generated code does.
+fn in_field(field: &'static str) -> impl FnOnce(DecodeError) -> DecodeError {
+    move |mut e| {
+        e.push("ResolveAgentResponse", field);
+        e
+    }
+}
 
 impl Message for ResolveAgentResponse {
     fn encode_raw(&self, buf: &mut impl BufMut) {
@@ -119,24 +125,16 @@ impl Message for ResolveAgentResponse {
                 buf,
                 ctx,
             )
-            .map_err(|mut e| {
-                e.push(STRUCT_NAME, "agent");
-                e
-            }),
+            .map_err(in_field("agent")),
             2 => message::merge(
                 wire_type,
                 self.effective.get_or_insert_with(Default::default),
                 buf,
                 ctx,
             )
-            .map_err(|mut e| {
-                e.push(STRUCT_NAME, "effective");
-                e
-            }),
-            3 => string::merge(wire_type, &mut self.registry_version, buf, ctx).map_err(|mut e| {
-                e.push(STRUCT_NAME, "registry_version");
-                e
-            }),
+            .map_err(in_field("effective")),
+            3 => string::merge(wire_type, &mut self.registry_version, buf, ctx)
+                .map_err(in_field("registry_version")),
             _ => skip_field(wire_type, tag, buf, ctx),
         }
     }
