@@ -412,6 +412,10 @@ struct ProcessGroup {
     /// Set once the leader has been reaped; from then on the group is only swept, never
     /// killed on drop (its id could in principle be reused once the group is empty).
     reaped: bool,
+    /// The leader's exit status, once reaped.
+    status: Option<ExitStatus>,
+    /// The sweep queued when the leader was reaped, until it answered.
+    sweep: Option<oneshot::Receiver<usize>>,
     /// The worker's cookie value: processes that left the group are found by it.
     worker_id: String,
 }
@@ -426,6 +430,8 @@ impl ProcessGroup {
             child,
             pgid,
             reaped: false,
+            status: None,
+            sweep: None,
             worker_id,
         }
     }
@@ -444,15 +450,27 @@ impl ProcessGroup {
     /// Waits for the leader to exit and reaps it, then SIGKILLs whatever is left in its group
     /// (background jobs of a shell script, children that ignored SIGTERM) and every process
     /// that left the group but carries the worker's cookie (a `setsid` daemon): the worker is
-    /// over, so nothing it started may outlive it. Cancel safe (nothing is awaited after the
-    /// reap).
+    /// over, so nothing it started may outlive it. Cancel safe: the reap, the group kill and
+    /// the queueing of the sweep happen once, in one poll; a later call waits for the same
+    /// sweep.
     async fn wait(&mut self) -> io::Result<ExitStatus> {
-        let status = self.child.wait().await?;
-        self.reaped = true;
-        self.signal(Signal::SIGKILL);
-        let escaped = sweep::kill_marked(&[&self.worker_id]);
-        if escaped > 0 {
-            debug!(worker_id = %self.worker_id, escaped, "killed worker processes outside its group");
+        let status = match self.status {
+            Some(status) => status,
+            None => {
+                let status = self.child.wait().await?;
+                self.reaped = true;
+                self.status = Some(status);
+                self.signal(Signal::SIGKILL);
+                self.sweep = Some(sweep::after_exit(&self.worker_id));
+                status
+            }
+        };
+        if let Some(sweep) = &mut self.sweep {
+            let escaped = sweep.await.unwrap_or(0);
+            self.sweep = None;
+            if escaped > 0 {
+                debug!(worker_id = %self.worker_id, escaped, "killed worker processes outside its group");
+            }
         }
         Ok(status)
     }

@@ -5,8 +5,10 @@
 //! after a crash of the service nobody holds the group any more. Every worker process is started
 //! with `AGENTRY_WORKER_COOKIE=<worker id>` in its environment (set last, so no configured
 //! variable can override it), and descendants inherit it; that variable is the cookie this
-//! module looks for in `/proc/<pid>/environ`. It is called when a worker's run
-//! ends (after its group was killed) and, at start-up, for the rows a crashed process left open.
+//! module looks for in `/proc/<pid>/environ`. It runs when a worker's run ends (after its group
+//! was killed), where the run ends or, when several end together, on one sweeper thread that
+//! serves them all with one scan ([`after_exit`]); and at start-up, for the rows a crashed
+//! process left open.
 //!
 //! Limits, documented for operators: a process that clears or rewrites its environment before
 //! `exec` escapes the cookie; without root, only processes of the service's own user can be
@@ -15,10 +17,18 @@
 //! narrowed by reading immediately before killing. Depends only on `/proc` and `nix`.
 
 use std::{
+    collections::HashMap,
     fmt::Write as _,
     fs,
     io::{self, Read},
+    sync::{
+        LazyLock,
+        atomic::{AtomicUsize, Ordering},
+        mpsc,
+    },
 };
+
+use tokio::sync::oneshot;
 
 use nix::{
     sys::signal::{Signal, kill},
@@ -35,24 +45,25 @@ const MAX_ROUNDS: usize = 8;
 /// SIGKILLs every process (other than this one) whose environment carries the cookie of one of
 /// `worker_ids`, repeating until a scan finds none. Returns how many processes were killed.
 pub fn kill_marked(worker_ids: &[&str]) -> usize {
+    kill_each(worker_ids).iter().sum()
+}
+
+/// [`kill_marked`], counting the processes killed for each of `worker_ids`.
+fn kill_each(worker_ids: &[&str]) -> Vec<usize> {
+    let mut killed = vec![0; worker_ids.len()];
     if worker_ids.is_empty() {
-        return 0;
+        return killed;
     }
-    let needles: Vec<Vec<u8>> = worker_ids
-        .iter()
-        .map(|id| format!("{COOKIE}={id}\0").into_bytes())
-        .collect();
     let me = std::process::id();
-    let mut killed = 0;
     let mut buf = Vec::new();
     for _ in 0..MAX_ROUNDS {
-        let found = scan(me, &needles, &mut buf);
+        let found = scan(me, worker_ids, &mut buf);
         if found.is_empty() {
             break;
         }
-        for pid in found {
+        for (pid, which) in found {
             match kill(Pid::from_raw(pid), Signal::SIGKILL) {
-                Ok(()) => killed += 1,
+                Ok(()) => killed[which] += 1,
                 Err(e) => tracing::debug!(pid, error = %e, "cannot kill a leftover worker process"),
             }
         }
@@ -60,16 +71,94 @@ pub fn kill_marked(worker_ids: &[&str]) -> usize {
     killed
 }
 
-/// The pids whose environment holds one of `needles` (each `NAME=value\0`), matched at the
-/// start of a variable.
+/// A sweep asked for one worker, answered with how many processes it killed.
+type Request = (String, oneshot::Sender<usize>);
+
+/// The sweeper thread's queue; `None` if the thread could not be started.
+static SWEEPER: LazyLock<Option<mpsc::Sender<Request>>> = LazyLock::new(|| {
+    let (tx, rx) = mpsc::channel::<Request>();
+    let started = std::thread::Builder::new()
+        .name("agentry-sweep".to_owned())
+        .spawn(move || sweep_loop(&rx));
+    match started {
+        Ok(_) => Some(tx),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start the sweeper thread; sweeps run inline");
+            None
+        }
+    }
+});
+
+/// Most workers one scan serves.
+const MAX_BATCH: usize = 256;
+
+/// Sweeps asked for and not answered yet: a scan running inline, or requests queued for (or
+/// being served by) the sweeper thread.
+static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Serves queued sweeps: every request queued while a scan ran is served by the next scan,
+/// which starts after each of them was asked for, so each still gets a scan of its own that
+/// began after its leader was reaped.
+fn sweep_loop(rx: &mpsc::Receiver<Request>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        batch.extend(rx.try_iter().take(MAX_BATCH - 1));
+        let ids: Vec<&str> = batch.iter().map(|(id, _)| id.as_str()).collect();
+        let killed = kill_each(&ids);
+        let served = batch.len();
+        for ((_, done), n) in batch.into_iter().zip(killed) {
+            let _ = done.send(n);
+        }
+        ACTIVE.fetch_sub(served, Ordering::AcqRel);
+    }
+}
+
+/// [`kill_marked`] for one worker whose leader was just reaped. When no other sweep is under
+/// way it scans right here (no hand-off, so a lone worker ends as fast as it can); otherwise
+/// it queues the worker for the sweeper thread, so workers that end together share a scan and
+/// the caller's thread is not held by it. The sweep runs even if the answer is no longer
+/// awaited.
+pub fn after_exit(worker_id: &str) -> oneshot::Receiver<usize> {
+    if ACTIVE.fetch_add(1, Ordering::AcqRel) == 0 {
+        let (tx, rx) = oneshot::channel();
+        let _ = tx.send(kill_marked(&[worker_id]));
+        ACTIVE.fetch_sub(1, Ordering::AcqRel);
+        return rx;
+    }
+    queue(worker_id)
+}
+
+/// Queues a sweep for the sweeper thread (counted in [`ACTIVE`] by the caller); scans inline if
+/// the thread is not there.
+fn queue(worker_id: &str) -> oneshot::Receiver<usize> {
+    let (tx, rx) = oneshot::channel();
+    let queued = match SWEEPER.as_ref() {
+        Some(queue) => queue.send((worker_id.to_owned(), tx)),
+        None => Err(mpsc::SendError((worker_id.to_owned(), tx))),
+    };
+    if let Err(mpsc::SendError((id, tx))) = queued {
+        let _ = tx.send(kill_marked(&[&id]));
+        ACTIVE.fetch_sub(1, Ordering::AcqRel);
+    }
+    rx
+}
+
+/// The processes whose environment holds the cookie of one of `worker_ids`, with the index of
+/// that worker.
 ///
 /// Runs at the end of every worker, so each process costs as few system calls as it can: one
 /// `open`, one `read` and one `close` (`read_to_end` would add an `fstat`, an `lseek` and a
-/// read that confirms the end), and one buffer for every file.
-fn scan(me: u32, needles: &[Vec<u8>], buf: &mut Vec<u8>) -> Vec<i32> {
+/// read that confirms the end), and one buffer for every file. Each environment is split once,
+/// however many workers are looked for.
+fn scan(me: u32, worker_ids: &[&str], buf: &mut Vec<u8>) -> Vec<(i32, usize)> {
     let Ok(dir) = fs::read_dir("/proc") else {
         return Vec::new();
     };
+    let wanted: HashMap<&[u8], usize> = worker_ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (id.as_bytes(), i))
+        .collect();
     let mut found = Vec::new();
     let mut path = String::with_capacity(32);
     for entry in dir.flatten() {
@@ -88,11 +177,10 @@ fn scan(me: u32, needles: &[Vec<u8>], buf: &mut Vec<u8>) -> Vec<i32> {
         let Ok(len) = read_environ(&mut file, buf) else {
             continue;
         };
-        if len > 0
-            && needles.iter().any(|n| holds_variable(&buf[..len], n))
+        if let Some(which) = cookie(&buf[..len]).and_then(|v| wanted.get(v))
             && let Ok(pid) = i32::try_from(pid)
         {
-            found.push(pid);
+            found.push((pid, *which));
         }
     }
     found
@@ -122,11 +210,12 @@ fn read_environ(file: &mut fs::File, buf: &mut Vec<u8>) -> io::Result<usize> {
     }
 }
 
-/// Whether the NUL-separated `environ` block has a variable starting exactly with `needle`.
-fn holds_variable(environ: &[u8], needle: &[u8]) -> bool {
-    // `needle` ends in NUL, so the last variable (which may lack one) is matched with one added.
-    let body = &needle[..needle.len() - 1];
-    environ.split(|b| *b == 0).any(|var| var == body)
+/// The value of the cookie variable in a NUL-separated `environ` block, if it has one (the
+/// first, as `getenv` would read it).
+fn cookie(environ: &[u8]) -> Option<&[u8]> {
+    environ
+        .split(|b| *b == 0)
+        .find_map(|var| var.strip_prefix(COOKIE.as_bytes())?.strip_prefix(b"="))
 }
 
 #[cfg(test)]
@@ -134,18 +223,47 @@ mod tests {
     use super::*;
 
     #[test]
-    fn variables_match_whole_and_only_at_their_start() {
+    fn the_cookie_is_read_whole_and_only_from_its_own_variable() {
         let env = b"PATH=/bin\0AGENTRY_WORKER_COOKIE=wkr_1\0HOME=/root";
-        assert!(holds_variable(env, b"AGENTRY_WORKER_COOKIE=wkr_1\0"));
-        assert!(!holds_variable(env, b"AGENTRY_WORKER_COOKIE=wkr_\0"));
-        assert!(!holds_variable(
-            b"X_AGENTRY_WORKER_COOKIE=wkr_1\0",
-            b"AGENTRY_WORKER_COOKIE=wkr_1\0"
-        ));
-        assert!(holds_variable(
-            b"AGENTRY_WORKER_COOKIE=wkr_1",
-            b"AGENTRY_WORKER_COOKIE=wkr_1\0"
-        ));
+        assert_eq!(cookie(env), Some(&b"wkr_1"[..]));
+        assert_eq!(cookie(b"X_AGENTRY_WORKER_COOKIE=wkr_1\0"), None);
+        assert_eq!(cookie(b"AGENTRY_WORKER_COOKIEX=wkr_1\0"), None);
+        // The last variable may lack its NUL.
+        assert_eq!(
+            cookie(b"A=b\0AGENTRY_WORKER_COOKIE=wkr_2"),
+            Some(&b"wkr_2"[..])
+        );
+        assert_eq!(cookie(b""), None);
+    }
+
+    #[tokio::test]
+    async fn queued_and_inline_sweeps_each_get_their_own_count() {
+        let spawn = |id: &str| {
+            std::process::Command::new("setsid")
+                .args(["sleep", "30"])
+                .env(COOKIE, id)
+                .spawn()
+                .expect("setsid and sleep exist")
+        };
+        let (a, b, none) = (
+            "wkr_sweeptest0000000000000000000002",
+            "wkr_sweeptest0000000000000000000003",
+            "wkr_sweeptest0000000000000000000004",
+        );
+        let mut children = [spawn(a), spawn(a), spawn(b)];
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        // Two go through the sweeper thread, as when other sweeps are under way; the third
+        // goes where the count of sweeps under way sends it. Each gets its own count.
+        ACTIVE.fetch_add(2, Ordering::AcqRel);
+        let answers = [queue(a), queue(b), after_exit(none)];
+        let mut counts = Vec::new();
+        for rx in answers {
+            counts.push(rx.await.unwrap());
+        }
+        assert_eq!(counts, [2, 1, 0]);
+        for c in &mut children {
+            assert!(!c.wait().unwrap().success());
+        }
     }
 
     #[test]
