@@ -217,8 +217,7 @@ impl ResolveReplies {
             .map(|c| c.bytes.clone())
     }
 
-    /// Keeps `bytes`, the encoded answer for this target and query (unless it is larger than
-    /// [`MAX_BYTES`]).
+    /// Keeps `bytes`, the encoded answer for this target and query, unless it is over 256 KiB.
     pub fn put(&self, t: &ResolveTarget, q: &ResolveQuery, bytes: Bytes) {
         if bytes.len() > MAX_BYTES {
             return;
