@@ -177,7 +177,7 @@ fn scan(me: u32, worker_ids: &[&str], buf: &mut Vec<u8>) -> Vec<(i32, usize)> {
         let Ok(len) = read_environ(&mut file, buf) else {
             continue;
         };
-        if let Some(which) = cookie(&buf[..len]).and_then(|v| wanted.get(v))
+        if let Some(which) = cookies(&buf[..len]).find_map(|v| wanted.get(v))
             && let Ok(pid) = i32::try_from(pid)
         {
             found.push((pid, *which));
@@ -210,12 +210,12 @@ fn read_environ(file: &mut fs::File, buf: &mut Vec<u8>) -> io::Result<usize> {
     }
 }
 
-/// The value of the cookie variable in a NUL-separated `environ` block, if it has one (the
-/// first, as `getenv` would read it).
-fn cookie(environ: &[u8]) -> Option<&[u8]> {
+/// Every value of the cookie variable in a NUL-separated `environ` block: a process that adds
+/// a second one in front of its own (which `getenv` would read) is still found by its own.
+fn cookies(environ: &[u8]) -> impl Iterator<Item = &[u8]> {
     environ
         .split(|b| *b == 0)
-        .find_map(|var| var.strip_prefix(COOKIE.as_bytes())?.strip_prefix(b"="))
+        .filter_map(|var| var.strip_prefix(COOKIE.as_bytes())?.strip_prefix(b"="))
 }
 
 #[cfg(test)]
@@ -224,16 +224,23 @@ mod tests {
 
     #[test]
     fn the_cookie_is_read_whole_and_only_from_its_own_variable() {
+        let first = |env: &'static [u8]| cookies(env).next();
         let env = b"PATH=/bin\0AGENTRY_WORKER_COOKIE=wkr_1\0HOME=/root";
-        assert_eq!(cookie(env), Some(&b"wkr_1"[..]));
-        assert_eq!(cookie(b"X_AGENTRY_WORKER_COOKIE=wkr_1\0"), None);
-        assert_eq!(cookie(b"AGENTRY_WORKER_COOKIEX=wkr_1\0"), None);
+        assert_eq!(first(env), Some(&b"wkr_1"[..]));
+        assert_eq!(first(b"X_AGENTRY_WORKER_COOKIE=wkr_1\0"), None);
+        assert_eq!(first(b"AGENTRY_WORKER_COOKIEX=wkr_1\0"), None);
         // The last variable may lack its NUL.
         assert_eq!(
-            cookie(b"A=b\0AGENTRY_WORKER_COOKIE=wkr_2"),
+            first(b"A=b\0AGENTRY_WORKER_COOKIE=wkr_2"),
             Some(&b"wkr_2"[..])
         );
-        assert_eq!(cookie(b""), None);
+        assert_eq!(first(b""), None);
+        // A cookie added in front does not hide the inherited one.
+        let twice = b"AGENTRY_WORKER_COOKIE=decoy\0AGENTRY_WORKER_COOKIE=wkr_3\0";
+        assert_eq!(
+            cookies(twice).collect::<Vec<_>>(),
+            [&b"decoy"[..], &b"wkr_3"[..]]
+        );
     }
 
     #[tokio::test]
