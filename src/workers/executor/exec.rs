@@ -409,10 +409,9 @@ struct ProcessGroup {
     /// The group id (= the leader's pid). `None` only if the OS gave no pid, in which case
     /// there is nothing we could signal anyway.
     pgid: Option<Pid>,
-    /// Set once the leader has been reaped; from then on the group is only swept, never
-    /// killed on drop (its id could in principle be reused once the group is empty).
-    reaped: bool,
-    /// The leader's exit status, once reaped.
+    /// The leader's exit status, set once it has been reaped; from then on the group is only
+    /// swept, never killed on drop (its id could in principle be reused once the group is
+    /// empty).
     status: Option<ExitStatus>,
     /// The sweep queued when the leader was reaped, until it answered.
     sweep: Option<oneshot::Receiver<usize>>,
@@ -429,7 +428,6 @@ impl ProcessGroup {
         Self {
             child,
             pgid,
-            reaped: false,
             status: None,
             sweep: None,
             worker_id,
@@ -458,7 +456,6 @@ impl ProcessGroup {
             Some(status) => status,
             None => {
                 let status = self.child.wait().await?;
-                self.reaped = true;
                 self.status = Some(status);
                 self.signal(Signal::SIGKILL);
                 self.sweep = Some(sweep::after_exit(&self.worker_id));
@@ -478,7 +475,7 @@ impl ProcessGroup {
 
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
-        if !self.reaped {
+        if self.status.is_none() {
             self.signal(Signal::SIGKILL);
             sweep::kill_marked(&[&self.worker_id]);
         }
