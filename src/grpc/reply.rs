@@ -193,24 +193,17 @@ impl Cached {
     }
 }
 
-#[derive(Default)]
-struct Inner {
-    by_name: HashMap<String, Vec<Cached>>,
-    len: usize,
-}
-
-/// The encoded `ResolveAgent` answers computed so far (see the module docs).
+/// The encoded `ResolveAgent` answers computed so far (see the module docs), by agent name.
 #[derive(Default)]
 pub struct ResolveReplies {
-    inner: RwLock<Inner>,
+    by_name: RwLock<HashMap<String, Vec<Cached>>>,
 }
 
 impl ResolveReplies {
     /// The encoded answer for this target and query, if it was computed before.
     pub fn get(&self, t: &ResolveTarget, q: &ResolveQuery) -> Option<Bytes> {
-        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
-        inner
-            .by_name
+        let by_name = self.by_name.read().unwrap_or_else(|e| e.into_inner());
+        by_name
             .get(&q.name)?
             .iter()
             .find(|c| c.answers(t, q))
@@ -218,27 +211,28 @@ impl ResolveReplies {
     }
 
     /// Keeps `bytes`, the encoded answer for this target and query, unless it is over 256 KiB.
+    /// Runs only after a miss, so counting the answers here costs nothing on the hot path.
     pub fn put(&self, t: &ResolveTarget, q: &ResolveQuery, bytes: Bytes) {
         if bytes.len() > MAX_BYTES {
             return;
         }
-        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        if inner.len >= TOTAL {
-            let before = inner.len;
-            for list in inner.by_name.values_mut() {
+        let mut by_name = self.by_name.write().unwrap_or_else(|e| e.into_inner());
+        let before = count(&by_name);
+        if before >= TOTAL {
+            for list in by_name.values_mut() {
                 list.retain(|c| c.snapshot.strong_count() > 0);
             }
-            inner.by_name.retain(|_, list| !list.is_empty());
-            inner.len = inner.by_name.values().map(Vec::len).sum();
-            if inner.len >= TOTAL {
-                inner.by_name.clear();
-                inner.len = 0;
+            by_name.retain(|_, list| !list.is_empty());
+            if count(&by_name) >= TOTAL {
+                by_name.clear();
             }
-            tracing::debug!(before, after = inner.len, "ResolveAgent answer cache swept");
+            tracing::debug!(
+                before,
+                after = count(&by_name),
+                "ResolveAgent answer cache swept"
+            );
         }
-        let Inner { by_name, len } = &mut *inner;
         let list = by_name.entry(q.name.clone()).or_default();
-        let before = list.len();
         list.retain(|c| c.snapshot.strong_count() > 0 && !c.answers(t, q));
         if list.len() >= PER_NAME {
             list.remove(0);
@@ -250,8 +244,12 @@ impl ResolveReplies {
             request_schema: q.output_schema.clone(),
             bytes,
         });
-        *len = *len + list.len() - before;
     }
+}
+
+/// How many answers are kept.
+fn count(by_name: &HashMap<String, Vec<Cached>>) -> usize {
+    by_name.values().map(Vec::len).sum()
 }
 
 #[cfg(test)]
@@ -324,10 +322,10 @@ mod tests {
         let (_other_dir, other) = self::registry();
         let gone = other.snapshot("").await.unwrap();
         cache.put(&target(&gone, 0), &q, Bytes::from_static(b"gone"));
-        assert_eq!(cache.inner.read().unwrap().len, 2);
+        assert_eq!(count(&cache.by_name.read().unwrap()), 2);
         drop((gone, other));
         cache.put(&target(&fresh, 0), &q, Bytes::from_static(b"fresh"));
-        assert_eq!(cache.inner.read().unwrap().len, 2);
+        assert_eq!(count(&cache.by_name.read().unwrap()), 2);
         assert_eq!(cache.get(&t, &q).as_deref(), Some(&b"top"[..]));
         assert_eq!(
             cache.get(&target(&fresh, 0), &q).as_deref(),
