@@ -35,6 +35,16 @@ pub fn config(dir: &Path, name: &str, yaml: &str) -> PathBuf {
     path
 }
 
+/// The `home` and SQLite `store` lines of a config whose files all live in `dir`, the store
+/// named `<name>.db`.
+pub fn home_and_store(dir: &Path, name: &str) -> String {
+    format!(
+        "home: {home}\nstore: {{path: {db}}}\n",
+        home = dir.display(),
+        db = dir.join(format!("{name}.db")).display(),
+    )
+}
+
 /// Starts `agentry serve --config <config>` and waits until it is SERVING.
 pub async fn start(config: &Path) -> Binary {
     Launch::new(config).start().await

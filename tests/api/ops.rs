@@ -194,13 +194,7 @@ async fn serves_on_a_unix_socket() {
 async fn print_addr_says_on_stdout_where_the_binary_listens() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let yaml = |name: &str| {
-        format!(
-            "home: {home}\nstore: {{path: {db}}}\n",
-            home = root.display(),
-            db = root.join(format!("{name}.db")).display()
-        )
-    };
+    let yaml = |name: &str| binary::home_and_store(root, name);
     let serves = |b: Binary| async move {
         let listed = b
             .client()
@@ -243,10 +237,8 @@ async fn with_grace(dir: &std::path::Path, grace: &str) -> Binary {
         dir,
         "agentry",
         &format!(
-            "home: {home}\nstore: {{path: {db}}}\nshutdown_grace: {grace}\n\
-             executor: {{kill_grace: 200ms}}\n",
-            home = dir.display(),
-            db = dir.join("agentry.db").display(),
+            "{}shutdown_grace: {grace}\nexecutor: {{kill_grace: 200ms}}\n",
+            binary::home_and_store(dir, "agentry"),
         ),
     );
     Launch::new(&config).env("RUST_LOG", "info").start().await
@@ -318,11 +310,7 @@ async fn a_second_signal_exits_at_once() {
 /// The real binary's log lines up to its `agentry listening` line, as a user sees them (text
 /// format, no colour), with `executor` as the whole `executor:` config value (none: defaults).
 async fn start_up_log(dir: &std::path::Path, name: &str, executor: Option<&str>) -> Vec<String> {
-    let mut yaml = format!(
-        "home: {home}\nstore: {{path: {db}}}\n",
-        home = dir.display(),
-        db = dir.join(format!("{name}.db")).display(),
-    );
+    let mut yaml = binary::home_and_store(dir, name);
     if let Some(e) = executor {
         yaml.push_str(&format!("executor: {e}\n"));
     }
@@ -335,11 +323,7 @@ async fn start_up_log(dir: &std::path::Path, name: &str, executor: Option<&str>)
 #[tokio::test]
 async fn logs_to_a_pipe_are_plain_text_and_arrive_whole() {
     let dir = tempfile::tempdir().unwrap();
-    let yaml = format!(
-        "home: {home}\nstore: {{path: {db}}}\n",
-        home = dir.path().display(),
-        db = dir.path().join("plain.db").display(),
-    );
+    let yaml = binary::home_and_store(dir.path(), "plain");
     let config = binary::config(dir.path(), "plain", &yaml);
     // No NO_COLOR: stderr is a pipe, which alone must turn colours off.
     let b = Launch::new(&config)
@@ -389,11 +373,7 @@ async fn logs_to_a_pipe_are_plain_text_and_arrive_whole() {
 #[tokio::test]
 async fn the_per_rpc_line_can_be_filtered_on_its_own() {
     let dir = tempfile::tempdir().unwrap();
-    let yaml = format!(
-        "home: {home}\nstore: {{path: {db}}}\n",
-        home = dir.path().display(),
-        db = dir.path().join("quiet.db").display(),
-    );
+    let yaml = binary::home_and_store(dir.path(), "quiet");
     let config = binary::config(dir.path(), "quiet", &yaml);
     let b = Launch::new(&config)
         .env("RUST_LOG", "info,agentry::rpc=warn")
