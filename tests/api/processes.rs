@@ -95,6 +95,47 @@ async fn a_daemon_that_called_setsid_dies_with_its_worker() {
     assert!(!pid_alive(daemon), "daemon of a stopped worker is gone");
 }
 
+/// Workers that end together share the exit sweep's scans (the sweeper thread serves whoever
+/// ended while a scan ran): every one of their daemons still dies with its worker.
+#[tokio::test]
+async fn daemons_of_workers_that_end_together_all_die() {
+    const WORKERS: usize = 8;
+    let f = fixture(
+        "cat > /dev/null\nsetsid sleep 300 > /dev/null 2>&1 < /dev/null &\necho $! >> \"$OUT/daemons\"\necho done",
+        "",
+        "",
+    );
+    let server = start(&f.config).await;
+    let client = server.client().await;
+    let calls: Vec<_> = (0..WORKERS)
+        .map(|i| {
+            let mut c = client.clone();
+            tokio::spawn(async move {
+                c.spawn_worker(pb::SpawnWorkerRequest {
+                    agent: "task".into(),
+                    prompt: format!("job {i}"),
+                    wait: true,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .worker
+                .unwrap()
+            })
+        })
+        .collect();
+    for call in calls {
+        let w = call.await.unwrap();
+        assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    }
+    let daemons = pids(&f.dir.path().join("daemons"));
+    assert_eq!(daemons.len(), WORKERS, "{daemons:?}");
+    for pid in daemons {
+        assert!(!pid_alive(pid), "daemon {pid} outlived its finished worker");
+    }
+}
+
 #[tokio::test]
 async fn a_restart_after_kill_9_kills_every_process_left_behind() {
     const WORKERS: usize = 12;
