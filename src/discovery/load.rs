@@ -334,28 +334,33 @@ fn warn_dir(path: &Path, code: &'static str, message: String) -> Diagnostic {
     }
 }
 
-/// Lists the files of every directory in precedence order, then byte order of the relative
-/// path inside each. A directory whose listing in `cache` is [`Listing::unchanged`] is not read
-/// again.
+/// Lists the files of every directory (in parallel) in precedence order, then byte order of
+/// the relative path inside each. A directory whose listing in `cache` is
+/// [`Listing::unchanged`] is not read again.
 pub fn list(dirs: &[SourceDir], diags: &mut Vec<Diagnostic>, cache: &ListCache) -> Found {
     let build = cache.begin();
-    let mut listings = Vec::with_capacity(dirs.len());
-    for d in dirs {
-        let key = (d.path.clone(), d.recursive, d.toml);
-        let prior = if cache.enabled {
-            cache.lock().get(&key).map(|(l, _)| l.clone())
-        } else {
-            None
-        };
-        let listing = match prior.filter(|l| l.unchanged()) {
-            Some(l) => l,
-            None => Arc::new(walk(d)),
-        };
+    // Directories are listed in parallel (a deep one takes many `getdents`), kept in order.
+    let listings: Vec<Arc<Listing>> = dirs
+        .par_iter()
+        .map(|d| {
+            let key = (d.path.clone(), d.recursive, d.toml);
+            let prior = if cache.enabled {
+                cache.lock().get(&key).map(|(l, _)| l.clone())
+            } else {
+                None
+            };
+            let listing = match prior.filter(|l| l.unchanged()) {
+                Some(l) => l,
+                None => Arc::new(walk(d)),
+            };
+            if cache.enabled {
+                cache.lock().insert(key, (listing.clone(), build));
+            }
+            listing
+        })
+        .collect();
+    for listing in &listings {
         diags.extend(listing.diags.iter().cloned());
-        if cache.enabled {
-            cache.lock().insert(key, (listing.clone(), build));
-        }
-        listings.push(listing);
     }
     cache.sweep(
         build,

@@ -262,14 +262,21 @@ fn assemble(
 ) -> Snapshot {
     let mut command_diagnostics = diagnostics.clone();
     let shared_diagnostics = diagnostics.len();
-    let found = load::list(&plan.agents, &mut diagnostics, parsed.listings);
-    let loaded = load::parse_all(found.files(), &plan.agents, opts, parsed.agents);
-    let found_commands = load::list(
-        &plan.commands,
-        &mut command_diagnostics,
-        parsed.command_listings,
+    // Agents and commands are read side by side (each lists and parses in parallel too).
+    let (loaded, loaded_commands) = rayon::join(
+        || {
+            let found = load::list(&plan.agents, &mut diagnostics, parsed.listings);
+            load::parse_all(found.files(), &plan.agents, opts, parsed.agents)
+        },
+        || {
+            let found = load::list(
+                &plan.commands,
+                &mut command_diagnostics,
+                parsed.command_listings,
+            );
+            load::parse_commands(found.files(), parsed.commands)
+        },
     );
-    let loaded_commands = load::parse_commands(found_commands.files(), parsed.commands);
 
     let mut agents: Vec<Arc<AgentDef>> = Vec::with_capacity(loaded.len());
     let mut index: HashMap<String, usize> = HashMap::with_capacity(loaded.len());
