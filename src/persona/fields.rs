@@ -103,7 +103,7 @@ pub(super) fn normalise_key(k: &str) -> String {
 
 /// Finds the 0-based block line where an unindented `key:` starts.
 fn find_key_line(block: &Block, raw_key: &str) -> Option<usize> {
-    block.text.split('\n').position(|l| {
+    super::split::lines(&block.text).position(|l| {
         let l = l.strip_prefix('"').unwrap_or(l);
         l.starts_with(raw_key)
             && l[raw_key.len()..]
@@ -116,7 +116,7 @@ fn find_key_line(block: &Block, raw_key: &str) -> Option<usize> {
 /// The line-by-line fallback: unindented `key: value` lines only.
 fn fallback_entries(block: &Block) -> Vec<(String, String, usize)> {
     let mut out: Vec<(String, String, usize)> = Vec::new();
-    for (i, line) in block.text.split('\n').enumerate() {
+    for (i, line) in super::split::lines(&block.text).enumerate() {
         let Some((k, v)) = line.split_once(':') else {
             continue;
         };
@@ -377,12 +377,12 @@ fn yaml_entries(block: &Block) -> Result<Vec<Entry>, (Option<u32>, String)> {
 /// out, duplicate keys — which then goes through YAML. Discovery parses every file on every
 /// rebuild, and YAML dominates that cost; the parity tests below pin the equivalence.
 fn simple_entries(block: &Block) -> Option<Vec<Entry>> {
-    if block.text.contains('\t') {
+    if memchr::memchr(b'\t', block.text.as_bytes()).is_some() {
         return None;
     }
     let blank = |l: &str| l.bytes().all(|b| b == b' ');
     let spaces = |l: &str| l.len() - l.trim_start_matches(' ').len();
-    let lines: Vec<&str> = block.text.split('\n').collect();
+    let lines: Vec<&str> = super::split::lines(&block.text).collect();
     let mut entries: Vec<Entry> = Vec::with_capacity(lines.len());
     let mut i = 0;
     while i < lines.len() {
