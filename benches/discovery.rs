@@ -29,6 +29,7 @@
 //! only; no benchmark framework.
 
 use std::os::unix::fs::OpenOptionsExt;
+
 use std::{
     fs,
     io::Read,
@@ -435,10 +436,11 @@ fn read_like_discovery(dirs: &[(PathBuf, bool)]) -> u64 {
 }
 
 /// One measured operation; returns something so the work cannot be optimised away.
-type Op<'a> = Box<dyn FnMut() -> usize + 'a>;
+type Op<'a> = Box<dyn FnMut() -> Box<dyn std::any::Any> + 'a>;
 
 /// Runs every op once untimed, then `iters` rounds of each op in turn (so a noisy neighbour
-/// slows all of them alike); returns each op's sorted durations.
+/// slows all of them alike); returns each op's sorted durations. What an op returns is dropped
+/// after its time is taken.
 fn time_round_robin(iters: usize, ops: &mut [Op<'_>]) -> Vec<Vec<Duration>> {
     for op in ops.iter_mut() {
         std::hint::black_box(op());
@@ -447,8 +449,9 @@ fn time_round_robin(iters: usize, ops: &mut [Op<'_>]) -> Vec<Vec<Duration>> {
     for _ in 0..iters {
         for (op, v) in ops.iter_mut().zip(&mut out) {
             let t = Instant::now();
-            std::hint::black_box(op());
+            let out = std::hint::black_box(op());
             v.push(t.elapsed());
+            drop(out);
         }
     }
     for v in &mut out {
@@ -643,8 +646,10 @@ fn main() {
             let mut v: Vec<Duration> = (0..args.iters)
                 .map(|_| {
                     let t = Instant::now();
-                    std::hint::black_box(discover(&tree));
-                    t.elapsed()
+                    let snap = std::hint::black_box(discover(&tree));
+                    let took = t.elapsed();
+                    drop(snap);
+                    took
                 })
                 .collect();
             v.sort();
@@ -744,29 +749,35 @@ fn main() {
 
     let iters = args.iters;
     let mut ops: Vec<Op<'_>> = vec![
-        // The snapshot is dropped inside the timed region: about 1 % of the total.
-        Box::new(|| discover(&tree).agents.len()),
-        Box::new(|| floor_serial(&tree.dirs) as usize),
-        Box::new(|| floor_parallel(&tree.dirs) as usize),
-        Box::new(|| list_floor(&tree.dirs).len()),
-        Box::new(|| read_like_discovery(&tree.dirs) as usize),
+        // Until the snapshot is ready; it is dropped after the time is taken.
+        Box::new(|| Box::new(discover(&tree))),
+        // The same, with the snapshot's drop (every definition's allocations freed) timed too.
+        Box::new(|| Box::new(discover(&tree).agents.len())),
+        Box::new(|| Box::new(floor_serial(&tree.dirs))),
+        Box::new(|| Box::new(floor_parallel(&tree.dirs))),
+        Box::new(|| Box::new(list_floor(&tree.dirs).len())),
+        Box::new(|| Box::new(read_like_discovery(&tree.dirs))),
         Box::new(|| {
-            contents
-                .par_iter()
-                .map(|(p, b)| persona::parse(b, p, &opts).diagnostics.len())
-                .sum::<usize>()
+            Box::new(
+                contents
+                    .par_iter()
+                    .map(|(p, b)| persona::parse(b, p, &opts).diagnostics.len())
+                    .sum::<usize>(),
+            )
         }),
         Box::new(|| {
-            contents
-                .par_iter()
-                .map(|(_, b)| Sha256::digest(b)[0] as usize)
-                .sum::<usize>()
+            Box::new(
+                contents
+                    .par_iter()
+                    .map(|(_, b)| Sha256::digest(b)[0] as usize)
+                    .sum::<usize>(),
+            )
         }),
     ];
     let timed = time_round_robin(iters, &mut ops);
     drop(ops);
-    let [disc, ser, par, list, like, parse, hash] = &timed[..] else {
-        unreachable!("seven ops")
+    let [disc, disc_drop, ser, par, list, like, parse, hash] = &timed[..] else {
+        unreachable!("eight ops")
     };
 
     let files = tree.files as f64;
@@ -792,6 +803,7 @@ fn main() {
         );
     };
     row("discovery: Registry::new + build_once", disc);
+    row("  the same, dropping the snapshot too", disc_drop);
     row("floor: list + fs::read, 1 thread", ser);
     row("floor: list + fs::read, rayon", par);
     row("  of which listing alone (1 thread)", list);
