@@ -30,6 +30,10 @@
 
 use std::os::unix::fs::OpenOptionsExt;
 
+// The allocator `agentry serve` runs on (src/main.rs), so what is measured here allocates as
+// the service does; the baselines measured in this process run on it too.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::{
     fs,
     io::Read,

@@ -9,6 +9,11 @@
 //!
 //! Run with `cargo bench --bench exec`. Plain `std::time::Instant`, sequential runs.
 
+// The allocator `agentry serve` runs on (src/main.rs), so what is measured here allocates as
+// the service does; the baselines measured in this process run on it too.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::process::Command;

@@ -8,6 +8,11 @@
 //!
 //! Run with `cargo bench --bench runners`. Plain `std::time::Instant`.
 
+// The allocator `agentry serve` runs on (src/main.rs), so what is measured here allocates as
+// the service does; the baselines measured in this process run on it too.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::time::{Duration, Instant};
 
 use agentry::{

@@ -7,6 +7,11 @@
 //! store's extra work (event row, indexes, checks, the read before each transition) costs.
 //! Plain `std::time::Instant`; no harness.
 
+// The allocator `agentry serve` runs on (src/main.rs), so what is measured here allocates as
+// the service does; the baselines measured in this process run on it too.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 

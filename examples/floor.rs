@@ -23,6 +23,11 @@
 //! - **workers** prints how many workers the caller sees, so the script can check that the
 //!   benchmark's dedupe hits started none.
 
+// The allocator `agentry serve` runs on (src/main.rs), so what is measured here allocates as
+// the service does; the baselines measured in this process run on it too.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},

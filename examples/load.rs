@@ -26,6 +26,11 @@
 //! Before the load, a direct check asks a watching `Registry` for the same snapshot three times,
 //! 300 ms apart, and says whether it was reused or rebuilt.
 
+// The allocator `agentry serve` runs on (src/main.rs), so what is measured here allocates as
+// the service does; the baselines measured in this process run on it too.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::{
     path::{Path, PathBuf},
     sync::Arc,

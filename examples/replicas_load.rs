@@ -24,6 +24,11 @@
 //!
 //! Without `AGENTRY_TEST_POSTGRES_URL` only the SQLite rows are printed.
 
+// The allocator `agentry serve` runs on (src/main.rs), so what is measured here allocates as
+// the service does; the baselines measured in this process run on it too.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::{
     net::SocketAddr,
     path::Path,

@@ -32,6 +32,11 @@
 //! tab-separated `ROW` line (path, value, floor, ratio, target, verdict), which
 //! `benches/grpc.sh` collects into its table.
 
+// The allocator `agentry serve` runs on (src/main.rs), so what is measured here allocates as
+// the service does; the baselines measured in this process run on it too.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::{
     collections::{BTreeMap, HashMap},
     io::{Read, Write},
