@@ -640,6 +640,9 @@ async fn replicas_a_frozen_replica_that_comes_back_never_overwrites_the_orphan_c
         .worker
         .unwrap();
     pid_of(p.dir.path(), &w.id).await;
+    // `running` is committed while the process runs: freeze A only once it is stored, or the
+    // history would rightly be pending → failed.
+    wait_state(&p.b.client, &w.id, RUNNING).await;
     // Frozen past its lease: B closes its worker as orphaned.
     p.a.server.signal(Signal::SIGSTOP);
     let mut b = p.b.client.clone();
