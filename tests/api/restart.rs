@@ -133,6 +133,60 @@ async fn kill_9_then_restart_closes_orphans_and_keeps_results() {
 }
 
 #[tokio::test]
+async fn a_finished_worker_read_after_a_restart_is_answered_from_memory_afterwards() {
+    let f = fixture("cat > /dev/null\necho the-result", "", "");
+    let server = start(&f.config).await;
+    let mut c = server.client().await;
+    let done = c
+        .spawn_worker(pb::SpawnWorkerRequest {
+            agent: "task".into(),
+            prompt: "quick".into(),
+            wait: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    assert_eq!(done.result.as_deref(), Some("the-result\n"));
+    server.signal(Signal::SIGTERM);
+    assert!(server.exit_within(Duration::from_secs(10)).await.success());
+
+    // After the restart nothing is in memory: the first read comes from the store.
+    let server = start(&f.config).await;
+    let mut c = server.client().await;
+    let get = |c: &mut pb::agent_registry_service_client::AgentRegistryServiceClient<
+        tonic::transport::Channel,
+    >| {
+        let mut c = c.clone();
+        let id = done.id.clone();
+        async move {
+            c.get_worker(pb::GetWorkerRequest { worker_id: id })
+                .await
+                .unwrap()
+                .into_inner()
+                .worker
+                .unwrap()
+        }
+    };
+    assert_eq!(get(&mut c).await, done);
+    // A finished row never changes, so it is kept: a change made to it underneath (which the
+    // service itself never makes) is not read back, however often the result is polled.
+    let conn = rusqlite::Connection::open(&f.db).unwrap();
+    let changed = conn
+        .execute(
+            "UPDATE workers SET result = 'changed underneath' WHERE id = ?1",
+            [&done.id],
+        )
+        .unwrap();
+    assert_eq!(changed, 1, "the row is there to change");
+    for _ in 0..20 {
+        assert_eq!(get(&mut c).await, done);
+    }
+}
+
+#[tokio::test]
 async fn sigterm_with_a_running_worker_records_it_killed_and_exits_zero() {
     // The agent ignores SIGTERM, so stopping it takes the whole kill_grace.
     let f = fixture(
