@@ -38,12 +38,20 @@ pub struct AuthLayer {
     workers: Option<WorkerTokens>,
 }
 
-/// Maps a live worker's `x-agentry-worker-token` to the principal that spawned it, so a worker
-/// process can call back without holding its spawner's bearer token. Asynchronous because,
-/// with a shared store, the worker may run on another replica and is looked up in the database.
+/// Maps a live worker's `x-agentry-worker-token` to the principal that spawned it and the worker
+/// itself, so a worker process can call back without holding its spawner's bearer token (the
+/// worker goes into the request's extensions for the handler). Asynchronous because, with a
+/// shared store, the worker may run on another replica and is looked up in the database.
 pub type WorkerTokens = Arc<
-    dyn Fn(String) -> BoxFuture<Option<crate::auth::Principal>, std::convert::Infallible>
-        + Send
+    dyn Fn(
+            String,
+        ) -> BoxFuture<
+            Option<(
+                crate::auth::Principal,
+                Arc<crate::workers::supervisor::CallingWorker>,
+            )>,
+            std::convert::Infallible,
+        > + Send
         + Sync,
 >;
 
@@ -144,8 +152,9 @@ where
                         let mut inner = std::mem::replace(&mut self.inner, clone);
                         return Box::pin(async move {
                             match lookup.await {
-                                Ok(Some(principal)) => {
+                                Ok(Some((principal, worker))) => {
                                     req.extensions_mut().insert(principal.clone());
+                                    req.extensions_mut().insert(worker);
                                     let resp = inner.call(req).await;
                                     Ok(with_principal(resp?, principal))
                                 }

@@ -300,16 +300,17 @@ pub async fn run(
             Arc::new(move |token: String| {
                 let supervisor = supervisor.clone();
                 Box::pin(async move {
-                    if let Some(p) = supervisor.principal_for_token(&token) {
-                        return Ok(Some(crate::auth::Principal(p.into())));
-                    }
-                    // A worker of another replica sharing the store.
+                    // Live here, or open on another replica sharing the store; the handler's
+                    // lineage uses what is found here instead of looking it up again.
                     Ok(supervisor
-                        .remote_by_token(&token)
+                        .calling_worker(&token)
                         .await
                         .ok()
                         .flatten()
-                        .map(|r| crate::auth::Principal(r.spec.caller_scope.as_str().into())))
+                        .map(|w| {
+                            let principal = w.record.spec.caller_scope.as_str().into();
+                            (crate::auth::Principal(principal), w)
+                        }))
                 })
             })
         }))

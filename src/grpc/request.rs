@@ -110,6 +110,10 @@ pub fn identity<M>(req: &Request<M>, v: &mut Violations) -> Identity {
         worker_token: text(&metadata::WORKER_TOKEN, v),
         declared,
         traceparent: text(&metadata::TRACEPARENT, v),
+        worker: req
+            .extensions()
+            .get::<std::sync::Arc<crate::workers::supervisor::CallingWorker>>()
+            .cloned(),
     }
 }
 

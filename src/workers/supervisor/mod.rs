@@ -117,6 +117,18 @@ pub struct Identity {
     pub declared: Declared,
     /// W3C trace context to hand to worker processes.
     pub traceparent: Option<String>,
+    /// The worker holding `worker_token`, when authentication already looked it up for this
+    /// call (so [`Supervisor::lineage`] does not look it up again).
+    pub worker: Option<Arc<CallingWorker>>,
+}
+
+/// A live worker found by its token: what it is and what the service knows of its lineage.
+#[derive(Debug, Clone)]
+pub struct CallingWorker {
+    /// Its latest record.
+    pub record: WorkerRecord,
+    /// Depth, policy and blocked agents the service knows it has.
+    pub known: Caller,
 }
 
 /// A validated spawn request.
@@ -341,7 +353,7 @@ pub struct Supervisor {
     /// Workers of other replicas found by their token (shared store): a short-lived cache, so
     /// a remote worker's calls do not each read the database. Entries live one second, which
     /// bounds how long a token stays usable here after its worker ended elsewhere.
-    remote_tokens: moka::sync::Cache<String, WorkerRecord>,
+    remote_tokens: moka::sync::Cache<String, Arc<CallingWorker>>,
 }
 
 impl Supervisor {
@@ -457,66 +469,56 @@ impl Supervisor {
                 scope: id.principal.clone(),
             });
         };
-        let local = {
-            let live = self.live();
-            live.by_token(&hash_token(token))
-                .map(|l| (l.record.clone(), l.lineage.clone()))
-        };
-        let (parent, known) = match local {
-            Some(found) => found,
-            // A worker of another replica sharing the store (docs/replicas.md §9: any replica
-            // authenticates a worker token); its lineage comes from its typed effective agent.
-            None => {
-                let rec = self
-                    .remote_by_token(token)
-                    .await?
-                    .ok_or(WorkerError::UnknownToken)?;
-                let known = resolve::lineage::of_worker(&rec.spec.agent, &rec.spec.effective);
-                (rec, known)
-            }
+        let found = match &id.worker {
+            Some(w) => w.clone(),
+            None => self
+                .calling_worker(token)
+                .await?
+                .ok_or(WorkerError::UnknownToken)?,
         };
         Ok(Lineage {
-            caller: known.narrow(&id.declared),
-            scope: parent.spec.caller_scope.clone(),
-            parent: Some(parent),
+            caller: found.known.clone().narrow(&id.declared),
+            scope: found.record.spec.caller_scope.clone(),
+            parent: Some(found.record.clone()),
         })
+    }
+
+    /// The worker holding `token`: a live one of this process, else (shared store) an open one
+    /// of another replica (docs/replicas.md §9: any replica authenticates a worker token),
+    /// looked up by hash in the store and trusted for a second, whose lineage comes from its
+    /// typed effective agent. `None` when no open worker holds it.
+    pub async fn calling_worker(
+        &self,
+        token: &str,
+    ) -> Result<Option<Arc<CallingWorker>>, WorkerError> {
+        let hash = hash_token(token);
+        if let Some(l) = self.live().by_token(&hash) {
+            return Ok(Some(Arc::new(CallingWorker {
+                record: l.record.clone(),
+                known: l.lineage.clone(),
+            })));
+        }
+        // SQLite has no other process, so its live set is the whole truth.
+        if !self.store.is_shared() {
+            return Ok(None);
+        }
+        if let Some(w) = self.remote_tokens.get(&hash) {
+            return Ok(Some(w));
+        }
+        let Some(record) = self.store.find_by_token_hash(&hash).await? else {
+            return Ok(None);
+        };
+        let w = Arc::new(CallingWorker {
+            known: resolve::lineage::of_worker(&record.spec.agent, &record.spec.effective),
+            record,
+        });
+        self.remote_tokens.insert(hash, w.clone());
+        Ok(Some(w))
     }
 
     /// The metric instruments, for layers built on the supervisor (the review gate).
     pub fn metrics(&self) -> &crate::telemetry::Metrics {
         &self.metrics
-    }
-
-    /// The principal that spawned the running worker holding `token`, if any (lets a worker
-    /// process authenticate with its own token).
-    pub fn principal_for_token(&self, token: &str) -> Option<String> {
-        self.live_by_token(token)
-            .map(|r| r.spec.caller_scope.clone())
-    }
-
-    /// The running worker holding `token`: tokens are valid only while their worker is live.
-    /// Also a worker of another replica whose token was looked up in the store within the last
-    /// second.
-    fn live_by_token(&self, token: &str) -> Option<WorkerRecord> {
-        let hash = hash_token(token);
-        if let Some(rec) = self.live().by_token(&hash).map(|l| l.record.clone()) {
-            return Some(rec);
-        }
-        self.remote_tokens.get(&hash)
-    }
-
-    /// The open worker holding `token` in the shared store (a worker run by another replica).
-    /// SQLite has no other process, so its live set is the whole truth.
-    pub async fn remote_by_token(&self, token: &str) -> Result<Option<WorkerRecord>, WorkerError> {
-        if !self.store.is_shared() {
-            return Ok(None);
-        }
-        let hash = hash_token(token);
-        let found = self.store.find_by_token_hash(&hash).await?;
-        if let Some(rec) = &found {
-            self.remote_tokens.insert(hash, rec.clone());
-        }
-        Ok(found)
     }
 
     /// The latest record from memory (live or recently finished), never the disk.
@@ -699,6 +701,7 @@ mod tests {
             worker_token: None,
             declared: Declared::default(),
             traceparent: None,
+            worker: None,
         };
         for i in 0..64 {
             let req = SpawnRequest {
