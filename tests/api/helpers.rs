@@ -298,10 +298,34 @@ pub async fn pid_in(path: &Path) -> i32 {
 
 /// GetWorker, unwrapped.
 pub async fn get(s: &TestServer, id: &str) -> pb::Worker {
-    s.client
-        .clone()
+    get_on(&s.client, id).await
+}
+
+/// GetWorker through any client (the real binary's too), unwrapped.
+pub async fn get_on(c: &AgentRegistryServiceClient<Channel>, id: &str) -> pb::Worker {
+    c.clone()
         .get_worker(pb::GetWorkerRequest {
             worker_id: id.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap()
+}
+
+/// SpawnWorker of the bundled `task` agent with `prompt` through any client, unwrapped.
+pub async fn spawn_task(
+    c: &AgentRegistryServiceClient<Channel>,
+    prompt: &str,
+    wait: bool,
+) -> pb::Worker {
+    c.clone()
+        .spawn_worker(pb::SpawnWorkerRequest {
+            agent: "task".into(),
+            prompt: prompt.into(),
+            wait,
+            ..Default::default()
         })
         .await
         .unwrap()

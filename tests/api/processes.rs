@@ -7,7 +7,7 @@ use agentry::grpc::pb;
 
 use crate::{
     binary::{Launch, start},
-    helpers::{eventually, pid_alive},
+    helpers::{eventually, get_on, pid_alive, spawn_task},
     restart::fixture,
 };
 
@@ -32,18 +32,7 @@ async fn a_daemon_that_called_setsid_dies_with_its_worker() {
     let server = start(&f.config).await;
     let mut c = server.client().await;
     let started = std::time::Instant::now();
-    let w = c
-        .spawn_worker(pb::SpawnWorkerRequest {
-            agent: "task".into(),
-            prompt: "quick job".into(),
-            wait: true,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .worker
-        .unwrap();
+    let w = spawn_task(&c, "quick job", true).await;
     assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
     assert_eq!(w.result.as_deref(), Some("done\n"));
     // The daemon held stdout open; killing it at exit means no 2 s drain wait either.
@@ -59,17 +48,7 @@ async fn a_daemon_that_called_setsid_dies_with_its_worker() {
         "daemon of a finished worker is gone"
     );
 
-    let w = c
-        .spawn_worker(pb::SpawnWorkerRequest {
-            agent: "task".into(),
-            prompt: "long job".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .worker
-        .unwrap();
+    let w = spawn_task(&c, "long job", false).await;
     let file = root.join("daemons");
     let daemon = eventually(
         "the second daemon's pid",
@@ -109,20 +88,8 @@ async fn daemons_of_workers_that_end_together_all_die() {
     let client = server.client().await;
     let calls: Vec<_> = (0..WORKERS)
         .map(|i| {
-            let mut c = client.clone();
-            tokio::spawn(async move {
-                c.spawn_worker(pb::SpawnWorkerRequest {
-                    agent: "task".into(),
-                    prompt: format!("job {i}"),
-                    wait: true,
-                    ..Default::default()
-                })
-                .await
-                .unwrap()
-                .into_inner()
-                .worker
-                .unwrap()
-            })
+            let c = client.clone();
+            tokio::spawn(async move { spawn_task(&c, &format!("job {i}"), true).await })
         })
         .collect();
     for call in calls {
@@ -146,21 +113,10 @@ async fn a_restart_after_kill_9_kills_every_process_left_behind() {
     );
     let root = f.dir.path();
     let server = start(&f.config).await;
-    let mut c = server.client().await;
+    let c = server.client().await;
     let mut ids = Vec::new();
     for i in 0..WORKERS {
-        let w = c
-            .spawn_worker(pb::SpawnWorkerRequest {
-                agent: "task".into(),
-                prompt: format!("long job {i}"),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .worker
-            .unwrap();
-        ids.push(w.id);
+        ids.push(spawn_task(&c, &format!("long job {i}"), false).await.id);
     }
     let file = root.join("pids");
     let left = eventually(
@@ -180,17 +136,11 @@ async fn a_restart_after_kill_9_kills_every_process_left_behind() {
     assert!(left.iter().all(|p| pid_alive(*p)), "all survive the crash");
 
     let server = start(&f.config).await;
-    let mut c = server.client().await;
+    let c = server.client().await;
     let alive: Vec<i32> = left.iter().copied().filter(|p| pid_alive(*p)).collect();
     assert!(alive.is_empty(), "still alive after the restart: {alive:?}");
     for id in ids {
-        let w = c
-            .get_worker(pb::GetWorkerRequest { worker_id: id })
-            .await
-            .unwrap()
-            .into_inner()
-            .worker
-            .unwrap();
+        let w = get_on(&c, &id).await;
         assert_eq!(w.state, pb::WorkerState::Failed as i32);
         assert_eq!(w.error.as_deref(), Some("orphaned: service restarted"));
     }

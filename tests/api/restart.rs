@@ -8,7 +8,7 @@ use tokio_stream::StreamExt;
 
 use crate::{
     binary::{self, Launch, start},
-    helpers::pid_in,
+    helpers::{get_on, pid_in, spawn_task},
 };
 
 /// A directory with an agentry config for the real binary: a fake home, a store, and
@@ -48,31 +48,10 @@ async fn kill_9_then_restart_closes_orphans_and_keeps_results() {
     );
     let (root, config) = (f.dir.path(), &f.config);
     let server = start(config).await;
-    let mut c = server.client().await;
-    let done = c
-        .spawn_worker(pb::SpawnWorkerRequest {
-            agent: "task".into(),
-            prompt: "quick job".into(),
-            wait: true,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .worker
-        .unwrap();
+    let c = server.client().await;
+    let done = spawn_task(&c, "quick job", true).await;
     assert_eq!(done.result.as_deref(), Some("fast-result\n"));
-    let long = c
-        .spawn_worker(pb::SpawnWorkerRequest {
-            agent: "task".into(),
-            prompt: "long job".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .worker
-        .unwrap();
+    let long = spawn_task(&c, "long job", false).await;
     let pid = pid_in(&root.join("pid")).await;
     server.kill_9();
     assert!(
@@ -87,27 +66,11 @@ async fn kill_9_then_restart_closes_orphans_and_keeps_results() {
         !crate::helpers::pid_alive(pid),
         "leftover agent process killed on restart"
     );
-    let w = c
-        .get_worker(pb::GetWorkerRequest {
-            worker_id: long.id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .worker
-        .unwrap();
+    let w = get_on(&c, &long.id).await;
     assert_eq!(w.state, pb::WorkerState::Failed as i32);
     assert_eq!(w.error.as_deref(), Some("orphaned: service restarted"));
     assert!(w.close_time.is_some());
-    let kept = c
-        .get_worker(pb::GetWorkerRequest {
-            worker_id: done.id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .worker
-        .unwrap();
+    let kept = get_on(&c, &done.id).await;
     assert_eq!(kept, done, "results survive the restart");
     // Resume a watch across the restart from the stored transitions.
     let mut st = c
@@ -136,41 +99,15 @@ async fn kill_9_then_restart_closes_orphans_and_keeps_results() {
 async fn a_finished_worker_read_after_a_restart_is_answered_from_memory_afterwards() {
     let f = fixture("cat > /dev/null\necho the-result", "", "");
     let server = start(&f.config).await;
-    let mut c = server.client().await;
-    let done = c
-        .spawn_worker(pb::SpawnWorkerRequest {
-            agent: "task".into(),
-            prompt: "quick".into(),
-            wait: true,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .worker
-        .unwrap();
+    let done = spawn_task(&server.client().await, "quick", true).await;
     assert_eq!(done.result.as_deref(), Some("the-result\n"));
     server.signal(Signal::SIGTERM);
     assert!(server.exit_within(Duration::from_secs(10)).await.success());
 
     // After the restart nothing is in memory: the first read comes from the store.
     let server = start(&f.config).await;
-    let mut c = server.client().await;
-    let get = |c: &mut pb::agent_registry_service_client::AgentRegistryServiceClient<
-        tonic::transport::Channel,
-    >| {
-        let mut c = c.clone();
-        let id = done.id.clone();
-        async move {
-            c.get_worker(pb::GetWorkerRequest { worker_id: id })
-                .await
-                .unwrap()
-                .into_inner()
-                .worker
-                .unwrap()
-        }
-    };
-    assert_eq!(get(&mut c).await, done);
+    let c = server.client().await;
+    assert_eq!(get_on(&c, &done.id).await, done);
     // A finished row never changes, so it is kept: a change made to it underneath (which the
     // service itself never makes) is not read back, however often the result is polled.
     let conn = rusqlite::Connection::open(&f.db).unwrap();
@@ -182,7 +119,7 @@ async fn a_finished_worker_read_after_a_restart_is_answered_from_memory_afterwar
         .unwrap();
     assert_eq!(changed, 1, "the row is there to change");
     for _ in 0..20 {
-        assert_eq!(get(&mut c).await, done);
+        assert_eq!(get_on(&c, &done.id).await, done);
     }
 }
 
