@@ -121,8 +121,7 @@ fn sweep_loop(rx: &mpsc::Receiver<Request>) {
 pub fn after_exit(worker_id: &str) -> oneshot::Receiver<usize> {
     if ACTIVE.fetch_add(1, Ordering::AcqRel) == 0 {
         let (tx, rx) = oneshot::channel();
-        let _ = tx.send(kill_marked(&[worker_id]));
-        ACTIVE.fetch_sub(1, Ordering::AcqRel);
+        sweep_here(worker_id, tx);
         return rx;
     }
     queue(worker_id)
@@ -137,10 +136,15 @@ fn queue(worker_id: &str) -> oneshot::Receiver<usize> {
         None => Err(mpsc::SendError((worker_id.to_owned(), tx))),
     };
     if let Err(mpsc::SendError((id, tx))) = queued {
-        let _ = tx.send(kill_marked(&[&id]));
-        ACTIVE.fetch_sub(1, Ordering::AcqRel);
+        sweep_here(&id, tx);
     }
     rx
+}
+
+/// Runs a sweep counted in [`ACTIVE`] on this thread and answers it.
+fn sweep_here(worker_id: &str, done: oneshot::Sender<usize>) {
+    let _ = done.send(kill_marked(&[worker_id]));
+    ACTIVE.fetch_sub(1, Ordering::AcqRel);
 }
 
 /// The processes whose environment holds the cookie of one of `worker_ids`, with the index of
