@@ -43,7 +43,8 @@ pub const COOKIE: &str = "AGENTRY_WORKER_COOKIE";
 const MAX_ROUNDS: usize = 8;
 
 /// SIGKILLs every process (other than this one) whose environment carries the cookie of one of
-/// `worker_ids`, repeating until a scan finds none. Returns how many processes were killed.
+/// `worker_ids`, repeating until a scan finds none it has not killed already. Returns how many
+/// processes were killed.
 pub fn kill_marked(worker_ids: &[&str]) -> usize {
     kill_each(worker_ids).iter().sum()
 }
@@ -56,14 +57,21 @@ fn kill_each(worker_ids: &[&str]) -> Vec<usize> {
     }
     let me = std::process::id();
     let mut buf = Vec::new();
+    // A process killed in one round can still be dying, its environment readable, when the
+    // next scan runs: it is neither counted nor a reason for another round again.
+    let mut signalled = std::collections::HashSet::new();
     for _ in 0..MAX_ROUNDS {
-        let found = scan(me, worker_ids, &mut buf);
-        if found.is_empty() {
+        let mut fresh = scan(me, worker_ids, &mut buf);
+        fresh.retain(|(pid, _)| !signalled.contains(pid));
+        if fresh.is_empty() {
             break;
         }
-        for (pid, which) in found {
+        for (pid, which) in fresh {
             match kill(Pid::from_raw(pid), Signal::SIGKILL) {
-                Ok(()) => killed[which] += 1,
+                Ok(()) => {
+                    signalled.insert(pid);
+                    killed[which] += 1;
+                }
                 Err(e) => tracing::debug!(pid, error = %e, "cannot kill a leftover worker process"),
             }
         }
