@@ -202,7 +202,7 @@ impl Executor for ExecExecutor {
     }
 
     fn reap_leftovers(&self, worker_ids: &[&str]) -> usize {
-        sweep::kill_marked(worker_ids)
+        sweep::kill_marked_afresh(worker_ids)
     }
 }
 
@@ -477,6 +477,10 @@ impl Drop for ProcessGroup {
     fn drop(&mut self) {
         if self.status.is_none() {
             self.signal(Signal::SIGKILL);
+            // The leader itself, should it have left its group: the sweep may know it from
+            // before its `exec` (the scans remember what they read), when its environment was
+            // still this service's, without the cookie.
+            let _ = self.child.start_kill();
             sweep::kill_marked(&[&self.worker_id]);
         }
     }

@@ -10,6 +10,13 @@
 //! serves them all with one scan ([`after_exit`]); and at start-up, for the rows a crashed
 //! process left open.
 //!
+//! A scan lists `/proc` and reads the environment only of processes it has not read before
+//! (`Seen`): a process is known by its pid together with the inode number of its
+//! `/proc/<pid>` directory, which procfs gives anew to a new process that reuses a freed pid.
+//! Most processes on a machine outlive many workers, so a scan at a worker's end costs one
+//! directory listing plus the few processes started since the last one (reading every
+//! environment took about 0.3 ms for 80 processes, more on a busy host).
+//!
 //! Limits, documented for operators: a process that clears or rewrites its environment before
 //! `exec` escapes the cookie; without root, only processes of the service's own user can be
 //! read and killed (which are the only ones a worker can start, unless it runs setuid
@@ -21,16 +28,19 @@ use std::{
     fmt::Write as _,
     fs,
     io::{self, Read},
+    os::unix::fs::DirEntryExt,
     sync::{
-        LazyLock,
+        LazyLock, Mutex, PoisonError,
         atomic::{AtomicUsize, Ordering},
         mpsc,
     },
+    time::{Duration, Instant},
 };
 
 use tokio::sync::oneshot;
 
 use nix::{
+    errno::Errno,
     sys::signal::{Signal, kill},
     unistd::Pid,
 };
@@ -45,12 +55,34 @@ const MAX_ROUNDS: usize = 8;
 /// SIGKILLs every process (other than this one) whose environment carries the cookie of one of
 /// `worker_ids`, repeating until a scan finds none it has not killed already. Returns how many
 /// processes were killed.
+///
+/// For workers of this process whose leader is reaped or killed already: what earlier scans
+/// read is trusted (`Seen`). A leader is the one process whose environment gains the cookie
+/// at its `exec` (its parent lacks it), and a scan that read it just before would remember it
+/// without; the scans never remember a process whose environment is this process's own (a
+/// child of this process not yet exec'd), and the workers of other processes are swept with
+/// [`kill_marked_afresh`].
 pub fn kill_marked(worker_ids: &[&str]) -> usize {
-    kill_each(worker_ids).iter().sum()
+    kill_each(worker_ids, Reading::Unseen).iter().sum()
+}
+
+/// [`kill_marked`] reading every environment again: for workers another process started (a
+/// predecessor that crashed, a lost replica on this host), whose leaders may still run.
+pub fn kill_marked_afresh(worker_ids: &[&str]) -> usize {
+    kill_each(worker_ids, Reading::All).iter().sum()
+}
+
+/// Which environments a scan reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// Only those the last scan did not read ([`Seen`]).
+    Unseen,
+    /// Every one.
+    All,
 }
 
 /// [`kill_marked`], counting the processes killed for each of `worker_ids`.
-fn kill_each(worker_ids: &[&str]) -> Vec<usize> {
+fn kill_each(worker_ids: &[&str], read: Reading) -> Vec<usize> {
     let mut killed = vec![0; worker_ids.len()];
     if worker_ids.is_empty() {
         return killed;
@@ -61,7 +93,7 @@ fn kill_each(worker_ids: &[&str]) -> Vec<usize> {
     // next scan runs: it is neither counted nor a reason for another round again.
     let mut signalled = std::collections::HashSet::new();
     for _ in 0..MAX_ROUNDS {
-        let mut fresh = scan(me, worker_ids, &mut buf);
+        let mut fresh = scan(me, worker_ids, read, &mut buf);
         fresh.retain(|(pid, _)| !signalled.contains(pid));
         if fresh.is_empty() {
             break;
@@ -112,7 +144,7 @@ fn sweep_loop(rx: &mpsc::Receiver<Request>) {
         let mut batch = vec![first];
         batch.extend(rx.try_iter().take(MAX_BATCH - 1));
         let ids: Vec<&str> = batch.iter().map(|(id, _)| id.as_str()).collect();
-        let killed = kill_each(&ids);
+        let killed = kill_each(&ids, Reading::Unseen);
         let served = batch.len();
         for ((_, done), n) in batch.into_iter().zip(killed) {
             let _ = done.send(n);
@@ -155,16 +187,44 @@ fn sweep_here(worker_id: &str, done: oneshot::Sender<usize>) {
     ACTIVE.fetch_sub(1, Ordering::AcqRel);
 }
 
+/// The cookie values in one process's environment (usually none or one).
+type Cookies = Box<[Box<[u8]>]>;
+
+/// What the last scan read: for each process, by pid, the inode number of its `/proc/<pid>`
+/// directory then and its cookies. A process still listed under the same pid and inode is the
+/// same process, so its cookies are not read again. (Its environment is the one it was started
+/// or last exec'd with; a process of a worker cannot take the cookie of another.)
+struct Seen {
+    /// When that scan listed `/proc`.
+    at: Instant,
+    by_pid: HashMap<u32, (u64, Cookies)>,
+}
+
+/// The last scan's [`Seen`], shared by every scan of the process.
+static SEEN: Mutex<Option<Seen>> = Mutex::new(None);
+
+/// How long a scan trusts what the last one read. Procfs inode numbers come from a 32-bit
+/// counter that other pseudo-files share, so a freed pid could in theory come back with the
+/// same number once the counter has gone round; between two listings less than this apart that
+/// cannot happen, and after a longer pause everything is read again.
+const SEEN_FOR: Duration = Duration::from_secs(10);
+
 /// The processes whose environment holds the cookie of one of `worker_ids`, with the index of
 /// that worker.
 ///
-/// Runs at the end of every worker, so each process costs as few system calls as it can: one
-/// `open`, one `read` and one `close` (`read_to_end` would add an `fstat`, an `lseek` and a
-/// read that confirms the end), and one buffer for every file. Each environment is split once,
-/// however many workers are looked for.
-fn scan(me: u32, worker_ids: &[&str], buf: &mut Vec<u8>) -> Vec<(i32, usize)> {
+/// Runs at the end of every worker, so it reads as little as it can: the `/proc` listing, then
+/// only the environments the last scan did not read ([`Seen`]), each with one `open`, one
+/// `read` and one `close` (`read_to_end` would add an `fstat`, an `lseek` and a read that
+/// confirms the end) into one buffer for every file.
+fn scan(me: u32, worker_ids: &[&str], read: Reading, buf: &mut Vec<u8>) -> Vec<(i32, usize)> {
+    let mut seen = SEEN.lock().unwrap_or_else(PoisonError::into_inner);
+    let listed_at = Instant::now();
     let Ok(dir) = fs::read_dir("/proc") else {
         return Vec::new();
+    };
+    let mut before = match seen.take() {
+        Some(last) if read == Reading::Unseen && last.at.elapsed() < SEEN_FOR => last.by_pid,
+        _ => HashMap::new(),
     };
     let wanted: HashMap<&[u8], usize> = worker_ids
         .iter()
@@ -172,6 +232,7 @@ fn scan(me: u32, worker_ids: &[&str], buf: &mut Vec<u8>) -> Vec<(i32, usize)> {
         .map(|(i, id)| (id.as_bytes(), i))
         .collect();
     let mut found = Vec::new();
+    let mut now = HashMap::with_capacity(before.len() + 16);
     let mut path = String::with_capacity(32);
     for entry in dir.flatten() {
         let name = entry.file_name();
@@ -181,22 +242,59 @@ fn scan(me: u32, worker_ids: &[&str], buf: &mut Vec<u8>) -> Vec<(i32, usize)> {
         if pid == me {
             continue;
         }
-        path.clear();
-        let _ = write!(path, "/proc/{pid}/environ");
-        let Ok(mut file) = fs::File::open(&path) else {
-            continue;
+        let ino = entry.ino();
+        let (cookies, remember) = match before.remove(&pid) {
+            Some((was, cookies)) if was == ino => (cookies, true),
+            _ => match read_cookies(pid, &mut path, buf) {
+                Some(read) => read,
+                None => continue,
+            },
         };
-        let Ok(len) = read_environ(&mut file, buf) else {
-            continue;
-        };
-        if let Some(which) = cookies(&buf[..len]).find_map(|v| wanted.get(v))
+        if let Some(which) = cookies.iter().find_map(|c| wanted.get(&**c))
             && let Ok(pid) = i32::try_from(pid)
         {
             found.push((pid, *which));
         }
+        if remember {
+            now.insert(pid, (ino, cookies));
+        }
     }
+    *seen = Some(Seen {
+        at: listed_at,
+        by_pid: now,
+    });
     found
 }
+
+/// The cookies in `/proc/<pid>/environ`, and whether a later scan may trust them; `None` when
+/// the process is gone or its environment reads empty, as it does for a moment in the middle of
+/// `exec` (it is read again by the next scan). Not to be trusted later: an environment that is
+/// this process's own, as a child of this one reads until its `exec` gives it the cookie.
+/// Remembered with none: a process without memory (`ESRCH`: a kernel thread, a zombie; neither
+/// ever gets an environment again) and one this process may not read (not ours to kill).
+fn read_cookies(pid: u32, path: &mut String, buf: &mut Vec<u8>) -> Option<(Cookies, bool)> {
+    path.clear();
+    let _ = write!(path, "/proc/{pid}/environ");
+    let mut file = match fs::File::open(&*path) {
+        Ok(file) => file,
+        Err(e)
+            if e.kind() == io::ErrorKind::PermissionDenied
+                || e.raw_os_error() == Some(Errno::ESRCH as i32) =>
+        {
+            return Some((Box::default(), true));
+        }
+        Err(_) => return None,
+    };
+    let len = read_environ(&mut file, buf).ok().filter(|&len| len > 0)?;
+    let environ = &buf[..len];
+    let remember = OWN_ENVIRON.as_deref() != Some(environ);
+    Some((cookies(environ).map(Box::from).collect(), remember))
+}
+
+/// This process's environment as `/proc` shows it (the block it was started with), which its
+/// children show too until they `exec`.
+static OWN_ENVIRON: LazyLock<Option<Vec<u8>>> =
+    LazyLock::new(|| fs::read("/proc/self/environ").ok());
 
 /// Reads a `/proc/<pid>/environ` into `buf` (grown as needed); returns its length. The kernel
 /// fills a read of `environ` up to the buffer's size or the end of the block, so a read that
@@ -283,6 +381,35 @@ mod tests {
         for c in &mut children {
             assert!(!c.wait().unwrap().success());
         }
+    }
+
+    #[test]
+    fn a_scan_finds_processes_it_had_read_before_and_ones_started_since() {
+        let (id, other) = (
+            "wkr_sweeptest0000000000000000000005",
+            "wkr_sweeptest0000000000000000000006",
+        );
+        let spawn = || {
+            std::process::Command::new("setsid")
+                .args(["sleep", "30"])
+                .env(COOKIE, id)
+                .spawn()
+                .expect("setsid and sleep exist")
+        };
+        let mut before = spawn();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        // A scan reads the first one's environment (exec'd by now) and remembers it.
+        assert_eq!(kill_marked(&[other]), 0);
+        let mut since = spawn();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        // The next finds the first from what it remembers, the second by reading it. (Had a
+        // scan of a test running beside this one read either before its exec, it would have
+        // read this process's environment, which no scan remembers.)
+        assert_eq!(kill_marked(&[id]), 2);
+        for child in [&mut before, &mut since] {
+            assert!(!child.wait().unwrap().success());
+        }
+        assert_eq!(kill_marked(&[id]), 0, "nothing left to kill");
     }
 
     #[test]
