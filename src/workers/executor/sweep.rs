@@ -413,6 +413,27 @@ mod tests {
     }
 
     #[test]
+    fn a_child_read_before_the_exec_that_gives_it_the_cookie_is_found_after_it() {
+        let (id, other) = (
+            "wkr_sweeptest0000000000000000000007",
+            "wkr_sweeptest0000000000000000000008",
+        );
+        // As a worker's leader does: this process's environment (passed on unchanged) until
+        // an `exec` adds the cookie, in the same process.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", &format!("sleep 1; exec env {COOKIE}={id} sleep 30")])
+            .spawn()
+            .expect("sh, env and sleep exist");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        // This scan reads the shell before its exec: this process's own environment, which is
+        // not remembered.
+        assert_eq!(kill_marked(&[other]), 0);
+        std::thread::sleep(std::time::Duration::from_millis(1200));
+        assert_eq!(kill_marked(&[id]), 1, "the shell, exec'd with the cookie");
+        assert!(!child.wait().unwrap().success());
+    }
+
+    #[test]
     fn a_marked_process_that_left_its_group_is_killed() {
         let id = "wkr_sweeptest0000000000000000000001";
         let mut child = std::process::Command::new("setsid")
