@@ -208,7 +208,7 @@ fn in_savepoint<T>(
 /// The writer thread: takes every queued write (up to [`MAX_GROUP`]), runs them in one
 /// transaction and reports its commit to each. Ends when the store is dropped.
 fn write_loop(conn: &Connection, queue: &mpsc::Receiver<WriteOp>) {
-    while let Ok(first) = queue.recv() {
+    while let Some(first) = next_write(queue) {
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
             match queue.try_recv() {
@@ -230,6 +230,28 @@ fn write_loop(conn: &Connection, queue: &mpsc::Receiver<WriteOp>) {
         });
         for finish in finishers {
             finish(commit.clone());
+        }
+    }
+}
+
+/// How long the writer keeps looking for the next write, giving its CPU to others between looks,
+/// before it sleeps until one comes.
+const STAY_AWAKE: std::time::Duration = std::time::Duration::from_micros(300);
+
+/// The next queued write; `None` once the store is dropped. A write that arrives within
+/// [`STAY_AWAKE`] of the last group is taken without the writer having slept: waking a sleeping
+/// thread on a busy machine cost more than the commit itself (under 8 clients spawning, a write
+/// waited 0.64 ms at the median for the writer to run it, and its group took 0.11 ms).
+fn next_write(queue: &mpsc::Receiver<WriteOp>) -> Option<WriteOp> {
+    let until = std::time::Instant::now() + STAY_AWAKE;
+    loop {
+        match queue.try_recv() {
+            Ok(op) => return Some(op),
+            Err(mpsc::TryRecvError::Disconnected) => return None,
+            Err(mpsc::TryRecvError::Empty) if std::time::Instant::now() < until => {
+                std::thread::yield_now();
+            }
+            Err(mpsc::TryRecvError::Empty) => return queue.recv().ok(),
         }
     }
 }
