@@ -320,6 +320,15 @@ pub async fn spawn_task(
     prompt: &str,
     wait: bool,
 ) -> pb::Worker {
+    spawn_task_reply(c, prompt, wait).await.worker.unwrap()
+}
+
+/// [`spawn_task`]'s whole reply (`deduplicated`, `hint`).
+pub async fn spawn_task_reply(
+    c: &AgentRegistryServiceClient<Channel>,
+    prompt: &str,
+    wait: bool,
+) -> pb::SpawnWorkerResponse {
     c.clone()
         .spawn_worker(pb::SpawnWorkerRequest {
             agent: "task".into(),
@@ -330,6 +339,4 @@ pub async fn spawn_task(
         .await
         .unwrap()
         .into_inner()
-        .worker
-        .unwrap()
 }

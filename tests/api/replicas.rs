@@ -15,7 +15,9 @@ use tonic::transport::Channel;
 
 use crate::{
     binary::{self, Binary, Launch},
-    helpers::{eventually, pid_alive, pid_in, req, script},
+    helpers::{
+        eventually, get_on as get, pid_alive, pid_in, req, script, spawn_task_reply as spawn,
+    },
 };
 
 /// The agent: records its pid, token and each run, then answers fast (`quick`), after a
@@ -85,33 +87,6 @@ async fn pair(extra: &str) -> Option<Pair> {
     Some(Pair { dir, a, b, _db: db })
 }
 
-async fn spawn(
-    c: &mut AgentRegistryServiceClient<Channel>,
-    prompt: &str,
-    wait: bool,
-) -> pb::SpawnWorkerResponse {
-    c.spawn_worker(pb::SpawnWorkerRequest {
-        agent: "task".into(),
-        prompt: prompt.into(),
-        wait,
-        ..Default::default()
-    })
-    .await
-    .unwrap()
-    .into_inner()
-}
-
-async fn get(c: &mut AgentRegistryServiceClient<Channel>, id: &str) -> pb::Worker {
-    c.get_worker(pb::GetWorkerRequest {
-        worker_id: id.to_owned(),
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .worker
-    .unwrap()
-}
-
 /// Every (sequence, state) a watch delivers until it ends.
 async fn watch_all(
     c: AgentRegistryServiceClient<Channel>,
@@ -172,9 +147,9 @@ async fn wait_state(c: &AgentRegistryServiceClient<Channel>, id: &str, state: i3
         &format!("worker {id} in state {state}"),
         Duration::from_secs(10),
         || {
-            let (mut c, id) = (c.clone(), id.to_owned());
+            let (c, id) = (c.clone(), id.to_owned());
             async move {
-                let w = get(&mut c, &id).await;
+                let w = get(&c, &id).await;
                 (w.state == state).then_some(()).ok_or(format!("{w:?}"))
             }
         },
@@ -189,11 +164,8 @@ const FAILED: i32 = pb::WorkerState::Failed as i32;
 
 #[tokio::test]
 async fn replicas_a_worker_on_a_is_seen_listed_and_stopped_from_b() {
-    let Some(mut p) = pair("").await else { return };
-    let w = spawn(&mut p.a.client, "long job", false)
-        .await
-        .worker
-        .unwrap();
+    let Some(p) = pair("").await else { return };
+    let w = spawn(&p.a.client, "long job", false).await.worker.unwrap();
     let pid = pid_of(p.dir.path(), &w.id).await;
 
     // GetWorker and ListWorkers on B read the shared rows.
@@ -229,7 +201,7 @@ async fn replicas_a_worker_on_a_is_seen_listed_and_stopped_from_b() {
     assert_eq!(stopped.error.as_deref(), Some("killed: from b"));
     assert!(started.elapsed() < Duration::from_secs(5));
     assert!(!pid_alive(pid), "the agent process on A is gone");
-    assert_eq!(get(&mut p.a.client, &w.id).await, stopped);
+    assert_eq!(get(&p.a.client, &w.id).await, stopped);
 
     let seen = tokio::time::timeout(Duration::from_secs(5), watch)
         .await
@@ -269,8 +241,8 @@ async fn replicas_a_worker_on_a_is_seen_listed_and_stopped_from_b() {
 
 #[tokio::test]
 async fn replicas_a_watch_on_b_sees_every_event_of_a_worker_on_a_in_order() {
-    let Some(mut p) = pair("").await else { return };
-    let w = spawn(&mut p.a.client, "slowish job", false)
+    let Some(p) = pair("").await else { return };
+    let w = spawn(&p.a.client, "slowish job", false)
         .await
         .worker
         .unwrap();
@@ -295,17 +267,17 @@ async fn replicas_a_watch_on_b_sees_every_event_of_a_worker_on_a_in_order() {
         watch_all(p.b.client.clone(), w.id.clone(), 1).await,
         [(2, RUNNING), (3, COMPLETED)]
     );
-    let done = get(&mut p.b.client, &w.id).await;
+    let done = get(&p.b.client, &w.id).await;
     assert_eq!(done.result.as_deref(), Some("slow-result\n"));
 }
 
 #[tokio::test]
 async fn replicas_an_identical_dispatch_to_a_and_b_at_once_runs_once() {
     let Some(p) = pair("").await else { return };
-    let (mut a, mut b) = (p.a.client.clone(), p.b.client.clone());
+    let (a, b) = (p.a.client.clone(), p.b.client.clone());
     let (ra, rb) = tokio::join!(
-        spawn(&mut a, "slowish  dedupe me", true),
-        spawn(&mut b, "slowish dedupe   me", true)
+        spawn(&a, "slowish  dedupe me", true),
+        spawn(&b, "slowish dedupe   me", true)
     );
     let (wa, wb) = (ra.worker.unwrap(), rb.worker.unwrap());
     assert_eq!(wa.id, wb.id, "one worker serves both");
@@ -322,7 +294,7 @@ async fn replicas_an_identical_dispatch_to_a_and_b_at_once_runs_once() {
     assert_eq!(runs.lines().count(), 1, "{runs}");
     // A second, later dispatch on the other replica is a hit too (moka on one, the claim row on
     // the other).
-    let again = spawn(&mut b, "slowish dedupe me", false).await;
+    let again = spawn(&b, "slowish dedupe me", false).await;
     assert!(again.deduplicated);
     assert_eq!(again.worker.unwrap().id, wa.id);
     let runs = std::fs::read_to_string(p.dir.path().join("runs")).unwrap();
@@ -421,27 +393,21 @@ async fn replicas_a_worker_token_issued_by_a_authenticates_on_b() {
 
 #[tokio::test]
 async fn replicas_kill_9_of_a_closes_its_workers_on_b_within_a_lease_exactly_once() {
-    let Some(mut p) = pair("").await else { return };
-    let w = spawn(&mut p.a.client, "long job", false)
-        .await
-        .worker
-        .unwrap();
-    let done = spawn(&mut p.a.client, "quick job", true)
-        .await
-        .worker
-        .unwrap();
+    let Some(p) = pair("").await else { return };
+    let w = spawn(&p.a.client, "long job", false).await.worker.unwrap();
+    let done = spawn(&p.a.client, "quick job", true).await.worker.unwrap();
     let pid = pid_of(p.dir.path(), &w.id).await;
     wait_state(&p.b.client, &w.id, RUNNING).await;
     p.a.server.kill_9();
     let killed_at = Instant::now();
-    let mut b = p.b.client.clone();
+    let b = p.b.client.clone();
     let closed = eventually(
         "B to close the lost replica's worker within a few leases",
         Duration::from_secs(8),
         || {
-            let (mut b, id) = (b.clone(), w.id.clone());
+            let (b, id) = (b.clone(), w.id.clone());
             async move {
-                let now = get(&mut b, &id).await;
+                let now = get(&b, &id).await;
                 if now.state != RUNNING {
                     Ok(now)
                 } else {
@@ -473,7 +439,7 @@ async fn replicas_kill_9_of_a_closes_its_workers_on_b_within_a_lease_exactly_onc
         watch_all(p.b.client.clone(), w.id.clone(), 1).await,
         [(2, RUNNING), (3, FAILED)]
     );
-    assert_eq!(get(&mut b, &done.id).await, done);
+    assert_eq!(get(&b, &done.id).await, done);
 }
 
 #[tokio::test]
@@ -634,18 +600,15 @@ impl Drop for Relay {
 
 #[tokio::test]
 async fn replicas_a_frozen_replica_that_comes_back_never_overwrites_the_orphan_close() {
-    let Some(mut p) = pair("").await else { return };
-    let w = spawn(&mut p.a.client, "long job", false)
-        .await
-        .worker
-        .unwrap();
+    let Some(p) = pair("").await else { return };
+    let w = spawn(&p.a.client, "long job", false).await.worker.unwrap();
     pid_of(p.dir.path(), &w.id).await;
     // `running` is committed while the process runs: freeze A only once it is stored, or the
     // history would rightly be pending → failed.
     wait_state(&p.b.client, &w.id, RUNNING).await;
     // Frozen past its lease: B closes its worker as orphaned.
     p.a.server.signal(Signal::SIGSTOP);
-    let mut b = p.b.client.clone();
+    let b = p.b.client.clone();
     // (Should this fail, dropping A kills it, stopped or not.)
     wait_state(&b, &w.id, FAILED).await;
     p.a.server.signal(Signal::SIGCONT);
@@ -654,7 +617,7 @@ async fn replicas_a_frozen_replica_that_comes_back_never_overwrites_the_orphan_c
         .log_until("lease had expired", Duration::from_secs(10))
         .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let now = get(&mut b, &w.id).await;
+    let now = get(&b, &w.id).await;
     assert_eq!(now.state, FAILED);
     assert_eq!(now.error.as_deref(), Some("orphaned: replica a lost"));
     assert_eq!(
@@ -662,7 +625,7 @@ async fn replicas_a_frozen_replica_that_comes_back_never_overwrites_the_orphan_c
         [(2, RUNNING), (3, FAILED)]
     );
     // And A serves on: a new worker on A runs to completion.
-    let done = spawn(&mut p.a.client, "quick after the freeze", true)
+    let done = spawn(&p.a.client, "quick after the freeze", true)
         .await
         .worker
         .unwrap();
