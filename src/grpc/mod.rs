@@ -13,7 +13,7 @@ pub mod status;
 
 use std::{future::Future, sync::Arc};
 
-use tokio_stream::wrappers::UnixListenerStream;
+use tokio_stream::{StreamExt, wrappers::UnixListenerStream};
 use tonic_health::ServingStatus;
 
 use crate::{
@@ -31,7 +31,7 @@ use crate::{
 /// How often health asks the store whether the database answers.
 const STORE_HEALTH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
-pub use listen::Listener;
+pub use listen::{BatchedWrites, Listener};
 
 /// Generated protobuf and gRPC code for `agentry.v1`.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
@@ -333,14 +333,19 @@ pub async fn run(
                 router
                     // TCP_NODELAY: without it small responses wait out delayed ACKs (~40 ms).
                     .serve_with_incoming_shutdown(
-                        tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true)),
+                        tonic::transport::server::TcpIncoming::from(l)
+                            .with_nodelay(Some(true))
+                            .map(|c| c.map(BatchedWrites::new)),
                         stop_accepting,
                     )
                     .await
             }
             Listener::Unix(l, _) => {
                 router
-                    .serve_with_incoming_shutdown(UnixListenerStream::new(l), stop_accepting)
+                    .serve_with_incoming_shutdown(
+                        UnixListenerStream::new(l).map(|c| c.map(BatchedWrites::new)),
+                        stop_accepting,
+                    )
                     .await
             }
         }
