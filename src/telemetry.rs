@@ -424,7 +424,8 @@ pub fn parent_from_headers(headers: &http::HeaderMap) -> opentelemetry::Context 
 /// entered yet). A no-op without OTLP export.
 pub fn set_remote_parent(span: &tracing::Span, headers: &http::HeaderMap) {
     // Most calls carry no trace context: one header lookup instead of a propagator run.
-    if !headers.contains_key("traceparent") {
+    static TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
+    if !headers.contains_key(&TRACEPARENT) {
         return;
     }
     let parent = parent_from_headers(headers);
@@ -462,7 +463,12 @@ const SECONDS_BUCKETS: &[f64] = &[
 /// Cheap to clone. Create it after [`init`]: instruments made before a meter provider is
 /// installed stay no-ops, which is also what they are when export is off.
 #[derive(Clone)]
-pub struct Metrics {
+pub struct Metrics(std::sync::Arc<Instruments>);
+
+/// The instruments behind [`Metrics`], shared: every RPC clones the handle twice (the service
+/// stack per connection call, the call's record), and one reference count is cheaper than one
+/// per instrument.
+struct Instruments {
     rpc_calls: Counter<u64>,
     rpc_duration: Histogram<f64>,
     workers_spawned: Counter<u64>,
@@ -502,7 +508,7 @@ impl Metrics {
                 .with_boundaries(SECONDS_BUCKETS.to_vec())
                 .build()
         };
-        Self {
+        Self(std::sync::Arc::new(Instruments {
             rpc_calls: m
                 .u64_counter("agentry.rpc.calls")
                 .with_description("finished RPCs by method and gRPC status code")
@@ -536,12 +542,12 @@ impl Metrics {
                 .with_description("workers currently in each non-terminal state")
                 .build(),
             exported: METRICS_EXPORTED.load(std::sync::atomic::Ordering::Relaxed),
-        }
+        }))
     }
 
     /// One finished RPC: `service`/`method` as in the path, `code` the gRPC status code.
     pub fn rpc(&self, service: &str, method: &str, code: tonic::Code, elapsed: Duration) {
-        if !self.exported {
+        if !self.0.exported {
             return;
         }
         let attrs = [
@@ -549,14 +555,14 @@ impl Metrics {
             KeyValue::new("rpc.method", method.to_owned()),
             KeyValue::new("rpc.grpc.status_code", code as i64),
         ];
-        self.rpc_calls.add(1, &attrs);
-        self.rpc_duration.record(elapsed.as_secs_f64(), &attrs);
+        self.0.rpc_calls.add(1, &attrs);
+        self.0.rpc_duration.record(elapsed.as_secs_f64(), &attrs);
     }
 
     /// A spawn of `agent` ended with `outcome`: the final state (`completed`, `failed`, `killed`)
     /// or why it was refused (`denied_<reason>`, `denied_capacity`).
     pub fn worker_spawned(&self, agent: &str, outcome: &str) {
-        self.workers_spawned.add(
+        self.0.workers_spawned.add(
             1,
             &[
                 KeyValue::new("agent", agent.to_owned()),
@@ -569,30 +575,36 @@ impl Metrics {
     /// per live state (`pending`, `running`) current.
     pub fn worker_state(&self, from: Option<&str>, to: &str) {
         if let Some(from) = from {
-            self.workers_live
+            self.0
+                .workers_live
                 .add(-1, &[KeyValue::new("state", from.to_owned())]);
         }
         if matches!(to, "pending" | "running") {
-            self.workers_live
+            self.0
+                .workers_live
                 .add(1, &[KeyValue::new("state", to.to_owned())]);
         }
     }
 
     /// A dispatch was answered from the dedupe cache.
     pub fn dedupe_hit(&self) {
-        self.dedupe_hits.add(1, &[]);
+        self.0.dedupe_hits.add(1, &[]);
     }
 
     /// The review gate decided (`approved`, `rejected`, `timeout`, …).
     pub fn review_decision(&self, decision: &str) {
-        self.review_decisions
+        self.0
+            .review_decisions
             .add(1, &[KeyValue::new("decision", decision.to_owned())]);
     }
 
     /// A discovery snapshot was built in `duration` with `diagnostics` diagnostics.
     pub fn discovery(&self, duration: Duration, diagnostics: usize) {
-        self.discovery_duration.record(duration.as_secs_f64(), &[]);
-        self.discovery_diagnostics
+        self.0
+            .discovery_duration
+            .record(duration.as_secs_f64(), &[]);
+        self.0
+            .discovery_diagnostics
             .record(u64::try_from(diagnostics).unwrap_or(u64::MAX), &[]);
     }
 }

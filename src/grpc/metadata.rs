@@ -21,6 +21,9 @@ pub const MAX_DECLARED_DEPTH: u32 = 1_000;
 /// every call.
 pub type Key = LazyLock<MetadataKey<Ascii>>;
 
+/// What every key this module reads, but `traceparent`, starts with.
+pub const PREFIX: &str = "x-agentry-";
+
 /// `x-agentry-spawns`.
 pub static SPAWNS: Key = LazyLock::new(|| MetadataKey::from_static("x-agentry-spawns"));
 /// `x-agentry-depth`.
