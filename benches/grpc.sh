@@ -221,21 +221,29 @@ $((CASE_REPLY[$case] + 5))-byte frames); some calls did not get the captured rep
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 # One h2load row: case, label, target ratio; alternates which server goes first each round.
+# With a fourth argument `batched`, agentry is compared with the floor whose connections batch
+# their writes as agentry's do, and the result goes to the reference table, not the targets.
 grpc_row() {
-  local case=$1 label=$2 target=$3 n=$REQUESTS r server
+  local case=$1 label=$2 target=$3 floor=${4:-floor} n=$REQUESTS r server
   local -A runs=()
   [[ $case == list ]] && n=$((REQUESTS / 10))
   h2run agentry "$case" $((n / 10)) >/dev/null # warm-up, untimed
-  h2run floor "$case" $((n / 10)) >/dev/null
+  h2run "$floor" "$case" $((n / 10)) >/dev/null
   for ((r = 0; r < ROUNDS; r++)); do
-    for server in $( ((r % 2 == 0)) && echo agentry floor || echo floor agentry); do
+    for server in $( ((r % 2 == 0)) && echo agentry "$floor" || echo "$floor" agentry); do
       runs[$server]+="$(h2run "$server" "$case" "$n")"$'\n'
     done
   done
   # Medians of req/s, CPU share and CPU µs per request, per server.
   local am ab ac ah fm fb fc fh
   read -r am ab ac ah < <(for k in 1 2 3 4; do printf '%s' "${runs[agentry]}" | awk -v k=$k '{ print $k }' | median; done | paste -sd' ')
-  read -r fm fb fc fh < <(for k in 1 2 3 4; do printf '%s' "${runs[floor]}" | awk -v k=$k '{ print $k }' | median; done | paste -sd' ')
+  read -r fm fb fc fh < <(for k in 1 2 3 4; do printf '%s' "${runs[$floor]}" | awk -v k=$k '{ print $k }' | median; done | paste -sd' ')
+  if [[ $floor == batched ]]; then
+    printf '%s\t%.0f req/s\t%.0f req/s\t%s×\t%s µs\t%s µs\t%s×\n' "$label" "$am" "$fm" \
+      "$(awk -v a="$am" -v f="$fm" 'BEGIN { printf "%.2f", a / f }')" "$ac" "$fc" \
+      "$(awk -v a="$ac" -v f="$fc" 'BEGIN { printf "%.2f", f / a }')" >>"$tmp/batched.tsv"
+    return
+  fi
   say "$case: agentry $(awk '{ printf "%s ", $1 }' <<<"${runs[agentry]}")req/s, on CPU ${ab}%, \
 ${ac} µs CPU/request; floor $(awk '{ printf "%s ", $1 }' <<<"${runs[floor]}")req/s, on CPU ${fb}%, \
 ${fc} µs CPU/request (CPU-time ratio $(awk -v a="$ac" -v f="$fc" 'BEGIN { printf "%.2f", f / a }')×)"
@@ -307,8 +315,15 @@ EOF
   SERVER_ADDR[floor]=$FLOOR_ADDR
   SERVER_PID[floor]=$floor_pid
 
-  say "checking one call of each case on both servers (grpc-status 0, captured size)"
-  for addr in "$AGENTRY_ADDR" "$FLOOR_ADDR"; do
+  say "floor serve --writes batched (CPU 0), for the reference rows"
+  taskset -c 0 "$BIN/examples/floor" serve --replies "$tmp/cases" --writes batched \
+    >"$tmp/floor-batched.log" 2>&1 &
+  pids+=($!)
+  SERVER_PID[batched]=$!
+  SERVER_ADDR[batched]=$(wait_addr "$tmp/floor-batched.log" 'listening on' "${SERVER_PID[batched]}")
+
+  say "checking one call of each case on the servers (grpc-status 0, captured size)"
+  for addr in "$AGENTRY_ADDR" "$FLOOR_ADDR" "${SERVER_ADDR[batched]}"; do
     "$BIN/examples/floor" verify --addr "$addr" --token "$TOKEN" --replies "$tmp/cases" >&2
   done
   workers_before=$("$BIN/examples/floor" workers --addr "$AGENTRY_ADDR" --token "$TOKEN")
@@ -320,11 +335,14 @@ $ROUNDS alternating rounds"
   grpc_row list 'ListAgents page of 100' 0.7
   grpc_row get_worker 'GetWorker of a finished worker' 0.7
   grpc_row dedupe 'SpawnWorker dedupe hit' 0.7
+  # Reference only: how much of the ratio is agentry's batched writes, which the bare floor lacks.
+  grpc_row resolve 'ResolveAgent task, no workspace' - batched
+  grpc_row get_worker 'GetWorker of a finished worker' - batched
 
   workers_after=$("$BIN/examples/floor" workers --addr "$AGENTRY_ADDR" --token "$TOKEN")
   [[ $workers_after == "$workers_before" ]] ||
     die "the dedupe runs started workers ($workers_before → $workers_after): not every call was a hit"
-  for p in "$agentry_pid" "$floor_pid"; do
+  for p in "$agentry_pid" "$floor_pid" "${SERVER_PID[batched]}"; do
     kill "$p" 2>/dev/null || true
     wait "$p" 2>/dev/null || true
   done
@@ -374,6 +392,13 @@ if [[ -s $tmp/cpu.tsv ]]; then
   echo "serves 1/that per second, so the ratio is what the req/s ratio would be on a quiet machine;"
   echo "on a CPU shared with other processes the two servers can get very different shares of it):"
   table "$tmp/cpu.tsv" 'path|agentry CPU/req|floor CPU/req|ratio|server on CPU 0 (agentry / floor)|h2load on CPU 1'
+fi
+if [[ -s $tmp/batched.tsv ]]; then
+  echo
+  echo "For reference, not a target: agentry against the same floor with its connections wrapped in"
+  echo "agentry's BatchedWrites (floor serve --writes batched), i.e. agentry's own per-call work"
+  echo "without the transport change the bare floor lacks:"
+  table "$tmp/batched.tsv" 'path|agentry|batched floor|ratio|agentry CPU/req|floor CPU/req|CPU ratio'
 fi
 if [[ -s $tmp/warnings ]]; then
   echo

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! floor capture --addr HOST:PORT --token T --workspace DIR --out DIR
-//! floor serve   --replies DIR
+//! floor serve   --replies DIR [--writes plain|batched]
 //! floor verify  --addr HOST:PORT --token T --replies DIR
 //! floor workers --addr HOST:PORT --token T
 //! ```
@@ -16,7 +16,9 @@
 //!   each captured request with a clone of its captured reply; any other request is `NOT_FOUND`,
 //!   and the RPCs that are not benchmarked are `UNIMPLEMENTED`. Transport settings are agentry's
 //!   (`TCP_NODELAY`, the same header-list bound); none of agentry's layers or handlers run, so
-//!   what is left is tonic's own work for a reply of the same size.
+//!   what is left is tonic's own work for a reply of the same size. The floor is bare tonic, so
+//!   its connections write each reply as it comes; `--writes batched` wraps them in agentry's
+//!   `BatchedWrites` too, to show what that transport change is worth on its own.
 //! - **verify** makes each captured call once against a server and checks that it succeeds
 //!   (`grpc-status: 0`) with a reply of exactly the captured size (and, for the dedupe case, that
 //!   it is a hit on the captured worker). It prints one line per case.
@@ -470,11 +472,19 @@ async fn serve(flags: &Flags) -> anyhow::Result<()> {
             _ = int.recv() => {}
         }
     };
-    Server::builder()
+    let router = Server::builder()
         .http2_max_header_list_size(layers::HTTP2_MAX_HEADER_LIST_BYTES)
-        .add_service(AgentRegistryServiceServer::new(floor).max_decoding_message_size(16 << 20))
-        .serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), stop)
-        .await?;
+        .add_service(AgentRegistryServiceServer::new(floor).max_decoding_message_size(16 << 20));
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    match flags.0.get("writes").map(String::as_str) {
+        None | Some("plain") => router.serve_with_incoming_shutdown(incoming, stop).await?,
+        Some("batched") => {
+            use tokio_stream::StreamExt as _;
+            let incoming = incoming.map(|c| c.map(agentry::grpc::BatchedWrites::new));
+            router.serve_with_incoming_shutdown(incoming, stop).await?;
+        }
+        Some(other) => anyhow::bail!("--writes is plain or batched, not {other:?}"),
+    }
     Ok(())
 }
 
