@@ -22,7 +22,7 @@ pub const MAX_DECLARED_DEPTH: u32 = 1_000;
 pub type Key = LazyLock<MetadataKey<Ascii>>;
 
 /// What every key this module reads, but `traceparent`, starts with.
-pub const PREFIX: &str = "x-agentry-";
+const PREFIX: &str = "x-agentry-";
 
 /// `x-agentry-spawns`.
 pub static SPAWNS: Key = LazyLock::new(|| MetadataKey::from_static("x-agentry-spawns"));
@@ -35,6 +35,15 @@ pub static BLOCKED_AGENT: Key =
 pub static WORKER_TOKEN: Key = LazyLock::new(|| MetadataKey::from_static("x-agentry-worker-token"));
 /// `traceparent`.
 pub static TRACEPARENT: Key = LazyLock::new(|| MetadataKey::from_static("traceparent"));
+
+/// Whether the call carries any key this module reads. Most calls carry none: one look over the
+/// few headers a call has spares the hashed lookup of each key.
+pub fn carries_any(md: &MetadataMap) -> bool {
+    md.as_ref().keys().any(|k| {
+        let k = k.as_str();
+        k.starts_with(PREFIX) || k == TRACEPARENT.as_str()
+    })
+}
 
 /// The value of `key`, once, as ASCII text.
 fn one<'a>(md: &'a MetadataMap, key: &Key, v: &mut Violations) -> Option<&'a str> {

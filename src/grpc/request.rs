@@ -88,21 +88,7 @@ pub fn identity<M>(req: &Request<M>, v: &mut Violations) -> Identity {
         .extensions()
         .get::<crate::auth::Principal>()
         .map(|p| p.0.to_string());
-    // Most calls carry none of the keys read below: one look over the few headers a call has
-    // spares five hashed lookups.
-    let any = md.as_ref().keys().any(|k| {
-        let k = k.as_str();
-        k.starts_with(metadata::PREFIX) || k == metadata::TRACEPARENT.as_str()
-    });
-    let declared = if any {
-        metadata::declared(md, v)
-    } else {
-        crate::resolve::Declared::default()
-    };
     let text = |key: &metadata::Key, v: &mut Violations| -> Option<String> {
-        if !any {
-            return None;
-        }
         let val = md.get(&**key)?;
         let key = key.as_str();
         match val.to_str() {
@@ -117,12 +103,21 @@ pub fn identity<M>(req: &Request<M>, v: &mut Violations) -> Identity {
             }
         }
     };
+    let (declared, worker_token, traceparent) = if metadata::carries_any(md) {
+        (
+            metadata::declared(md, v),
+            text(&metadata::WORKER_TOKEN, v),
+            text(&metadata::TRACEPARENT, v),
+        )
+    } else {
+        Default::default()
+    };
     Identity {
         authenticated: principal.is_some(),
         principal: principal.unwrap_or_else(|| crate::auth::Principal::ANONYMOUS.to_owned()),
-        worker_token: text(&metadata::WORKER_TOKEN, v),
+        worker_token,
         declared,
-        traceparent: text(&metadata::TRACEPARENT, v),
+        traceparent,
         worker: req
             .extensions()
             .get::<std::sync::Arc<crate::workers::supervisor::CallingWorker>>()
