@@ -111,10 +111,12 @@ impl Flags {
         Ok(Self(map))
     }
 
+    fn optional(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+
     fn get(&self, name: &str) -> anyhow::Result<&str> {
-        self.0
-            .get(name)
-            .map(String::as_str)
+        self.optional(name)
             .with_context(|| format!("--{name} is required"))
     }
 }
@@ -476,11 +478,10 @@ async fn serve(flags: &Flags) -> anyhow::Result<()> {
         .http2_max_header_list_size(layers::HTTP2_MAX_HEADER_LIST_BYTES)
         .add_service(AgentRegistryServiceServer::new(floor).max_decoding_message_size(16 << 20));
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    match flags.0.get("writes").map(String::as_str) {
+    match flags.optional("writes") {
         None | Some("plain") => router.serve_with_incoming_shutdown(incoming, stop).await?,
         Some("batched") => {
-            use tokio_stream::StreamExt as _;
-            let incoming = incoming.map(|c| c.map(agentry::grpc::BatchedWrites::new));
+            let incoming = agentry::grpc::BatchedWrites::incoming(incoming);
             router.serve_with_incoming_shutdown(incoming, stop).await?;
         }
         Some(other) => anyhow::bail!("--writes is plain or batched, not {other:?}"),

@@ -95,6 +95,14 @@ impl<T> BatchedWrites<T> {
         Self { io, yielded: false }
     }
 
+    /// A listener's stream of accepted connections (what tonic's `serve_with_incoming` takes)
+    /// with each connection wrapped.
+    pub fn incoming<E>(
+        accepted: impl tokio_stream::Stream<Item = Result<T, E>>,
+    ) -> impl tokio_stream::Stream<Item = Result<Self, E>> {
+        tokio_stream::StreamExt::map(accepted, |c| c.map(Self::new))
+    }
+
     /// `Pending` (with the task woken again at once) the first time in a flush, for a write of
     /// `len` bytes.
     fn yield_once(&mut self, cx: &mut Context<'_>, len: usize) -> Poll<()> {

@@ -13,7 +13,7 @@ pub mod status;
 
 use std::{future::Future, sync::Arc};
 
-use tokio_stream::{StreamExt, wrappers::UnixListenerStream};
+use tokio_stream::wrappers::UnixListenerStream;
 use tonic_health::ServingStatus;
 
 use crate::{
@@ -333,9 +333,9 @@ pub async fn run(
                 router
                     // TCP_NODELAY: without it small responses wait out delayed ACKs (~40 ms).
                     .serve_with_incoming_shutdown(
-                        tonic::transport::server::TcpIncoming::from(l)
-                            .with_nodelay(Some(true))
-                            .map(|c| c.map(BatchedWrites::new)),
+                        BatchedWrites::incoming(
+                            tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true)),
+                        ),
                         stop_accepting,
                     )
                     .await
@@ -343,7 +343,7 @@ pub async fn run(
             Listener::Unix(l, _) => {
                 router
                     .serve_with_incoming_shutdown(
-                        UnixListenerStream::new(l).map(|c| c.map(BatchedWrites::new)),
+                        BatchedWrites::incoming(UnixListenerStream::new(l)),
                         stop_accepting,
                     )
                     .await
