@@ -847,3 +847,54 @@ async fn health_goes_serving_after_first_discovery_and_not_serving_on_shutdown()
     drop(stream);
     stopper.await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn concurrent_calls_on_one_connection_each_get_their_own_reply() {
+    // The replies of calls that finish together leave in one write (BatchedWrites), and one
+    // over 64 KiB is not held back; each caller must still get its own, whole.
+    let s = start().await;
+    let ws = s.ws("proj");
+    let agents = ws.join(".claude/agents");
+    for i in 0..32 {
+        simple(
+            &agents,
+            &format!("a{i}.md"),
+            &format!("agent-{i}"),
+            &format!("marker {i}"),
+        );
+    }
+    let big = "a large persona body line\n".repeat(4096);
+    persona(&agents, "big.md", "name: big\ndescription: large", &big);
+    let mut calls = tokio::task::JoinSet::new();
+    for round in 0..4 {
+        for i in 0..32 {
+            let (mut c, r) = (s.client.clone(), resolve_req(&format!("agent-{i}"), &ws));
+            calls.spawn(async move {
+                let a = c.resolve_agent(r).await.unwrap().into_inner();
+                (i, a.agent.unwrap().description)
+            });
+        }
+        let (mut c, r, big) = (s.client.clone(), resolve_req("big", &ws), big.clone());
+        calls.spawn(async move {
+            let a = c.resolve_agent(r).await.unwrap().into_inner();
+            let prompt = a.effective.unwrap().system_prompt;
+            assert!(
+                prompt.len() > 64 * 1024 && prompt.contains(big.trim_end()),
+                "round {round}: the large prompt came whole"
+            );
+            (usize::MAX, "large".to_owned())
+        });
+    }
+    let mut seen = 0;
+    while let Some(done) = calls.join_next().await {
+        let (i, description) = done.unwrap();
+        let want = if i == usize::MAX {
+            "large".to_owned()
+        } else {
+            format!("marker {i}")
+        };
+        assert_eq!(description, want);
+        seen += 1;
+    }
+    assert_eq!(seen, 4 * 33);
+}
