@@ -240,20 +240,26 @@ enum Spawning {
 
 impl Spawning {
     fn enter() -> Self {
-        if SPAWNS_UNDER_WAY.fetch_add(1, Ordering::AcqRel) == 0 {
-            Self::Alone(SpawnCount)
+        Self::enter_on(&SPAWNS_UNDER_WAY)
+    }
+
+    /// Counts one more spawn on `under_way`.
+    fn enter_on(under_way: &'static AtomicUsize) -> Self {
+        let count = SpawnCount(under_way);
+        if under_way.fetch_add(1, Ordering::AcqRel) == 0 {
+            Self::Alone(count)
         } else {
-            Self::Crowded(SpawnCount)
+            Self::Crowded(count)
         }
     }
 }
 
-/// One spawn in [`SPAWNS_UNDER_WAY`], until dropped.
-struct SpawnCount;
+/// One spawn counted on its counter, until dropped.
+struct SpawnCount(&'static AtomicUsize);
 
 impl Drop for SpawnCount {
     fn drop(&mut self) {
-        SPAWNS_UNDER_WAY.fetch_sub(1, Ordering::AcqRel);
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -623,6 +629,27 @@ mod tests {
     use std::time::Instant as StdInstant;
 
     use tempfile::TempDir;
+
+    #[test]
+    fn a_spawn_runs_in_place_only_while_no_other_one_is_under_way() {
+        static UNDER_WAY: AtomicUsize = AtomicUsize::new(0);
+        let first = Spawning::enter_on(&UNDER_WAY);
+        assert!(matches!(first, Spawning::Alone(_)));
+        let second = Spawning::enter_on(&UNDER_WAY);
+        assert!(matches!(second, Spawning::Crowded(_)));
+        drop(first);
+        // The one still under way (on the pool) keeps the next one off this thread.
+        let third = Spawning::enter_on(&UNDER_WAY);
+        assert!(matches!(third, Spawning::Crowded(_)));
+        drop((second, third));
+        assert_eq!(UNDER_WAY.load(Ordering::Acquire), 0);
+        assert!(matches!(Spawning::enter_on(&UNDER_WAY), Spawning::Alone(_)));
+        assert_eq!(
+            UNDER_WAY.load(Ordering::Acquire),
+            0,
+            "a dropped count is given back"
+        );
+    }
 
     /// Writes an executable `#!/bin/sh` script.
     fn script(dir: &TempDir, name: &str, body: &str) -> PathBuf {
