@@ -448,6 +448,7 @@ type Op<'a> = Box<dyn FnMut() -> Box<dyn std::any::Any> + 'a>;
 fn time_round_robin(iters: usize, ops: &mut [Op<'_>]) -> Vec<Vec<Duration>> {
     for op in ops.iter_mut() {
         std::hint::black_box(op());
+        settle();
     }
     let mut out = vec![Vec::with_capacity(iters); ops.len()];
     for _ in 0..iters {
@@ -456,12 +457,21 @@ fn time_round_robin(iters: usize, ops: &mut [Op<'_>]) -> Vec<Vec<Duration>> {
             let out = std::hint::black_box(op());
             v.push(t.elapsed());
             drop(out);
+            settle();
         }
     }
     for v in &mut out {
         v.sort();
     }
     out
+}
+
+/// Waits until rayon's pool has freed every dropped snapshot (a large one is freed there, not
+/// on the thread that drops it), so the next timing has the CPUs to itself.
+fn settle() {
+    while agentry::discovery::frees_under_way() > 0 {
+        std::thread::yield_now();
+    }
 }
 
 fn median(v: &[Duration]) -> Duration {
@@ -653,6 +663,7 @@ fn main() {
                     let snap = std::hint::black_box(discover(&tree));
                     let took = t.elapsed();
                     drop(snap);
+                    settle();
                     took
                 })
                 .collect();
@@ -732,6 +743,7 @@ fn main() {
          cached workspace snapshot costs.)"
     );
     drop((snap, snap2, reg));
+    settle();
 
     // Syscall counts of one run each, to see what discovery does per file beyond the floor.
     let s0 = read_syscalls();
@@ -743,6 +755,7 @@ fn main() {
     assert_eq!(floor_files, tree.files, "the floor must read every file");
     assert_eq!(floor_bytes, tree.bytes, "the floor must read every byte");
     drop(snap);
+    settle();
 
     // A CPU-only breakdown: the same bytes in memory, parsed (and hashed) with rayon.
     let contents: Vec<(String, Vec<u8>)> = list_floor(&tree.dirs)
@@ -755,8 +768,13 @@ fn main() {
     let mut ops: Vec<Op<'_>> = vec![
         // Until the snapshot is ready; it is dropped after the time is taken.
         Box::new(|| Box::new(discover(&tree))),
-        // The same, with the snapshot's drop (every definition's allocations freed) timed too.
-        Box::new(|| Box::new(discover(&tree).agents.len())),
+        // The same, with the snapshot's drop timed too: every definition's allocations freed,
+        // on rayon's pool, until it is done.
+        Box::new(|| {
+            let agents = discover(&tree).agents.len();
+            settle();
+            Box::new(agents)
+        }),
         Box::new(|| Box::new(floor_serial(&tree.dirs))),
         Box::new(|| Box::new(floor_parallel(&tree.dirs))),
         Box::new(|| Box::new(list_floor(&tree.dirs).len())),

@@ -62,7 +62,7 @@ fn version_is_stable_and_content_sensitive() {
     std::fs::create_dir_all(&agents).unwrap();
     std::fs::write(agents.join("a.md"), "---\nname: a\ndescription: d\n---\n").unwrap();
     let reg = Registry::new(&cfg(dir.path()), false).unwrap();
-    let v1 = reg.build_once(None).version;
+    let v1 = reg.build_once(None).version.clone();
     assert_eq!(v1, reg.build_once(None).version);
     std::fs::write(agents.join("a.md"), "---\nname: a\ndescription: e\n---\n").unwrap();
     assert_ne!(v1, reg.build_once(None).version);
@@ -373,4 +373,44 @@ fn a_file_seen_through_another_source_is_not_reused_as_is() {
     assert_eq!(as_dir.get("a").unwrap().source, SourceKind::Dir);
     assert_eq!(as_user.get("a").unwrap().source, SourceKind::User);
     assert_eq!(as_user.get("a").unwrap().family, ".claude");
+}
+
+/// A snapshot of `n` agents read from their own directory, and a weak handle on its first one.
+fn snapshot_of(n: usize) -> (Snapshot, std::sync::Weak<AgentDef>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..n {
+        std::fs::write(
+            dir.path().join(format!("a{i:05}.md")),
+            format!("---\nname: a{i:05}\ndescription: d\n---\nbody {i}\n"),
+        )
+        .unwrap();
+    }
+    let mut config = cfg(dir.path());
+    config.bundled_agents = false;
+    let reg = Registry::new(&config, false).unwrap();
+    let snap = reg.build_dirs(&[dir.path().to_owned()], false);
+    assert_eq!(snap.agents.len(), n);
+    let first = Arc::downgrade(&snap.agents[0]);
+    (snap, first, dir)
+}
+
+#[test]
+fn a_small_snapshot_is_freed_where_it_is_dropped() {
+    let (snap, first, _dir) = snapshot_of(FREE_ON_POOL / 2);
+    drop(snap);
+    assert!(first.upgrade().is_none(), "freed before drop returned");
+}
+
+#[test]
+fn a_large_snapshot_is_freed_on_the_pool_and_nothing_of_it_is_kept() {
+    let (snap, first, _dir) = snapshot_of(FREE_ON_POOL);
+    drop(snap);
+    let deadline = Instant::now() + std::time::Duration::from_secs(10);
+    while first.upgrade().is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the pool never freed the snapshot"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }
