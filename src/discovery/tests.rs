@@ -404,7 +404,26 @@ fn a_small_snapshot_is_freed_where_it_is_dropped() {
 #[test]
 fn a_large_snapshot_is_freed_on_the_pool_and_nothing_of_it_is_kept() {
     let (snap, first, _dir) = snapshot_of(FREE_ON_POOL);
+    // Every thread of rayon's pool is held, so a free done by `drop` itself would show.
+    let threads = rayon::current_num_threads();
+    let (held, release) = (
+        Arc::new(std::sync::Barrier::new(threads + 1)),
+        Arc::new(std::sync::Barrier::new(threads + 1)),
+    );
+    for _ in 0..threads {
+        let (held, release) = (held.clone(), release.clone());
+        rayon::spawn(move || {
+            held.wait();
+            release.wait();
+        });
+    }
+    held.wait();
     drop(snap);
+    assert!(
+        first.upgrade().is_some(),
+        "freed by the dropping thread, not the pool"
+    );
+    release.wait();
     let deadline = Instant::now() + std::time::Duration::from_secs(10);
     while first.upgrade().is_some() {
         assert!(
