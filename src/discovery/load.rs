@@ -4,6 +4,7 @@ use std::{
     collections::{HashMap, HashSet},
     ffi::OsString,
     fs::{FileType, Metadata},
+    hash::BuildHasher,
     io::Read,
     os::unix::{
         ffi::OsStrExt,
@@ -154,6 +155,9 @@ pub struct LoadedFile {
     pub dir: usize,
     /// What the file parsed to.
     pub parsed: ParsedAgent,
+    /// The definition's name hashed with the build's hasher (0 without a definition), taken
+    /// while the name is still in this thread's cache.
+    pub name_hash: u64,
 }
 
 /// What one persona file parsed to, as kept by the [`ParseCache`]: shared with every snapshot
@@ -541,6 +545,7 @@ pub fn parse_all(
     dirs: &[SourceDir],
     opts: &ParseOptions,
     cache: &ParseCache<ParsedAgent>,
+    names: &(impl BuildHasher + Sync),
 ) -> Vec<LoadedFile> {
     let build = cache.begin();
     let loaded = files
@@ -579,7 +584,15 @@ pub fn parse_all(
                     def: None,
                     diagnostics: vec![d],
                 });
-            LoadedFile { dir: f.dir, parsed }
+            let name_hash = parsed
+                .def
+                .as_ref()
+                .map_or(0, |def| names.hash_one(def.persona.name.as_str()));
+            LoadedFile {
+                dir: f.dir,
+                parsed,
+                name_hash,
+            }
         })
         .collect();
     cache.sweep(build, HashMap::len, |e| e.seen.load(Ordering::Relaxed));

@@ -11,6 +11,7 @@ mod watch;
 
 use std::{
     collections::HashMap,
+    hash::BuildHasher,
     path::{Path, PathBuf},
     sync::{
         Arc,
@@ -131,8 +132,10 @@ pub enum DiscoveryError {
 pub struct Snapshot {
     /// Winners in precedence order.
     pub agents: Vec<Arc<AgentDef>>,
-    /// Name → index into `agents`.
-    index: HashMap<String, usize>,
+    /// Winners by name: positions in `agents`, found with [`Self::names`]'s hash of the name.
+    index: hashbrown::HashTable<usize>,
+    /// Hashes agent names for `index`.
+    names: hashbrown::DefaultHashBuilder,
     /// Losers, each with `shadowed_by` set, in read order.
     pub shadowed: Vec<Arc<AgentDef>>,
     /// Every problem found while building the agents (and reading the plugin registry).
@@ -199,7 +202,12 @@ impl Drop for Snapshot {
 impl Snapshot {
     /// Looks up a winner by exact name.
     pub fn get(&self, name: &str) -> Option<&Arc<AgentDef>> {
-        self.index.get(name).map(|i| &self.agents[*i])
+        let agents = &self.agents;
+        self.index
+            .find(self.names.hash_one(name), |&i| {
+                agents[i].persona.name == name
+            })
+            .map(|&i| &agents[i])
     }
 
     /// Looks up a winning command by exact name, or by the base name it also answers to.
@@ -308,11 +316,12 @@ fn assemble(
 ) -> Snapshot {
     let mut command_diagnostics = diagnostics.clone();
     let shared_diagnostics = diagnostics.len();
+    let names = hashbrown::DefaultHashBuilder::default();
     // Agents and commands are read side by side (each lists and parses in parallel too).
     let (loaded, loaded_commands) = rayon::join(
         || {
             let found = load::list(&plan.agents, &mut diagnostics, parsed.listings);
-            load::parse_all(found.files(), &plan.agents, opts, parsed.agents)
+            load::parse_all(found.files(), &plan.agents, opts, parsed.agents, &names)
         },
         || {
             let found = load::list(
@@ -324,47 +333,55 @@ fn assemble(
         },
     );
 
-    let mut agents: Vec<Arc<AgentDef>> = Vec::with_capacity(loaded.len());
-    let mut index: HashMap<String, usize> = HashMap::with_capacity(loaded.len());
-    let mut shadowed = Vec::new();
+    let mut winners = Winners::new(names, loaded.len() + bundled.agents.len());
     // Per winner (same index as `agents`): the last directory that defined its name and the
-    // first definition of it there, for `duplicate_name`. Files come in directory order, so
-    // a name's earlier definitions in the same directory are always the latest directory's.
-    let mut in_dir: Vec<(usize, Arc<AgentDef>)> = Vec::with_capacity(loaded.len());
+    // first definition of it there (`None`: the winner), for `duplicate_name`. Files come in
+    // directory order, so a name's earlier definitions in the same directory are always the
+    // latest directory's. A winner is not touched here: its memory has left every cache.
+    let mut in_dir: Vec<(usize, Option<Arc<AgentDef>>)> = Vec::with_capacity(loaded.len());
     for f in loaded {
         diagnostics.extend(f.parsed.diagnostics);
         let Some(def) = f.parsed.def else { continue };
-        match index.get(&def.persona.name) {
-            Some(&i) => {
+        match winners.merge(def, f.name_hash) {
+            Ok(()) => in_dir.push((f.dir, None)),
+            Err((i, lost)) => {
                 let slot = &mut in_dir[i];
                 if slot.0 == f.dir {
+                    let first = slot.1.as_ref().unwrap_or(&winners.agents[i]);
                     diagnostics.push(duplicate(
-                        &def.file_path,
+                        &lost.file_path,
                         "agent",
-                        &def.persona.name,
-                        &slot.1.file_path,
+                        &lost.persona.name,
+                        &first.file_path,
                     ));
                 } else {
-                    *slot = (f.dir, def.clone());
+                    *slot = (f.dir, Some(lost));
                 }
             }
-            None => in_dir.push((f.dir, def.clone())),
         }
-        merge(&mut agents, &mut index, &mut shadowed, def);
     }
     drop(in_dir);
     for b in bundled.agents {
-        merge(&mut agents, &mut index, &mut shadowed, b.clone());
+        let hash = winners.names.hash_one(b.persona.name.as_str());
+        // A bundled agent that lost was shadowed by a file: nothing more to say.
+        let _ = winners.merge(b.clone(), hash);
     }
     let mut commands = Commands::default();
     commands.merge_dirs(&plan.commands, loaded_commands, &mut command_diagnostics);
     for c in bundled.commands {
         commands.merge_full(c.clone());
     }
-    let version = version_of(&agents, &commands.winners);
+    let version = version_of(&winners.agents, &commands.winners);
+    let Winners {
+        agents,
+        index,
+        names,
+        shadowed,
+    } = winners;
     Snapshot {
         agents,
         index,
+        names,
         shadowed,
         diagnostics,
         commands: commands.winners.into_iter().map(Arc::new).collect(),
@@ -466,22 +483,49 @@ impl Commands {
     }
 }
 
-/// First definition of a name wins; later ones are kept as shadowed.
-fn merge(
-    agents: &mut Vec<Arc<AgentDef>>,
-    index: &mut HashMap<String, usize>,
-    shadowed: &mut Vec<Arc<AgentDef>>,
-    def: Arc<AgentDef>,
-) {
-    match index.get(&def.persona.name) {
-        Some(&i) => {
-            let mut lost = (*def).clone();
-            lost.shadowed_by = Some(agents[i].file_path.clone());
-            shadowed.push(Arc::new(lost));
+/// The agent merge: the first definition of a name wins; later ones are kept as shadowed.
+struct Winners {
+    agents: Vec<Arc<AgentDef>>,
+    index: hashbrown::HashTable<usize>,
+    names: hashbrown::DefaultHashBuilder,
+    shadowed: Vec<Arc<AgentDef>>,
+}
+
+impl Winners {
+    /// Room for `capacity` names, so the index never grows (growing rehashes every name, whose
+    /// memory is no longer in any cache by the time the merge runs).
+    fn new(names: hashbrown::DefaultHashBuilder, capacity: usize) -> Self {
+        Self {
+            agents: Vec::with_capacity(capacity),
+            index: hashbrown::HashTable::with_capacity(capacity),
+            names,
+            shadowed: Vec::new(),
         }
-        None => {
-            index.insert(def.persona.name.clone(), agents.len());
-            agents.push(def);
+    }
+
+    /// Claims `def`'s name (`hash` is its hash by `names`). When the name was taken already,
+    /// `def` is kept as shadowed and the error is the winner's index with that shadowed copy.
+    fn merge(&mut self, def: Arc<AgentDef>, hash: u64) -> Result<(), (usize, Arc<AgentDef>)> {
+        let agents = &self.agents;
+        match self
+            .index
+            .find(hash, |&i| agents[i].persona.name == def.persona.name)
+        {
+            Some(&i) => {
+                let mut lost = (*def).clone();
+                lost.shadowed_by = Some(agents[i].file_path.clone());
+                let lost = Arc::new(lost);
+                self.shadowed.push(lost.clone());
+                Err((i, lost))
+            }
+            None => {
+                let names = &self.names;
+                self.index.insert_unique(hash, agents.len(), |&i| {
+                    names.hash_one(agents[i].persona.name.as_str())
+                });
+                self.agents.push(def);
+                Ok(())
+            }
         }
     }
 }

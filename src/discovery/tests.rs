@@ -433,3 +433,81 @@ fn a_large_snapshot_is_freed_on_the_pool_and_nothing_of_it_is_kept() {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
+
+#[test]
+fn the_first_definition_wins_and_a_repeat_in_one_directory_names_its_first() {
+    let root = tempfile::tempdir().unwrap();
+    let dirs: Vec<PathBuf> = ["a", "b", "c"]
+        .iter()
+        .map(|d| root.path().join(d))
+        .collect();
+    let write = |dir: &Path, file: &str, name: &str| {
+        std::fs::create_dir_all(dir).unwrap();
+        let text = format!("---\nname: {name}\ndescription: from {file}\n---\nbody\n");
+        std::fs::write(dir.join(file), text).unwrap();
+    };
+    // `x` twice in a, once in b, twice in c; 300 other names so the index holds many.
+    write(&dirs[0], "x1.md", "x");
+    write(&dirs[0], "x2.md", "x");
+    write(&dirs[1], "x.md", "x");
+    write(&dirs[2], "x1.md", "x");
+    write(&dirs[2], "x2.md", "x");
+    for i in 0..300 {
+        write(&dirs[i % 3], &format!("n{i:03}.md"), &format!("n{i:03}"));
+    }
+    let mut c = cfg(root.path());
+    c.bundled_agents = false;
+    let s = Registry::new(&c, false).unwrap().build_dirs(&dirs, false);
+    let shown = |p: &Path| load::shown(p);
+    let path = |d: usize, f: &str| shown(&dirs[d].join(f));
+
+    assert_eq!(s.agents.len(), 301);
+    assert_eq!(s.get("x").unwrap().file_path, path(0, "x1.md"));
+    for i in 0..300 {
+        let name = format!("n{i:03}");
+        let def = s.get(&name).unwrap_or_else(|| panic!("{name} is missing"));
+        assert_eq!(def.persona.name, name);
+        assert_eq!(def.file_path, path(i % 3, &format!("{name}.md")));
+    }
+    assert!(s.get("n300").is_none() && s.get("").is_none() && s.get("X").is_none());
+
+    let lost: Vec<_> = s
+        .shadowed
+        .iter()
+        .map(|d| (d.file_path.clone(), d.shadowed_by.clone().unwrap()))
+        .collect();
+    let winner = path(0, "x1.md");
+    assert_eq!(
+        lost,
+        [
+            (path(0, "x2.md"), winner.clone()),
+            (path(1, "x.md"), winner.clone()),
+            (path(2, "x1.md"), winner.clone()),
+            (path(2, "x2.md"), winner),
+        ]
+    );
+    // Each repeat inside one directory names the first definition in that directory.
+    let dups: Vec<_> = s
+        .diagnostics
+        .iter()
+        .map(|d| (d.code, d.path.clone(), d.message.clone()))
+        .collect();
+    let message = |first: String| {
+        format!("agent \"x\" is also defined by {first} in the same directory, which wins")
+    };
+    assert_eq!(
+        dups,
+        [
+            (
+                "duplicate_name",
+                path(0, "x2.md"),
+                message(path(0, "x1.md"))
+            ),
+            (
+                "duplicate_name",
+                path(2, "x2.md"),
+                message(path(2, "x1.md"))
+            ),
+        ]
+    );
+}
