@@ -182,7 +182,8 @@ fn markdown(text: &str, path: &str, diags: &mut Vec<Diagnostic>) -> Option<Comma
                     "model" => c.model = r.string(&e).map(|m| m.trim().to_owned()),
                     "allowed_tools" => c.allowed_tools = r.list(&e),
                     _ => {
-                        c.extra.insert(e.raw_key, fields::yaml_to_json(e.value));
+                        c.extra
+                            .insert(e.raw_key.into_owned(), fields::yaml_to_json(e.value));
                     }
                 }
             }

@@ -32,8 +32,8 @@ impl Default for ParseOptions {
 /// One frontmatter entry after normalisation.
 #[derive(Debug, PartialEq)]
 pub(super) struct Entry {
-    /// The key as written.
-    pub(super) raw_key: String,
+    /// The key as written (the static normal form itself when it is written so: [`keys`]).
+    pub(super) raw_key: Cow<'static, str>,
     /// snake_case form used to recognise known keys ([`entry_key`]).
     pub(super) key: Cow<'static, str>,
     /// The value as YAML read it (a string for the line fallback).
@@ -71,6 +71,23 @@ pub(super) fn entry_key(raw: &str) -> Cow<'static, str> {
         Some(k) => Cow::Borrowed(k),
         None => Cow::Owned(normalise_key(raw)),
     }
+}
+
+/// `s` without surrounding whitespace, reusing its buffer when there is none (as usual).
+fn trimmed(s: String) -> String {
+    let t = s.trim();
+    if t.len() == s.len() { s } else { t.to_owned() }
+}
+
+/// An entry's key as written and its normal form ([`entry_key`]). A known key written in its
+/// normal form, as most are, is one static string for both: no allocation per entry.
+fn keys(raw: &str) -> (Cow<'static, str>, Cow<'static, str>) {
+    let key = entry_key(raw);
+    let raw = match key {
+        Cow::Borrowed(k) => Cow::Borrowed(k),
+        Cow::Owned(_) => Cow::Owned(raw.to_owned()),
+    };
+    (raw, key)
 }
 
 /// `thinkingLevel` / `thinking-level` / `Thinking_Level` → `thinking_level`.
@@ -170,7 +187,7 @@ pub(super) fn entries(block: &Block, diag: &mut DiagFn<'_>) -> Vec<Entry> {
                 .into_iter()
                 .map(|(k, v, i)| Entry {
                     key: entry_key(&k),
-                    raw_key: k,
+                    raw_key: Cow::Owned(k),
                     value: Yaml::String(v),
                     line: Some(i),
                 })
@@ -251,7 +268,8 @@ fn finish(
             "timeout_mins" => p.timeout_mins = r.positive(&e, "invalid_timeout_mins"),
             "kind" => p.remote = r.remote(&e),
             _ => {
-                p.extra.insert(e.raw_key, yaml_to_json(e.value));
+                p.extra
+                    .insert(e.raw_key.into_owned(), yaml_to_json(e.value));
             }
         }
         if !repeated {
@@ -260,7 +278,7 @@ fn finish(
     }
 
     let open = Some(block.open_line);
-    match name.map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()) {
+    match name.map(trimmed).filter(|n| !n.is_empty()) {
         None => {
             (r.diag)(
                 open,
@@ -283,10 +301,7 @@ fn finish(
             None => p.name = n,
         },
     }
-    match description
-        .map(|d| d.trim().to_owned())
-        .filter(|d| !d.is_empty())
-    {
+    match description.map(trimmed).filter(|d| !d.is_empty()) {
         None => {
             (r.diag)(
                 open,
@@ -350,7 +365,7 @@ fn yaml_entries(block: &Block) -> Result<Vec<Entry>, (Option<u32>, String)> {
                 let line = find_key_line(block, &raw_key);
                 Some(Entry {
                     key: entry_key(&raw_key),
-                    raw_key,
+                    raw_key: Cow::Owned(raw_key),
                     value: v,
                     line,
                 })
@@ -382,7 +397,9 @@ fn simple_entries(block: &Block) -> Option<Vec<Entry>> {
     }
     let blank = |l: &str| l.bytes().all(|b| b == b' ');
     let spaces = |l: &str| l.len() - l.trim_start_matches(' ').len();
-    let lines: Vec<&str> = super::split::lines(&block.text).collect();
+    let mut lines: Vec<&str> =
+        Vec::with_capacity(memchr::memchr_iter(b'\n', block.text.as_bytes()).count() + 1);
+    lines.extend(super::split::lines(&block.text));
     let mut entries: Vec<Entry> = Vec::with_capacity(lines.len());
     let mut i = 0;
     while i < lines.len() {
@@ -438,9 +455,11 @@ fn simple_entries(block: &Block) -> Option<Vec<Entry>> {
                 }
             }
             "|" | "|-" => {
-                let mut content: Vec<&str> = Vec::new();
+                let first = i;
                 let mut indent = None;
                 let mut last = i;
+                // Bytes of the content lines once their indentation is cut.
+                let mut size = 0;
                 while i < lines.len() {
                     let l = lines[i];
                     if blank(l) {
@@ -448,7 +467,6 @@ fn simple_entries(block: &Block) -> Option<Vec<Entry>> {
                         if !l.is_empty() && indent.is_none_or(|ind| l.len() > ind) {
                             return None;
                         }
-                        content.push("");
                         i += 1;
                         continue;
                     }
@@ -460,26 +478,35 @@ fn simple_entries(block: &Block) -> Option<Vec<Entry>> {
                     if sp < ind {
                         return None;
                     }
-                    content.push(&l[ind..]);
+                    size += l.len() - ind;
                     last = i;
                     i += 1;
                 }
-                indent?;
-                while content.last() == Some(&"") {
-                    content.pop();
-                }
-                let mut text = content.join("\n");
+                let ind = indent?;
                 // Clip keeps the last line break, which the block's final line does not have.
-                if value == "|" && last + 1 < lines.len() {
+                let clip = value == "|" && last + 1 < lines.len();
+                // Lines `first..=last` less their indentation (a blank one is empty), joined
+                // by line breaks: blank lines after the last content line are dropped.
+                let mut text = String::with_capacity(size + (last - first) + usize::from(clip));
+                for (k, l) in lines[first..=last].iter().enumerate() {
+                    if k > 0 {
+                        text.push('\n');
+                    }
+                    if !blank(l) {
+                        text.push_str(&l[ind..]);
+                    }
+                }
+                if clip {
                     text.push('\n');
                 }
                 Yaml::String(text)
             }
             v => scalar(v)?,
         };
+        let (raw_key, key) = keys(key);
         entries.push(Entry {
-            raw_key: key.to_owned(),
-            key: entry_key(key),
+            raw_key,
+            key,
             value: yaml,
             line: Some(start),
         });

@@ -145,7 +145,8 @@ pub(super) fn split(text: &str) -> Doc {
             body: String::new(),
         };
     };
-    let mut block_lines = Vec::new();
+    // Most frontmatter blocks have fewer than 16 lines: one allocation, no regrowth.
+    let mut block_lines = Vec::with_capacity(16);
     // The block's lines are contiguous in `text`: it is the slice from the first one's start to
     // the last one's end.
     let mut block = None::<(usize, usize)>;
