@@ -525,6 +525,8 @@ fn walk(d: &SourceDir) -> Listing {
             }
             match target {
                 Some(tt) if !tt.is_file() => diags.push(not_a_file(&path, tt)),
+                // At the top the relative path is the name itself: no second copy of it.
+                _ if top => found.push((PathBuf::from(name), path)),
                 _ => found.push((rel.join(&name), path)),
             }
         }

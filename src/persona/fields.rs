@@ -605,14 +605,14 @@ pub(super) fn invalid_name(n: &str) -> Option<String> {
 
 /// Typed access to entries, reporting bad values through the diagnostic sink.
 pub(super) struct Reader<'a, 'd> {
-    block: &'a Block,
+    block: &'a Block<'a>,
     diag: &'a mut DiagFn<'d>,
     failed: bool,
 }
 
 impl<'a, 'd> Reader<'a, 'd> {
     /// A reader over `block`'s entries.
-    pub(super) fn new(block: &'a Block, diag: &'a mut DiagFn<'d>) -> Self {
+    pub(super) fn new(block: &'a Block<'a>, diag: &'a mut DiagFn<'d>) -> Self {
         Self {
             block,
             diag,

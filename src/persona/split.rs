@@ -6,16 +6,17 @@ use std::borrow::Cow;
 
 /// The frontmatter block, as text plus the original line number of each of its lines.
 #[derive(Debug)]
-pub(super) struct Block {
-    /// The lines between the two `---` lines, joined with `\n`.
-    pub text: String,
+pub(super) struct Block<'a> {
+    /// The lines between the two `---` lines, joined with `\n`: a slice of the file itself
+    /// unless line breaks were normalised or comments removed.
+    pub text: Cow<'a, str>,
     /// `lines[i]` is the 1-based line in the original file of the block's line `i`.
     pub lines: Vec<u32>,
     /// Original line of the opening `---`.
     pub open_line: u32,
 }
 
-impl Block {
+impl Block<'_> {
     /// Maps a 0-based line index inside the block to the original 1-based line.
     pub fn orig_line(&self, idx: usize) -> u32 {
         self.lines
@@ -27,7 +28,7 @@ impl Block {
 
 /// What the file starts with.
 #[derive(Debug)]
-pub(super) enum Front {
+pub(super) enum Front<'a> {
     /// First non-blank line is not `---`.
     None,
     /// Opened but never closed.
@@ -36,14 +37,14 @@ pub(super) enum Front {
         open_line: u32,
     },
     /// A complete block.
-    Block(Block),
+    Block(Block<'a>),
 }
 
 /// A split document.
 #[derive(Debug)]
-pub(super) struct Doc {
+pub(super) struct Doc<'a> {
     /// The frontmatter, if any.
-    pub front: Front,
+    pub front: Front<'a>,
     /// Everything after the closing line, trimmed (the whole text when there is no block).
     pub body: String,
 }
@@ -96,16 +97,22 @@ fn strip_comments(text: &str) -> (Cow<'_, str>, Vec<(usize, u32)>) {
 }
 
 /// Splits `text` per docs §2.1.
-pub(super) fn split(text: &str) -> Doc {
+pub(super) fn split(text: &str) -> Doc<'_> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    // The file's text, as long as the text worked on below is that very text.
+    let mut file = Some(text);
     let normalised;
     let text = if memchr::memchr(b'\r', text.as_bytes()).is_some() {
         normalised = text.replace("\r\n", "\n").replace('\r', "\n");
+        file = None;
         normalised.as_str()
     } else {
         text
     };
     let (text, removed) = strip_comments(text);
+    if matches!(text, Cow::Owned(_)) {
+        file = None;
+    }
     let text: &str = &text;
     let orig = |offset: usize, new_line: usize| -> u32 {
         // Newlines removed by comments that sit before `offset` in the new text.
@@ -153,10 +160,14 @@ pub(super) fn split(text: &str) -> Doc {
     for (i, start, l) in lines.by_ref() {
         if l.trim_end() == "---" {
             let body_start = (start + l.len() + 1).min(text.len());
-            let block_text = block.map_or("", |(from, to)| &text[from..to]);
+            let (from, to) = block.unwrap_or((0, 0));
+            let block_text = match file {
+                Some(file) => Cow::Borrowed(&file[from..to]),
+                None => Cow::Owned(text[from..to].to_owned()),
+            };
             return Doc {
                 front: Front::Block(Block {
-                    text: block_text.to_owned(),
+                    text: block_text,
                     lines: block_lines,
                     open_line,
                 }),
@@ -177,7 +188,7 @@ pub(super) fn split(text: &str) -> Doc {
 mod tests {
     use super::*;
 
-    fn block(d: &Doc) -> &Block {
+    fn block<'a>(d: &'a Doc<'a>) -> &'a Block<'a> {
         match &d.front {
             Front::Block(b) => b,
             other => panic!("expected a block, got {other:?}"),
