@@ -413,15 +413,14 @@ fn floor_parallel(dirs: &[(PathBuf, bool)]) -> u64 {
         .sum()
 }
 
-/// The same files read the way `discovery::load` reads one today: `stat` the path, `open`,
-/// `fstat`, then `read_to_end` into an empty `Vec` through `take` (no size hint, so the buffer
-/// grows by reallocation and the file is read in several calls).
+/// The same files read the way `discovery::load` reads one today: `open` (`O_NONBLOCK`),
+/// `fstat`, then reads into a buffer sized from `fstat` plus one byte, stopping at a short read
+/// once the reported size is in (one `read` per unchanged file, where `fs::read` makes two).
 fn read_like_discovery(dirs: &[(PathBuf, bool)]) -> u64 {
     const LIMIT: u64 = 1 << 20;
     list_floor(dirs)
         .par_iter()
         .map(|p| {
-            // As src/discovery/load.rs does: O_NONBLOCK open, fstat, one sized read.
             let mut file = fs::OpenOptions::new()
                 .read(true)
                 .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
@@ -429,12 +428,17 @@ fn read_like_discovery(dirs: &[(PathBuf, bool)]) -> u64 {
                 .expect("open");
             let meta = file.metadata().expect("fstat");
             assert!(meta.is_file() && meta.len() <= LIMIT);
-            let mut bytes = Vec::with_capacity(meta.len() as usize + 1);
-            (&mut file)
-                .take(LIMIT + 1)
-                .read_to_end(&mut bytes)
-                .expect("read");
-            bytes.len() as u64
+            let len = meta.len() as usize;
+            let mut bytes = vec![0; len + 1];
+            let mut filled = 0;
+            loop {
+                let n = file.read(&mut bytes[filled..]).expect("read");
+                filled += n;
+                if n == 0 || filled == len {
+                    break;
+                }
+            }
+            filled as u64
         })
         .sum()
 }

@@ -736,20 +736,51 @@ fn read_bounded(path: &Path, shown: &str, bytes: &mut Vec<u8>) -> Result<Metadat
             format!("file is {len} bytes; definition files are limited to {MAX_FILE_BYTES} bytes"),
         ));
     }
-    // Sized from fstat (+1 to see EOF in the same call): one read for the file, one for EOF.
-    bytes.reserve(usize::try_from(len).unwrap_or(0) + 1);
-    // The bound also holds if the file grows between stat and read.
-    (&mut file)
-        .take(MAX_FILE_BYTES + 1)
-        .read_to_end(bytes)
+    let read = read_sized(&mut file, usize::try_from(len).unwrap_or(usize::MAX), bytes)
         .map_err(|e| error("unreadable", format!("cannot read: {e}")))?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
+    if read as u64 > MAX_FILE_BYTES {
         return Err(error(
             "too_large",
             format!("file grew past the {MAX_FILE_BYTES}-byte limit while being read"),
         ));
     }
     Ok(meta)
+}
+
+/// Reads `file`, a regular file that `fstat` said holds `len` bytes, into `bytes` (emptied),
+/// at most [`MAX_FILE_BYTES`] + 1 bytes, and returns how many were read. The buffer is sized
+/// from `len` plus one byte, so a file that has not changed is read by one call that comes back
+/// one byte short: having read the size `fstat` reported, that short read is its end, and no
+/// second call is made to see end-of-file (discovery reads thousands of files, and the floor it
+/// is measured against makes that second call). Any other short read, or a file that grew, is
+/// read on until a read returns nothing or the bound is passed.
+fn read_sized(file: &mut impl Read, len: usize, bytes: &mut Vec<u8>) -> std::io::Result<usize> {
+    const BOUND: usize = MAX_FILE_BYTES as usize + 1;
+    bytes.clear();
+    bytes.resize(len.saturating_add(1).min(BOUND), 0);
+    let mut filled = 0;
+    loop {
+        if filled == bytes.len() {
+            if filled >= BOUND {
+                break;
+            }
+            // Larger than `fstat` said: it grew since. Read on, within the bound.
+            bytes.resize(filled.saturating_mul(2).clamp(4096, BOUND), 0);
+        }
+        match file.read(&mut bytes[filled..]) {
+            Ok(0) => break,
+            Ok(n) => {
+                filled += n;
+                if filled == len && filled < bytes.len() {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    bytes.truncate(filled);
+    Ok(filled)
 }
 
 #[cfg(test)]
@@ -795,6 +826,61 @@ mod tests {
         let linked = list(&dirs, &mut Vec::new(), &cache);
         assert!(linked.listings[0].dirs.is_none());
         assert_eq!(names(&linked), ["team/area/two.md"]);
+    }
+
+    /// Serves `data` at most `chunk` bytes per call, counting the calls.
+    struct Chunked<'a> {
+        data: &'a [u8],
+        chunk: usize,
+        calls: usize,
+    }
+
+    impl Read for Chunked<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.calls += 1;
+            let n = buf.len().min(self.chunk).min(self.data.len());
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_file_of_the_size_fstat_said_is_read_by_one_call_and_any_other_whole() {
+        let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        let mut bytes = b"left over".to_vec();
+        let mut read = |data: &[u8], chunk: usize, len: usize| {
+            let mut r = Chunked {
+                data,
+                chunk,
+                calls: 0,
+            };
+            let n = read_sized(&mut r, len, &mut bytes).unwrap();
+            assert_eq!(n, bytes.len());
+            (bytes.clone(), r.calls)
+        };
+        // Unchanged since fstat: one call, one byte short of the buffer.
+        assert_eq!(
+            read(&data[..2000], usize::MAX, 2000),
+            (data[..2000].to_vec(), 1)
+        );
+        assert_eq!(read(&[], usize::MAX, 0), (Vec::new(), 1));
+        // Short reads before the end are read on; the end is the size fstat said.
+        assert_eq!(read(&data[..100], 7, 100), (data[..100].to_vec(), 15));
+        // Grown since fstat: read on to the end.
+        assert_eq!(read(&data, usize::MAX, 10).0, data);
+        // Shrunk since fstat: read until a call returns nothing.
+        assert_eq!(read(&data[..50], usize::MAX, 100), (data[..50].to_vec(), 2));
+
+        // A file past the bound is read only one byte past it, for the caller to refuse.
+        let big = vec![b'x'; MAX_FILE_BYTES as usize + 10];
+        let mut r = Chunked {
+            data: &big,
+            chunk: usize::MAX,
+            calls: 0,
+        };
+        let n = read_sized(&mut r, 10, &mut bytes).unwrap();
+        assert_eq!(n as u64, MAX_FILE_BYTES + 1);
     }
 
     #[test]
