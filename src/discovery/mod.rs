@@ -342,7 +342,7 @@ fn assemble(
     for f in loaded {
         diagnostics.extend(f.parsed.diagnostics);
         let Some(def) = f.parsed.def else { continue };
-        match winners.merge(def, f.name_hash) {
+        match winners.merge(def, Some(f.name_hash)) {
             Ok(()) => in_dir.push((f.dir, None)),
             Err((i, lost)) => {
                 let slot = &mut in_dir[i];
@@ -362,9 +362,8 @@ fn assemble(
     }
     drop(in_dir);
     for b in bundled.agents {
-        let hash = winners.names.hash_one(b.persona.name.as_str());
         // A bundled agent that lost was shadowed by a file: nothing more to say.
-        let _ = winners.merge(b.clone(), hash);
+        let _ = winners.merge(b.clone(), None);
     }
     let mut commands = Commands::default();
     commands.merge_dirs(&plan.commands, loaded_commands, &mut command_diagnostics);
@@ -503,9 +502,15 @@ impl Winners {
         }
     }
 
-    /// Claims `def`'s name (`hash` is its hash by `names`). When the name was taken already,
-    /// `def` is kept as shadowed and the error is the winner's index with that shadowed copy.
-    fn merge(&mut self, def: Arc<AgentDef>, hash: u64) -> Result<(), (usize, Arc<AgentDef>)> {
+    /// Claims `def`'s name (`hash`: its hash by `names`, when taken already; else it is taken
+    /// here). When the name was taken already, `def` is kept as shadowed and the error is the
+    /// winner's index with that shadowed copy.
+    fn merge(
+        &mut self,
+        def: Arc<AgentDef>,
+        hash: Option<u64>,
+    ) -> Result<(), (usize, Arc<AgentDef>)> {
+        let hash = hash.unwrap_or_else(|| self.names.hash_one(def.persona.name.as_str()));
         let agents = &self.agents;
         match self
             .index

@@ -458,8 +458,7 @@ fn the_first_definition_wins_and_a_repeat_in_one_directory_names_its_first() {
     let mut c = cfg(root.path());
     c.bundled_agents = false;
     let s = Registry::new(&c, false).unwrap().build_dirs(&dirs, false);
-    let shown = |p: &Path| load::shown(p);
-    let path = |d: usize, f: &str| shown(&dirs[d].join(f));
+    let path = |d: usize, f: &str| load::shown(&dirs[d].join(f));
 
     assert_eq!(s.agents.len(), 301);
     assert_eq!(s.get("x").unwrap().file_path, path(0, "x1.md"));
