@@ -167,6 +167,58 @@ async fn byte_order_inside_a_directory_and_duplicate_names() {
 }
 
 #[tokio::test]
+async fn a_name_repeated_in_a_later_directory_is_shadowed_and_its_repeat_names_that_directory() {
+    let s = start().await;
+    let ws = s.ws("p");
+    let project = ws.join(".claude/agents");
+    let user = s.home().join(".claude/agents");
+    let winner = simple(&project, "x.md", "x", "from the project");
+    let first = simple(&user, "x1.md", "x", "first in user");
+    let second = simple(&user, "x2.md", "x", "second in user");
+    let r = list_all(&s, &ws, true).await;
+
+    let x: Vec<_> = r.agents.iter().filter(|a| a.name == "x").collect();
+    assert_eq!(x.len(), 1);
+    assert_eq!(x[0].description, "from the project");
+    let lost: Vec<_> = r
+        .shadowed
+        .iter()
+        .filter(|a| a.name == "x")
+        .map(|a| (a.description.as_str(), a.shadowed_by.clone()))
+        .collect();
+    let by = winner.display().to_string();
+    assert_eq!(
+        lost,
+        [("first in user", by.clone()), ("second in user", by)]
+    );
+    // The repeat inside the user dir names the first definition there, not the winner.
+    let dups: Vec<_> = r
+        .diagnostics
+        .iter()
+        .filter(|d| d.code == "duplicate_name")
+        .map(|d| (d.path.clone(), d.message.clone()))
+        .collect();
+    assert_eq!(
+        dups,
+        [(
+            second.display().to_string(),
+            format!(
+                "agent \"x\" is also defined by {} in the same directory, which wins",
+                first.display()
+            )
+        )]
+    );
+    let resolved = s
+        .client
+        .clone()
+        .resolve_agent(resolve_req("x", &ws))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(resolved.agent.unwrap().description, "from the project");
+}
+
+#[tokio::test]
 async fn parser_rules_through_the_api() {
     let s = start().await;
     let ws = s.ws("p");
