@@ -28,15 +28,12 @@
 //! Every timing runs with the page cache warm (an untimed run first). Uses `std::time::Instant`
 //! only; no benchmark framework.
 
-use std::os::unix::fs::OpenOptionsExt;
-
 // The allocator `agentry serve` runs on (src/main.rs), so what is measured here allocates as
 // the service does; the baselines measured in this process run on it too.
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::{
     fs,
-    io::Read,
     os::unix::ffi::OsStrExt,
     path::{Path, PathBuf},
     time::{Duration, Instant},
@@ -413,32 +410,18 @@ fn floor_parallel(dirs: &[(PathBuf, bool)]) -> u64 {
         .sum()
 }
 
-/// The same files read the way `discovery::load` reads one today: `open` (`O_NONBLOCK`),
-/// `fstat`, then reads into a buffer sized from `fstat` plus one byte, stopping at a short read
-/// once the reported size is in (one `read` per unchanged file, where `fs::read` makes two).
+/// The same files read by discovery's own read function ([`agentry::discovery::read_definition_file`]:
+/// `open` with `O_NONBLOCK`, `fstat`, then one `read` into a buffer sized from `fstat` plus one
+/// byte, stopping at that short read — one `read` per unchanged file, where `fs::read` makes
+/// two), each into a buffer of its own as the floor's `fs::read` does.
 fn read_like_discovery(dirs: &[(PathBuf, bool)]) -> u64 {
-    const LIMIT: u64 = 1 << 20;
     list_floor(dirs)
         .par_iter()
         .map(|p| {
-            let mut file = fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
-                .open(p)
-                .expect("open");
-            let meta = file.metadata().expect("fstat");
-            assert!(meta.is_file() && meta.len() <= LIMIT);
-            let len = meta.len() as usize;
-            let mut bytes = vec![0; len + 1];
-            let mut filled = 0;
-            loop {
-                let n = file.read(&mut bytes[filled..]).expect("read");
-                filled += n;
-                if n == 0 || filled == len {
-                    break;
-                }
-            }
-            filled as u64
+            let mut bytes = Vec::new();
+            agentry::discovery::read_definition_file(p, &mut bytes)
+                .unwrap_or_else(|d| panic!("{}: {}", d.path, d.message));
+            bytes.len() as u64
         })
         .sum()
 }

@@ -29,6 +29,18 @@ use crate::{
 
 pub use sources::SourceDir;
 
+/// Reads one definition file exactly as discovery does (`open` with `O_NONBLOCK`, the type and
+/// the size checked on the open descriptor, one `read` into a buffer sized from `fstat`), into
+/// `bytes`, and returns the descriptor's metadata; `Err` is the diagnostic discovery would
+/// report for it. Public so the discovery benchmark's floor makes the same calls as the code it
+/// is measured against, not a copy of them.
+pub fn read_definition_file(
+    path: &Path,
+    bytes: &mut Vec<u8>,
+) -> Result<std::fs::Metadata, Diagnostic> {
+    load::read_bounded(path, &path.display().to_string(), bytes)
+}
+
 /// Where a definition came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SourceKind {
