@@ -420,7 +420,7 @@ fn read_like_discovery(dirs: &[(PathBuf, bool)]) -> u64 {
         .map(|p| {
             let mut bytes = Vec::new();
             agentry::discovery::read_definition_file(p, &mut bytes)
-                .unwrap_or_else(|d| panic!("{}: {}", d.path, d.message));
+                .unwrap_or_else(|d| panic!("{d}"));
             bytes.len() as u64
         })
         .sum()

@@ -697,15 +697,15 @@ fn with_read_buffer<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
 
 /// Reads a file's bytes, at most [`MAX_FILE_BYTES`], into `bytes` (emptied first) and returns
 /// its metadata as seen on the open descriptor before reading; `Err` is the diagnostic that
-/// says why not.
+/// says why not, naming the file as `shown` (formatted only on that path).
 pub(super) fn read_bounded(
     path: &Path,
-    shown: &str,
+    shown: &(impl std::fmt::Display + ?Sized),
     bytes: &mut Vec<u8>,
 ) -> Result<Metadata, Diagnostic> {
     bytes.clear();
     let fail = |severity, code: &'static str, message: String| Diagnostic {
-        path: shown.to_owned(),
+        path: shown.to_string(),
         line: None,
         severity,
         code,

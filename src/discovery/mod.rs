@@ -38,7 +38,7 @@ pub fn read_definition_file(
     path: &Path,
     bytes: &mut Vec<u8>,
 ) -> Result<std::fs::Metadata, Diagnostic> {
-    load::read_bounded(path, &path.display().to_string(), bytes)
+    load::read_bounded(path, &path.display(), bytes)
 }
 
 /// Where a definition came from.

@@ -515,7 +515,10 @@ impl ProcessGroup {
                 let status = self.child.wait().await?;
                 self.status = Some(status);
                 self.signal(Signal::SIGKILL);
-                self.sweep = Some(sweep::after_exit(&self.worker_id));
+                self.sweep = Some(sweep::after_exit(
+                    &self.worker_id,
+                    self.pgid.and_then(|pid| u32::try_from(pid.as_raw()).ok()),
+                ));
                 status
             }
         };

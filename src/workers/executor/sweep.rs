@@ -158,7 +158,17 @@ fn sweep_loop(rx: &mpsc::Receiver<Request>) {
 /// it queues the worker for the sweeper thread, so workers that end together share a scan and
 /// the caller's thread is not held by it. The sweep runs even if the answer is no longer
 /// awaited.
-pub fn after_exit(worker_id: &str) -> oneshot::Receiver<usize> {
+///
+/// `leader` is the pid of the worker's first process, just reaped. When it is still the last
+/// pid the kernel gave out in this pid namespace ([`last_created_was`]), no process has been
+/// created since it was: it had no descendants, nothing can carry the cookie, and there is
+/// nothing to scan for.
+pub fn after_exit(worker_id: &str, leader: Option<u32>) -> oneshot::Receiver<usize> {
+    if leader.is_some_and(last_created_was) {
+        let (tx, rx) = oneshot::channel();
+        let _ = tx.send(0);
+        return rx;
+    }
     if ACTIVE.fetch_add(1, Ordering::AcqRel) == 0 {
         let (tx, rx) = oneshot::channel();
         sweep_here(worker_id, tx);
@@ -179,6 +189,32 @@ fn queue(worker_id: &str) -> oneshot::Receiver<usize> {
         sweep_here(&id, tx);
     }
     rx
+}
+
+/// Where the kernel says which pid it gave out last in the reading process's pid namespace
+/// (processes and threads alike; a process in a nested namespace takes a pid in this one too).
+/// A sysctl, so container tools that rewrite `/proc/loadavg` leave it alone.
+const LAST_PID: &str = "/proc/sys/kernel/ns_last_pid";
+
+/// Whether `pid` is the last pid the kernel gave out in this pid namespace: if so, no process
+/// or thread was created after the one that got it. Read after that process was reaped, the
+/// answer could only be wrong if the pid counter went once round the whole pid space between
+/// the reap and this read (a few microseconds), or if a process was created with a pid of its
+/// choosing (`clone3` with `set_tid`, which needs `CAP_CHECKPOINT_RESTORE` or `CAP_SYS_ADMIN`
+/// and does not move the counter). Any doubt (the file is missing or unreadable, as in some
+/// sandboxes) answers `false`, and the caller scans.
+fn last_created_was(pid: u32) -> bool {
+    let mut buf = [0u8; 24];
+    let Ok(mut file) = fs::File::open(LAST_PID) else {
+        return false;
+    };
+    let Ok(n) = file.read(&mut buf) else {
+        return false;
+    };
+    std::str::from_utf8(&buf[..n])
+        .ok()
+        .and_then(|text| text.trim().parse::<u32>().ok())
+        == Some(pid)
 }
 
 /// Runs a sweep counted in [`ACTIVE`] on this thread and answers it.
@@ -372,7 +408,7 @@ mod tests {
         // Two go through the sweeper thread, as when other sweeps are under way; the third
         // goes where the count of sweeps under way sends it. Each gets its own count.
         ACTIVE.fetch_add(2, Ordering::AcqRel);
-        let answers = [queue(a), queue(b), after_exit(none)];
+        let answers = [queue(a), queue(b), after_exit(none, None)];
         let mut counts = Vec::new();
         for rx in answers {
             counts.push(rx.await.unwrap());
@@ -431,6 +467,51 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(1200));
         assert_eq!(kill_marked(&[id]), 1, "the shell, exec'd with the cookie");
         assert!(!child.wait().unwrap().success());
+    }
+
+    #[test]
+    fn the_last_pid_is_the_leader_only_until_something_else_is_created() {
+        // Other tests start processes and threads beside this one, so a lone `true` is seen
+        // as the last one created in one of many tries, not in each.
+        let seen_alone = (0..500).any(|_| {
+            let mut child = std::process::Command::new("true")
+                .spawn()
+                .expect("true exists");
+            child.wait().unwrap();
+            last_created_was(child.id())
+        });
+        assert!(seen_alone, "{LAST_PID} never named a process just reaped");
+        // A leader that started a process of its own is never the last one created.
+        for _ in 0..20 {
+            let mut child = std::process::Command::new("sh")
+                .args(["-c", "true & wait"])
+                .spawn()
+                .expect("sh exists");
+            child.wait().unwrap();
+            assert!(!last_created_was(child.id()));
+        }
+        assert!(!last_created_was(0));
+    }
+
+    #[tokio::test]
+    async fn a_leader_that_started_nothing_needs_no_scan_and_one_that_did_is_swept() {
+        let id = "wkr_sweeptest0000000000000000000009";
+        // The leader leaves a process of its own behind in a new session, then exits.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "setsid sleep 30 & sleep 0.2"])
+            .env(COOKIE, id)
+            .spawn()
+            .expect("sh, setsid and sleep exist");
+        let leader = child.id();
+        child.wait().unwrap();
+        assert_eq!(after_exit(id, Some(leader)).await.unwrap(), 1);
+        // It is not our child, so nothing here waits for it to be gone; once it has died, a
+        // scan no longer finds it.
+        let gone = (0..100).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            kill_each(&[id], Reading::All) == [0]
+        });
+        assert!(gone, "the swept process did not die");
     }
 
     #[test]
