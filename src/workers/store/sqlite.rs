@@ -1,8 +1,9 @@
 //! The embedded backend: one SQLite file in WAL mode (docs/workers.md §6.2).
 //!
-//! There is one write connection. A write that finds it free with nothing queued commits at
-//! once on its caller's thread (one short transaction, about 0.1 ms, never a checkpoint): a lone
-//! write does not pay two thread hand-offs. Otherwise it is queued for the writer thread, which
+//! There is one write connection. A write that finds the store idle — nothing queued, no commit
+//! in the last [`IDLE_FOR`], the connection free — commits at once on its caller's thread (one
+//! short transaction, about 0.1 ms, never a checkpoint): a lone write does not pay two thread
+//! hand-offs. Otherwise it is queued for the writer thread, which
 //! **group-commits** — every write queued while a commit is in progress runs in the next
 //! transaction, each inside its own savepoint (so one refused write never undoes another), and
 //! all of them learn the outcome of that one commit. The write connection never checkpoints: a
@@ -12,9 +13,9 @@
 //! commits. An exclusive lock file keeps a second process off the same file.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, mpsc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
@@ -49,6 +50,12 @@ const MAX_IDLE_READERS: usize = 4;
 /// Commits between two checkpoints. A commit of a worker transition writes about 5–10 WAL
 /// frames, so this keeps the WAL near SQLite's own default of 1,000 pages.
 const CHECKPOINT_EVERY: u32 = 128;
+
+/// How long the store must have been without a commit for a write to commit in place. Writes
+/// that come closer together than this are a stream (many clients at once), which the writer
+/// thread commits in groups for less work per write; a write after a pause is a lone one, for
+/// which the hand-off to that thread and back is most of its latency.
+const IDLE_FOR: Duration = Duration::from_micros(200);
 
 /// Tells one write how the commit it was grouped into ended.
 type Finish = Box<dyn FnOnce(Result<(), String>) + Send>;
@@ -87,13 +94,18 @@ struct WriteSide {
     queued: AtomicUsize,
     /// Commits so far, counted to nudge the checkpointer every [`CHECKPOINT_EVERY`].
     commits: AtomicU32,
+    /// When the last commit ended, in microseconds since `epoch`.
+    last_commit_us: AtomicU64,
+    /// The origin of `last_commit_us`.
+    epoch: Instant,
     /// Wakes the checkpointer (a full queue means a checkpoint is due anyway).
     checkpoint: mpsc::SyncSender<()>,
 }
 
 impl WriteSide {
-    /// The write connection, waiting for it. A write that panicked left it mid-transaction and
-    /// the mutex poisoned: that transaction is rolled back, and the connection serves on.
+    /// The write connection, waiting for it. Should a panic ever escape while it is held (a
+    /// write's own are caught, see [`guarded`]), the transaction it left open is rolled back
+    /// and the connection serves on.
     fn lock(&self) -> MutexGuard<'_, Connection> {
         let conn = self.conn.lock().unwrap_or_else(|poisoned| {
             self.conn.clear_poison();
@@ -103,9 +115,15 @@ impl WriteSide {
         conn
     }
 
-    /// The write connection if it is free and no write is queued for the writer thread.
+    /// The write connection if the store is idle: no write queued for the writer thread, none
+    /// committed in the last [`IDLE_FOR`], and the connection free.
     fn try_lock_idle(&self) -> Option<MutexGuard<'_, Connection>> {
-        if self.queued.load(Ordering::Acquire) != 0 {
+        if self.queued.load(Ordering::Acquire) != 0
+            || self
+                .since_epoch_us()
+                .saturating_sub(self.last_commit_us.load(Ordering::Relaxed))
+                < IDLE_FOR.as_micros() as u64
+        {
             return None;
         }
         let conn = match self.conn.try_lock() {
@@ -120,8 +138,14 @@ impl WriteSide {
         Some(conn)
     }
 
+    fn since_epoch_us(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
     /// Counts one commit, nudging the checkpointer every [`CHECKPOINT_EVERY`].
     fn committed(&self) {
+        self.last_commit_us
+            .store(self.since_epoch_us(), Ordering::Relaxed);
         if self.commits.fetch_add(1, Ordering::Relaxed) % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1 {
             let _ = self.checkpoint.try_send(());
         }
@@ -150,8 +174,7 @@ fn commit_alone<T>(
         what,
         message: format!("begin: {e}"),
     })?;
-    let result = f(conn);
-    let outcome = match result {
+    let outcome = match guarded(conn, what, f) {
         Ok(value) => run("COMMIT")
             .map(|_| value)
             .map_err(|e| StoreError::Commit {
@@ -164,6 +187,25 @@ fn commit_alone<T>(
         let _ = conn.execute_batch("ROLLBACK");
     }
     outcome
+}
+
+/// Runs `f`, turning a panic (a bug in a write) into an error, so the write is undone like any
+/// failed one and neither the connection nor the writer thread is lost with it.
+fn guarded<T>(
+    conn: &Connection,
+    what: &'static str,
+    f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(conn))).unwrap_or_else(|_| {
+        tracing::error!(
+            write = what,
+            "a store write panicked; what it wrote is undone"
+        );
+        Err(StoreError::Commit {
+            what,
+            message: "the write panicked; nothing of it was kept".to_owned(),
+        })
+    })
 }
 
 /// The checkpointer thread: on each nudge, copies what it can of the WAL back into the file
@@ -269,6 +311,8 @@ impl SqliteStore {
             conn: Mutex::new(conn),
             queued: AtomicUsize::new(0),
             commits: AtomicU32::new(0),
+            last_commit_us: AtomicU64::new(0),
+            epoch: Instant::now(),
             checkpoint: nudge,
         });
         let (writer, queue) = mpsc::channel();
@@ -305,7 +349,7 @@ impl SqliteStore {
         let op: WriteOp = Box::new(move |conn| {
             let result = conn
                 .map_err(|message| StoreError::Commit { what, message })
-                .and_then(|conn| in_savepoint(conn, f));
+                .and_then(|conn| in_savepoint(conn, what, f));
             Box::new(move |commit| {
                 let outcome = match commit {
                     Ok(()) => result,
@@ -338,10 +382,11 @@ impl SqliteStore {
 /// Runs `f` inside a savepoint: its writes are undone alone if it fails.
 fn in_savepoint<T>(
     conn: &Connection,
+    what: &'static str,
     f: impl FnOnce(&Connection) -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
     conn.execute_batch("SAVEPOINT op").context("savepoint")?;
-    match f(conn) {
+    match guarded(conn, what, f) {
         Ok(value) => {
             conn.execute_batch("RELEASE op")
                 .context("release savepoint")?;
@@ -398,19 +443,19 @@ fn write_loop(side: &WriteSide, queue: &mpsc::Receiver<WriteOp>) {
 
 /// How long the writer keeps looking for the next write, giving its CPU to others between looks,
 /// before it sleeps until one comes.
-const STAY_AWAKE: std::time::Duration = std::time::Duration::from_micros(300);
+const STAY_AWAKE: Duration = Duration::from_micros(300);
 
 /// The next queued write; `None` once the store is dropped. A write that arrives within
 /// [`STAY_AWAKE`] of the last group is taken without the writer having slept: waking a sleeping
 /// thread on a busy machine cost more than the commit itself (under 8 clients spawning, a write
 /// waited 0.64 ms at the median for the writer to run it, and its group took 0.11 ms).
 fn next_write(queue: &mpsc::Receiver<WriteOp>) -> Option<WriteOp> {
-    let until = std::time::Instant::now() + STAY_AWAKE;
+    let until = Instant::now() + STAY_AWAKE;
     loop {
         match queue.try_recv() {
             Ok(op) => return Some(op),
             Err(mpsc::TryRecvError::Disconnected) => return None,
-            Err(mpsc::TryRecvError::Empty) if std::time::Instant::now() < until => {
+            Err(mpsc::TryRecvError::Empty) if Instant::now() < until => {
                 std::thread::yield_now();
             }
             Err(mpsc::TryRecvError::Empty) => return queue.recv().ok(),
@@ -897,35 +942,45 @@ mod tests {
         );
     }
 
+    /// A write that inserts a worker row, then panics; the error it ends with.
+    async fn panicking_write(store: &SqliteStore, rec: &WorkerRecord) -> String {
+        let rec = rec.clone();
+        store
+            .write("a write that panics", move |conn| {
+                insert_worker(conn, &rec)?;
+                panic!("a bug in a write");
+                #[allow(unreachable_code)]
+                Ok(())
+            })
+            .await
+            .unwrap_err()
+            .to_string()
+    }
+
     #[tokio::test]
     async fn a_write_that_panicked_is_undone_and_the_store_writes_on() {
         let (_dir, _path, store) = open_temp();
-        let store = Arc::new(store);
-        let rec = suite::record(None, 1_000);
-        let panicking = {
-            let (store, rec) = (store.clone(), rec.clone());
-            tokio::spawn(async move {
-                store
-                    .write("a write that panics", move |conn| {
-                        insert_worker(conn, &rec)?;
-                        panic!("a bug in a write");
-                        #[allow(unreachable_code)]
-                        Ok(())
-                    })
-                    .await
-            })
-        };
-        assert!(panicking.await.unwrap_err().is_panic());
-        // Its row went with it; the connection it poisoned serves the next writes, inline and
-        // queued alike.
-        assert_eq!(store.get(&rec.id).await.unwrap(), None);
-        let created = create(&*store, None, 2_000).await;
-        assert_eq!(
-            store.get(&created.id).await.unwrap().unwrap().id,
-            created.id
-        );
-        let again = create(&*store, None, 3_000).await;
-        assert!(store.get(&again.id).await.unwrap().is_some());
+        let message = "worker store: a write that panics: commit failed: the write panicked; \
+                       nothing of it was kept";
+        // In place: the store has been idle, so the write runs on its caller's thread.
+        std::thread::sleep(IDLE_FOR * 2);
+        let inline = suite::record(None, 1_000);
+        assert_eq!(panicking_write(&store, &inline).await, message);
+        // Queued: a commit just ended, so the write goes to the writer thread.
+        store.write.committed();
+        let queued = suite::record(None, 2_000);
+        assert_eq!(panicking_write(&store, &queued).await, message);
+        // Neither row was kept; both paths write on.
+        for rec in [&inline, &queued] {
+            assert_eq!(store.get(&rec.id).await.unwrap(), None);
+        }
+        std::thread::sleep(IDLE_FOR * 2);
+        let alone = create(&store, None, 3_000).await;
+        store.write.committed();
+        let grouped = create(&store, None, 4_000).await;
+        for rec in [&alone, &grouped] {
+            assert_eq!(store.get(&rec.id).await.unwrap().unwrap().id, rec.id);
+        }
     }
 
     #[tokio::test]
