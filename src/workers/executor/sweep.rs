@@ -160,7 +160,7 @@ fn sweep_loop(rx: &mpsc::Receiver<Request>) {
 /// awaited.
 ///
 /// `leader` is the pid of the worker's first process, just reaped. When it is still the last
-/// pid the kernel gave out in this pid namespace ([`last_created_was`]), no process has been
+/// pid the kernel gave out in this pid namespace (see `last_created_was`), no process has been
 /// created since it was: it had no descendants, nothing can carry the cookie, and there is
 /// nothing to scan for.
 pub fn after_exit(worker_id: &str, leader: Option<u32>) -> oneshot::Receiver<usize> {
