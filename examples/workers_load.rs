@@ -9,7 +9,8 @@
 //!    `SpawnWorker{wait: true}` with a unique prompt each (dedupe never hits). Floor:
 //!    `std::process::Command::status()` of `/bin/true` (fork/exec/wait). In between, the same
 //!    run through `ExecExecutor` alone (pipes, own process group, async reap) attributes the gap.
-//!    The three are interleaved, so machine noise hits all alike.
+//!    The three are interleaved, so machine noise hits all alike. After each spawn, a `GetWorker`
+//!    of that (finished) worker on the same channel shows what one call's round trip costs.
 //! 2. **Background spawn throughput**: C clients (own connection each) send `wait: false` spawns
 //!    back to back for S seconds with huge `max_running`/`max_pending`; then ListWorkers is
 //!    polled until nothing is pending or running. Floor: raw rusqlite single-row INSERTs (WAL,
@@ -400,6 +401,9 @@ struct LatencyResult {
     agentry: Summary,
     executor: Summary,
     floor: Summary,
+    /// `GetWorker` of the worker just spawned (finished, answered from memory), on the same
+    /// channel: what one call through the client, HTTP/2 and the layers costs here.
+    round_trip: Summary,
     /// `wait: true` answers whose worker was not terminal (states seen, e.g. `Pending`).
     not_terminal: BTreeMap<&'static str, usize>,
     /// Calls made (warm-up included).
@@ -429,7 +433,7 @@ async fn spawn_latency(scale: Scale, root: &Path) -> LatencyResult {
     let mut client = Client::new(channel);
     let executor = ExecExecutor::new(vec![TRUE.to_owned()], BTreeMap::new());
 
-    let (mut a, mut e, mut f) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut a, mut e, mut f, mut g) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut failures = 0usize;
     let mut not_terminal = BTreeMap::new();
     for i in 0..scale.warmup + scale.spawns {
@@ -448,6 +452,15 @@ async fn spawn_latency(scale: Scale, root: &Path) -> LatencyResult {
             Some(pb::WorkerState::Completed) => {
                 if measured {
                     a.push(d);
+                }
+                let worker_id = r.as_ref().ok().and_then(|r| r.get_ref().worker.as_ref());
+                let worker_id = worker_id.map(|w| w.id.clone()).unwrap_or_default();
+                let t = Instant::now();
+                let got = client.get_worker(pb::GetWorkerRequest { worker_id }).await;
+                let d = t.elapsed();
+                assert!(got.is_ok(), "GetWorker of a finished worker: {got:?}");
+                if measured {
+                    g.push(d);
                 }
             }
             Some(s @ (pb::WorkerState::Pending | pb::WorkerState::Running)) => {
@@ -494,6 +507,7 @@ async fn spawn_latency(scale: Scale, root: &Path) -> LatencyResult {
         agentry: Summary::of(a),
         executor: Summary::of(e),
         floor: Summary::of(f),
+        round_trip: Summary::of(g),
         not_terminal,
         calls: scale.warmup + scale.spawns,
         failures,
@@ -508,6 +522,7 @@ fn print_latency(r: &LatencyResult) {
         ("agentry SpawnWorker{wait: true} via gRPC", &r.agentry),
         ("ExecExecutor alone (pipes, pgroup, reap)", &r.executor),
         ("baseline: Command::status() (fork/exec)", &r.floor),
+        ("diagnostic: GetWorker round trip", &r.round_trip),
     ] {
         println!(
             "| {label:<43} | {:>3} | {:>7.0} | {:>7.0} | {:>7.0} |",
@@ -519,11 +534,13 @@ fn print_latency(r: &LatencyResult) {
     }
     println!(
         "\nagentry / fork-exec floor: p50 {:.2}×, p99 {:.2}×, mean {:.2}×; agentry − ExecExecutor \
-         (gRPC + admission + 3 SQLite commits + tasks) = {:.0} µs at p50; other failures: {}",
+         (gRPC + admission + 3 SQLite commits + tasks) = {:.0} µs at p50, of which one call's \
+         round trip (GetWorker) is {:.0} µs; other failures: {}",
         us(r.agentry.p50) / us(r.floor.p50),
         us(r.agentry.p99) / us(r.floor.p99),
         us(r.agentry.mean) / us(r.floor.mean),
         us(r.agentry.p50) - us(r.executor.p50),
+        us(r.round_trip.p50),
         r.failures,
     );
     let extra = r.agentry.p50.saturating_sub(r.floor.p50);
