@@ -14,7 +14,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError, mpsc};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError, mpsc};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -107,12 +107,7 @@ impl WriteSide {
     /// write's own are caught, see [`guarded`]), the transaction it left open is rolled back
     /// and the connection serves on.
     fn lock(&self) -> MutexGuard<'_, Connection> {
-        let conn = self.conn.lock().unwrap_or_else(|poisoned| {
-            self.conn.clear_poison();
-            poisoned.into_inner()
-        });
-        roll_back_leftover(&conn);
-        conn
+        self.usable(self.conn.lock())
     }
 
     /// The write connection if the store is idle: no write queued for the writer thread, none
@@ -126,16 +121,27 @@ impl WriteSide {
         {
             return None;
         }
-        let conn = match self.conn.try_lock() {
-            Ok(conn) => conn,
-            Err(TryLockError::WouldBlock) => return None,
-            Err(TryLockError::Poisoned(poisoned)) => {
-                self.conn.clear_poison();
-                poisoned.into_inner()
-            }
-        };
-        roll_back_leftover(&conn);
-        Some(conn)
+        match self.conn.try_lock() {
+            Ok(conn) => Some(self.usable(Ok(conn))),
+            Err(TryLockError::WouldBlock) => None,
+            Err(TryLockError::Poisoned(poisoned)) => Some(self.usable(Err(poisoned))),
+        }
+    }
+
+    /// The connection of a lock just taken, poisoned or not: the poison is cleared and a
+    /// transaction left open by whoever panicked is rolled back.
+    fn usable<'a>(
+        &self,
+        locked: Result<MutexGuard<'a, Connection>, PoisonError<MutexGuard<'a, Connection>>>,
+    ) -> MutexGuard<'a, Connection> {
+        let conn = locked.unwrap_or_else(|poisoned| {
+            self.conn.clear_poison();
+            poisoned.into_inner()
+        });
+        if !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        conn
     }
 
     fn since_epoch_us(&self) -> u64 {
@@ -152,13 +158,6 @@ impl WriteSide {
     }
 }
 
-/// Ends a transaction a panicking write left open, so the next one can begin.
-fn roll_back_leftover(conn: &Connection) {
-    if !conn.is_autocommit() {
-        let _ = conn.execute_batch("ROLLBACK");
-    }
-}
-
 /// Runs one write alone in its own transaction on `conn`: committed if it succeeds, rolled back
 /// if it fails.
 fn commit_alone<T>(
@@ -166,27 +165,35 @@ fn commit_alone<T>(
     what: &'static str,
     f: impl FnOnce(&Connection) -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
-    let run = |sql: &str| {
-        conn.prepare_cached(sql)
-            .and_then(|mut stmt| stmt.execute([]))
-    };
-    run("BEGIN IMMEDIATE").map_err(|e| StoreError::Commit {
-        what,
-        message: format!("begin: {e}"),
-    })?;
-    let outcome = match guarded(conn, what, f) {
-        Ok(value) => run("COMMIT")
-            .map(|_| value)
-            .map_err(|e| StoreError::Commit {
-                what,
-                message: e.to_string(),
-            }),
-        Err(e) => Err(e),
-    };
-    if outcome.is_err() {
-        let _ = conn.execute_batch("ROLLBACK");
+    begin(conn).map_err(|message| StoreError::Commit { what, message })?;
+    match guarded(conn, what, f) {
+        Ok(value) => commit(conn)
+            .map(|()| value)
+            .map_err(|message| StoreError::Commit { what, message }),
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(e)
+        }
     }
-    outcome
+}
+
+/// Opens the write transaction of a lone write or a group.
+fn begin(conn: &Connection) -> Result<(), String> {
+    conn.prepare_cached("BEGIN IMMEDIATE")
+        .and_then(|mut stmt| stmt.execute([]))
+        .map(drop)
+        .map_err(|e| format!("begin: {e}"))
+}
+
+/// Commits the open write transaction, rolling it back if the commit fails.
+fn commit(conn: &Connection) -> Result<(), String> {
+    conn.prepare_cached("COMMIT")
+        .and_then(|mut stmt| stmt.execute([]))
+        .map(drop)
+        .map_err(|e| {
+            let _ = conn.execute_batch("ROLLBACK");
+            e.to_string()
+        })
 }
 
 /// Runs `f`, turning a panic (a bug in a write) into an error, so the write is undone like any
@@ -292,21 +299,10 @@ impl SqliteStore {
         checkpointer
             .busy_timeout(BUSY_TIMEOUT)
             .context("set busy timeout")?;
-        let spawn = |name: &str, run: Box<dyn FnOnce() + Send>| {
-            std::thread::Builder::new()
-                .name(name.to_owned())
-                .spawn(run)
-                .map(drop)
-                .map_err(|source| StoreError::Io {
-                    path: path.to_owned(),
-                    source,
-                })
-        };
         let (nudge, nudges) = mpsc::sync_channel(1);
-        spawn(
-            "agentry-sqlite-checkpoint",
-            Box::new(move || checkpoint_loop(&checkpointer, &nudges)),
-        )?;
+        start_thread("agentry-sqlite-checkpoint", path, move || {
+            checkpoint_loop(&checkpointer, &nudges);
+        })?;
         let write = Arc::new(WriteSide {
             conn: Mutex::new(conn),
             queued: AtomicUsize::new(0),
@@ -317,10 +313,9 @@ impl SqliteStore {
         });
         let (writer, queue) = mpsc::channel();
         let side = write.clone();
-        spawn(
-            "agentry-sqlite-writer",
-            Box::new(move || write_loop(&side, &queue)),
-        )?;
+        start_thread("agentry-sqlite-writer", path, move || {
+            write_loop(&side, &queue);
+        })?;
         Ok(SqliteStore {
             writer,
             write,
@@ -342,7 +337,9 @@ impl SqliteStore {
         if let Some(conn) = self.write.try_lock_idle() {
             let result = commit_alone(&conn, what, f);
             drop(conn);
-            self.write.committed();
+            if result.is_ok() {
+                self.write.committed();
+            }
             return result;
         }
         let (tx, rx) = oneshot::channel();
@@ -379,6 +376,22 @@ impl SqliteStore {
     }
 }
 
+/// Starts one of the store's threads; failing to is an I/O error of the store at `path`.
+fn start_thread(
+    name: &str,
+    path: &Path,
+    run: impl FnOnce() + Send + 'static,
+) -> Result<(), StoreError> {
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(run)
+        .map(drop)
+        .map_err(|source| StoreError::Io {
+            path: path.to_owned(),
+            source,
+        })
+}
+
 /// Runs `f` inside a savepoint: its writes are undone alone if it fails.
 fn in_savepoint<T>(
     conn: &Connection,
@@ -412,23 +425,18 @@ fn write_loop(side: &WriteSide, queue: &mpsc::Receiver<WriteOp>) {
         }
         let taken = group.len();
         let conn = side.lock();
-        let finishers: Vec<Finish> = match conn.execute_batch("BEGIN IMMEDIATE") {
-            Ok(()) => group.into_iter().map(|op| op(Ok(&conn))).collect(),
-            Err(e) => {
-                let message = format!("begin: {e}");
-                group
+        let (finishers, commit): (Vec<Finish>, _) = match begin(&conn) {
+            Ok(()) => {
+                let finishers = group.into_iter().map(|op| op(Ok(&conn))).collect();
+                (finishers, commit(&conn))
+            }
+            Err(message) => {
+                let finishers = group
                     .into_iter()
                     .map(|op| op(Err(message.clone())))
-                    .collect()
+                    .collect();
+                (finishers, Err(message))
             }
-        };
-        let commit = if conn.is_autocommit() {
-            Err("the transaction could not begin".to_owned())
-        } else {
-            conn.execute_batch("COMMIT").map_err(|e| {
-                let _ = conn.execute_batch("ROLLBACK");
-                e.to_string()
-            })
         };
         drop(conn);
         side.queued.fetch_sub(taken, Ordering::AcqRel);
@@ -942,11 +950,15 @@ mod tests {
         );
     }
 
-    /// A write that inserts a worker row, then panics; the error it ends with.
-    async fn panicking_write(store: &SqliteStore, rec: &WorkerRecord) -> String {
+    /// A write that inserts a worker row, then panics; the error it ends with, and the name of
+    /// the thread it ran on.
+    async fn panicking_write(store: &SqliteStore, rec: &WorkerRecord) -> (String, String) {
         let rec = rec.clone();
-        store
+        let ran_on = Arc::new(Mutex::new(String::new()));
+        let seen = ran_on.clone();
+        let error = store
             .write("a write that panics", move |conn| {
+                *seen.lock().unwrap() = std::thread::current().name().unwrap_or("").to_owned();
                 insert_worker(conn, &rec)?;
                 panic!("a bug in a write");
                 #[allow(unreachable_code)]
@@ -954,7 +966,9 @@ mod tests {
             })
             .await
             .unwrap_err()
-            .to_string()
+            .to_string();
+        let thread = ran_on.lock().unwrap().clone();
+        (error, thread)
     }
 
     #[tokio::test]
@@ -965,11 +979,15 @@ mod tests {
         // In place: the store has been idle, so the write runs on its caller's thread.
         std::thread::sleep(IDLE_FOR * 2);
         let inline = suite::record(None, 1_000);
-        assert_eq!(panicking_write(&store, &inline).await, message);
+        let (error, thread) = panicking_write(&store, &inline).await;
+        assert_eq!(error, message);
+        assert_eq!(thread, std::thread::current().name().unwrap());
         // Queued: a commit just ended, so the write goes to the writer thread.
         store.write.committed();
         let queued = suite::record(None, 2_000);
-        assert_eq!(panicking_write(&store, &queued).await, message);
+        let (error, thread) = panicking_write(&store, &queued).await;
+        assert_eq!(error, message);
+        assert_eq!(thread, "agentry-sqlite-writer");
         // Neither row was kept; both paths write on.
         for rec in [&inline, &queued] {
             assert_eq!(store.get(&rec.id).await.unwrap(), None);
