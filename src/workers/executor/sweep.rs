@@ -494,7 +494,41 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_leader_that_started_nothing_needs_no_scan_and_one_that_did_is_swept() {
+    async fn a_leader_that_started_nothing_is_not_scanned_for() {
+        let id = "wkr_sweeptest0000000000000000000010";
+        // A decoy carries the cookie but was started before the leader, so it is no
+        // descendant of it: a scan finds and kills it, while a skipped scan leaves it alone.
+        // Other tests create processes beside this one, so the skip shows in one of many tries.
+        let mut skipped = false;
+        for _ in 0..200 {
+            let mut decoy = std::process::Command::new("setsid")
+                .args(["sleep", "30"])
+                .env(COOKIE, id)
+                .spawn()
+                .expect("setsid and sleep exist");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let mut leader = std::process::Command::new("true")
+                .spawn()
+                .expect("true exists");
+            leader.wait().unwrap();
+            let killed = after_exit(id, Some(leader.id())).await.unwrap();
+            if killed == 0 {
+                decoy.kill().unwrap();
+            }
+            decoy.wait().unwrap();
+            if killed == 0 {
+                skipped = true;
+                break;
+            }
+        }
+        assert!(
+            skipped,
+            "every exit of a leader that started nothing was scanned for"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_leader_that_started_a_process_is_swept_after_it() {
         let id = "wkr_sweeptest0000000000000000000009";
         // The leader leaves a process of its own behind in a new session, then exits.
         let mut child = std::process::Command::new("sh")
