@@ -302,14 +302,21 @@ impl App {
     }
 
     /// `ReportProgress`: appends to the calling worker's log; returns the event's sequence.
+    /// The worker is found like every caller's lineage (live here, else in the shared store), so
+    /// any replica takes the report: the event goes to the shared log and every replica's
+    /// watchers see it.
     pub async fn report_progress(&self, id: &Identity, p: Progress) -> Result<u64, Error> {
-        let token = id
-            .worker_token
-            .as_deref()
+        if id.worker_token.is_none() {
+            return Err(Error::WorkerTokenRequired);
+        }
+        let worker = self
+            .lineage(id)
+            .await?
+            .parent
             .ok_or(Error::WorkerTokenRequired)?;
         Ok(self
             .supervisor
-            .report_progress_by_token(token, p)
+            .report_progress(&worker.id, p)
             .await?
             .sequence)
     }

@@ -134,11 +134,17 @@ where
                 let principal = match bearer(req.headers()) {
                     Some(token) => tokens.principal(token),
                     None => {
-                        let token = req
-                            .headers()
-                            .get("x-agentry-worker-token")
-                            .and_then(|v| v.to_str().ok())
-                            .map(str::to_owned);
+                        let mut all = req.headers().get_all("x-agentry-worker-token").iter();
+                        let token = all.next().and_then(|v| v.to_str().ok()).map(str::to_owned);
+                        if all.next().is_some() {
+                            // Which of two tokens would speak for the caller is not ours to
+                            // guess: the call is malformed, as a repeated x-agentry-spawns is.
+                            let status = super::status::invalid(
+                                "x-agentry-worker-token",
+                                "must be given at most once",
+                            );
+                            return Box::pin(std::future::ready(Ok(status.into_http())));
+                        }
                         let (Some(token), Some(workers)) = (token, self.workers.as_ref()) else {
                             return Box::pin(std::future::ready(Ok(unauthenticated(
                                 "missing bearer token",
@@ -243,6 +249,23 @@ fn grpc_code(headers: &http::HeaderMap) -> Option<Code> {
         .map(|v| Code::from_bytes(v.as_bytes()))
 }
 
+/// What the caller sent wrong, when `status` is the transport's failure to decode a request
+/// message (invalid UTF-8 in a string field, bad wire data, a message over the size limit);
+/// `None` for any other status. Unary calls and runner streams both say it this way.
+pub fn decode_failure(status: &Status) -> Option<String> {
+    let message = status.message();
+    match status.code() {
+        Code::Internal if message.starts_with("failed to decode Protobuf message") => {
+            let detail = message.split_once(": ").map_or(message, |(_, rest)| rest);
+            Some(format!("the request is not a valid message: {detail}"))
+        }
+        Code::OutOfRange if message.contains("message length too large") => {
+            Some(format!("the request message is too large: {message}"))
+        }
+        _ => None,
+    }
+}
+
 /// A transport-level refusal of the request body, rewritten as the caller's error.
 fn rewrite_decode_error(resp: http::Response<Body>) -> http::Response<Body> {
     if !matches!(
@@ -254,19 +277,8 @@ fn rewrite_decode_error(resp: http::Response<Body>) -> http::Response<Body> {
     let Some(status) = Status::from_header_map(resp.headers()) else {
         return resp;
     };
-    let message = status.message();
-    let rewritten = match status.code() {
-        Code::Internal if message.starts_with("failed to decode Protobuf message") => {
-            let detail = message
-                .split_once(": ")
-                .map_or(message, |(_, rest)| rest)
-                .to_owned();
-            format!("the request is not a valid message: {detail}")
-        }
-        Code::OutOfRange if message.contains("message length too large") => {
-            format!("the request message is too large: {message}")
-        }
-        _ => return resp,
+    let Some(rewritten) = decode_failure(&status) else {
+        return resp;
     };
     with_info(Code::InvalidArgument, "INVALID_REQUEST", rewritten, &[]).into_http()
 }

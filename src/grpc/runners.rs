@@ -243,6 +243,16 @@ fn outbound(o: Outbound) -> Result<pb::ConnectResponse, Status> {
     Ok(pb::ConnectResponse { msg: Some(msg) })
 }
 
+/// A runner message the transport could not decode, as the runner's own error: the stream
+/// ends with `INVALID_ARGUMENT` naming what was wrong, never with OK. Any other failure (the
+/// connection broke) keeps its own status; nobody may be left to read it.
+fn decode_error(s: &Status) -> Status {
+    match super::layers::decode_failure(s) {
+        Some(why) => with_info(Code::InvalidArgument, "INVALID_MESSAGE", why, &[]),
+        None => s.clone(),
+    }
+}
+
 /// Applies one runner message after `hello`.
 async fn handle(s: &Session, m: pb::ConnectRequest, max_output: usize) {
     let Some(m) = m.msg else {
@@ -320,6 +330,18 @@ impl pb::runner_service_server::RunnerService for RunnerService {
         &self,
         req: Request<Streaming<pb::ConnectRequest>>,
     ) -> Result<Response<Self::ConnectStream>, Status> {
+        // A runner is its principal's agent, never a worker's: a worker that opened a session
+        // would be handed other workers' assignments and tokens (more rights than its own), and
+        // could be offered the reviewer of its own review. So a worker token is refused here
+        // whether or not authentication is on, bearer token or not.
+        if req.metadata().contains_key(&*super::metadata::WORKER_TOKEN) {
+            return Err(with_info(
+                Code::Unauthenticated,
+                "WORKER_TOKEN_REFUSED",
+                "RunnerService/Connect does not accept x-agentry-worker-token: a runner connects as a principal (authorization: Bearer <token> when auth.tokens_file is set), never as a worker",
+                &[],
+            ));
+        }
         let principal = req
             .extensions()
             .get::<crate::auth::Principal>()
@@ -360,7 +382,14 @@ impl pb::runner_service_server::RunnerService for RunnerService {
                             handle(&session, m, max_output).await;
                         }
                         // The runner closed its side or the connection broke.
-                        Ok(None) | Err(_) => break,
+                        Ok(None) => break,
+                        // A message that does not decode (over the size limit, invalid UTF-8 in
+                        // a string field) ends the stream as the caller's error, as a unary call
+                        // would; the session's workers then follow the runner-lost rules.
+                        Err(status) => {
+                            let _ = tx.send(Err(decode_error(&status))).await;
+                            break;
+                        }
                     },
                     o = out.recv() => {
                         let Some(o) = o else { break };

@@ -198,6 +198,26 @@ impl From<WorkerError> for Status {
                 "x-agentry-worker-token is not the token of a running worker",
                 &[],
             ),
+            WorkerError::TokenOfOtherPrincipal => with_info(
+                Code::PermissionDenied,
+                "WORKER_TOKEN_OF_OTHER_PRINCIPAL",
+                msg,
+                &[],
+            ),
+            WorkerError::SequenceOutOfRange {
+                id,
+                after_sequence,
+                last,
+            } => with_info(
+                Code::OutOfRange,
+                "SEQUENCE_OUT_OF_RANGE",
+                msg,
+                &[
+                    ("worker_id", &id),
+                    ("after_sequence", &after_sequence.to_string()),
+                    ("last_sequence", &last.to_string()),
+                ],
+            ),
             WorkerError::Capacity(_) => with_info(Code::ResourceExhausted, "CAPACITY", msg, &[]),
             WorkerError::RequestIdReused { .. } => invalid("request_id", msg),
             WorkerError::NotFound(id) => with_info(

@@ -8,6 +8,7 @@ mod deploy;
 mod dialects;
 mod hardening;
 mod helpers;
+mod hostile;
 mod ops;
 mod processes;
 mod progress;

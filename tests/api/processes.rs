@@ -182,3 +182,54 @@ async fn a_second_server_on_the_same_store_refuses_to_start_naming_the_holder() 
         .workers;
     assert_eq!(listed.len(), 1);
 }
+
+#[tokio::test]
+async fn a_second_server_through_a_symlink_refuses_to_start() {
+    let f = fixture("cat > /dev/null\nsleep 1\necho first", "", "");
+    let root = f.dir.path();
+    let server = start(&f.config).await;
+    let c = server.client().await;
+    let running = {
+        let mut c = c.clone();
+        tokio::spawn(async move {
+            c.spawn_worker(pb::SpawnWorkerRequest {
+                agent: "task".into(),
+                prompt: "keep going".into(),
+                wait: true,
+                ..Default::default()
+            })
+            .await
+        })
+    };
+    // The same database named two other ways: through a symlinked directory, and through a
+    // symlink to the file itself (with a `..` on the way).
+    std::os::unix::fs::symlink(root.join("state"), root.join("state-link")).unwrap();
+    std::fs::create_dir_all(root.join("elsewhere/sub")).unwrap();
+    std::os::unix::fs::symlink(f.db.clone(), root.join("elsewhere/db-link")).unwrap();
+    let ways = [
+        root.join("state-link/agentry.db"),
+        root.join("elsewhere/sub/../db-link"),
+    ];
+    for (n, db) in ways.iter().enumerate() {
+        let config = crate::binary::config(
+            root,
+            &format!("via-link-{n}"),
+            &format!(
+                "home: {home}\nstore: {{path: {db}}}\nexecutor: {{command: [/bin/true]}}\n",
+                home = root.join("home").display(),
+                db = db.display(),
+            ),
+        );
+        let stderr = Launch::new(&config).fails().await;
+        assert!(
+            stderr.contains("is in use by another agentry process")
+                && stderr.contains(&format!("pid {}", server.pid())),
+            "{}: {stderr}",
+            db.display()
+        );
+    }
+    // The first server's worker was not touched.
+    let w = running.await.unwrap().unwrap().into_inner().worker.unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    assert_eq!(w.result.as_deref(), Some("first\n"));
+}

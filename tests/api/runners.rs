@@ -18,7 +18,7 @@ use crate::helpers::*;
 use crate::workers::{spawn, spawn_req, wait_state};
 
 /// Short protocol timing so the rules can be watched in a test.
-fn fast(c: &mut agentry::config::Config) {
+pub(crate) fn fast(c: &mut agentry::config::Config) {
     c.executor.kind = ExecutorKind::Runner;
     c.runners.heartbeat_interval = Duration::from_millis(100);
     c.runners.lease = Duration::from_millis(800);
@@ -26,11 +26,11 @@ fn fast(c: &mut agentry::config::Config) {
     c.executor.kill_grace = Duration::from_millis(300);
 }
 
-async fn server() -> TestServer {
+pub(crate) async fn server() -> TestServer {
     start_with(fast).await
 }
 
-fn hello(name: &str, agents: &[&str], slots: u32) -> pb::RunnerHello {
+pub(crate) fn hello(name: &str, agents: &[&str], slots: u32) -> pb::RunnerHello {
     pb::RunnerHello {
         name: name.into(),
         agents: agents.iter().map(|a| (*a).to_owned()).collect(),
@@ -40,13 +40,13 @@ fn hello(name: &str, agents: &[&str], slots: u32) -> pb::RunnerHello {
 }
 
 /// One runner session.
-struct Runner {
-    tx: mpsc::Sender<pb::ConnectRequest>,
-    rx: Streaming<pb::ConnectResponse>,
-    welcome: pb::RunnerWelcome,
+pub(crate) struct Runner {
+    pub(crate) tx: mpsc::Sender<pb::ConnectRequest>,
+    pub(crate) rx: Streaming<pb::ConnectResponse>,
+    pub(crate) welcome: pb::RunnerWelcome,
 }
 
-async fn channel(s: &TestServer) -> Channel {
+pub(crate) async fn channel(s: &TestServer) -> Channel {
     Channel::from_shared(format!("http://{}", s.addr))
         .unwrap()
         .connect()
@@ -55,7 +55,7 @@ async fn channel(s: &TestServer) -> Channel {
 }
 
 /// Opens a stream and sends `first` (normally a hello); the server's answer or refusal.
-async fn open(
+pub(crate) async fn open(
     s: &TestServer,
     first: In,
     bearer_token: Option<&str>,
@@ -83,16 +83,20 @@ async fn open(
 }
 
 impl Runner {
-    async fn connect(s: &TestServer, h: pb::RunnerHello) -> Runner {
+    pub(crate) async fn connect(s: &TestServer, h: pb::RunnerHello) -> Runner {
         Self::connect_as(s, h, None).await
     }
 
     /// A runner `name` that serves every agent with `slots` slots.
-    async fn any(s: &TestServer, name: &str, slots: u32) -> Runner {
+    pub(crate) async fn any(s: &TestServer, name: &str, slots: u32) -> Runner {
         Self::connect(s, hello(name, &["*"], slots)).await
     }
 
-    async fn connect_as(s: &TestServer, h: pb::RunnerHello, token: Option<&str>) -> Runner {
+    pub(crate) async fn connect_as(
+        s: &TestServer,
+        h: pb::RunnerHello,
+        token: Option<&str>,
+    ) -> Runner {
         let (tx, mut rx) = open(s, In::Hello(h), token).await.unwrap();
         let first = tokio::time::timeout(Duration::from_secs(10), rx.next())
             .await
@@ -107,7 +111,11 @@ impl Runner {
 
     /// Spawns a background `task` worker, takes its offer, accepts it and waits until the
     /// worker is running.
-    async fn take(&mut self, s: &TestServer, prompt: &str) -> (pb::Worker, pb::RunnerAssignment) {
+    pub(crate) async fn take(
+        &mut self,
+        s: &TestServer,
+        prompt: &str,
+    ) -> (pb::Worker, pb::RunnerAssignment) {
         let w = bg(s, "task", prompt).await;
         let a = self.assignment().await;
         assert_eq!(a.worker_id, w.id, "offered the new worker");
@@ -116,7 +124,7 @@ impl Runner {
         (w, a)
     }
 
-    async fn send(&self, m: In) {
+    pub(crate) async fn send(&self, m: In) {
         self.tx
             .send(pb::ConnectRequest { msg: Some(m) })
             .await
@@ -124,13 +132,13 @@ impl Runner {
     }
 
     /// The next server message, within 10 s.
-    async fn next(&mut self) -> Out {
+    pub(crate) async fn next(&mut self) -> Out {
         self.next_within(Duration::from_secs(10))
             .await
             .expect("a message in time")
     }
 
-    async fn next_within(&mut self, d: Duration) -> Option<Out> {
+    pub(crate) async fn next_within(&mut self, d: Duration) -> Option<Out> {
         match tokio::time::timeout(d, self.rx.next()).await {
             Err(_) => None,
             Ok(Some(Ok(m))) => Some(m.msg.expect("a message with content")),
@@ -138,21 +146,21 @@ impl Runner {
         }
     }
 
-    async fn assignment(&mut self) -> pb::RunnerAssignment {
+    pub(crate) async fn assignment(&mut self) -> pb::RunnerAssignment {
         match self.next().await {
             Out::Assignment(a) => a,
             other => panic!("expected an assignment, got {other:?}"),
         }
     }
 
-    async fn rejected(&mut self) -> pb::RunnerRejected {
+    pub(crate) async fn rejected(&mut self) -> pb::RunnerRejected {
         match self.next().await {
             Out::Rejected(r) => r,
             other => panic!("expected a refusal, got {other:?}"),
         }
     }
 
-    async fn accept(&self, a: &pb::RunnerAssignment) {
+    pub(crate) async fn accept(&self, a: &pb::RunnerAssignment) {
         self.send(In::Accepted(pb::RunnerAccepted {
             worker_id: a.worker_id.clone(),
             lease_token: a.lease_token.clone(),
@@ -160,7 +168,7 @@ impl Runner {
         .await;
     }
 
-    async fn progress(&self, id: &str, lease: &str, text: &str, data: &str) {
+    pub(crate) async fn progress(&self, id: &str, lease: &str, text: &str, data: &str) {
         self.send(In::Progress(pb::RunnerProgress {
             worker_id: id.into(),
             lease_token: lease.into(),
@@ -171,7 +179,12 @@ impl Runner {
         .await;
     }
 
-    async fn finish(&self, id: &str, lease: &str, outcome: pb::runner_finished::Outcome) {
+    pub(crate) async fn finish(
+        &self,
+        id: &str,
+        lease: &str,
+        outcome: pb::runner_finished::Outcome,
+    ) {
         self.send(In::Finished(pb::RunnerFinished {
             worker_id: id.into(),
             lease_token: lease.into(),
@@ -180,7 +193,7 @@ impl Runner {
         .await;
     }
 
-    async fn complete(&self, a: &pb::RunnerAssignment, result: &str) {
+    pub(crate) async fn complete(&self, a: &pb::RunnerAssignment, result: &str) {
         self.finish(
             &a.worker_id,
             &a.lease_token,
@@ -196,7 +209,7 @@ fn canceled() -> pb::runner_finished::Outcome {
     pb::runner_finished::Outcome::Canceled(pb::runner_finished::Canceled {})
 }
 
-async fn bg(s: &TestServer, agent: &str, prompt: &str) -> pb::Worker {
+pub(crate) async fn bg(s: &TestServer, agent: &str, prompt: &str) -> pb::Worker {
     spawn(s, spawn_req(agent, prompt, false))
         .await
         .unwrap()
@@ -205,7 +218,11 @@ async fn bg(s: &TestServer, agent: &str, prompt: &str) -> pb::Worker {
 }
 
 /// (sequence, state, progress text) of a worker's events after `after`, to its end.
-async fn events(s: &TestServer, id: &str, after: u64) -> Vec<(u64, i32, Option<String>)> {
+pub(crate) async fn events(
+    s: &TestServer,
+    id: &str,
+    after: u64,
+) -> Vec<(u64, i32, Option<String>)> {
     let mut st = s
         .client
         .clone()

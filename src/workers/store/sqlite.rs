@@ -276,7 +276,7 @@ impl SqliteStore {
                 source,
             })?;
         }
-        let lock = lock_exclusively(path)?;
+        let lock = lock_exclusively(&canonical(path)?)?;
         let mut conn =
             Connection::open(path).with_context(|| format!("open {}", path.display()))?;
         conn.busy_timeout(BUSY_TIMEOUT)
@@ -669,6 +669,32 @@ impl WorkerStore for SqliteStore {
 
     async fn release_dedupe(&self, _key: &str, _worker: &WorkerId) -> Result<(), StoreError> {
         Ok(())
+    }
+}
+
+/// The one path of the database file, whichever path reached it: symlinks (of the file or of
+/// any directory above it), `.` and `..` resolved, so the lock file beside it is the same for
+/// every way of naming the file. A file that does not exist yet is named in its canonical
+/// directory (created by the caller).
+fn canonical(path: &Path) -> Result<PathBuf, StoreError> {
+    let io = |path: &Path, source| StoreError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    match std::fs::canonicalize(path) {
+        Ok(p) => Ok(p),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let dir = path
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            let dir = std::fs::canonicalize(dir).map_err(|e| io(dir, e))?;
+            Ok(match path.file_name() {
+                Some(name) => dir.join(name),
+                None => dir,
+            })
+        }
+        Err(e) => Err(io(path, e)),
     }
 }
 

@@ -181,6 +181,12 @@ pub enum WorkerError {
     /// The worker token is not a live worker's.
     #[error("unknown or expired worker token")]
     UnknownToken,
+    /// A bearer token of one principal with the worker token of another principal's worker: the
+    /// call would read as one principal and write (spawn, report) as the other.
+    #[error(
+        "x-agentry-worker-token is the token of a worker of another principal than the bearer token's; send the worker token with its own principal's bearer token, or alone"
+    )]
+    TokenOfOtherPrincipal,
     /// Too many workers.
     #[error("{0}")]
     Capacity(String),
@@ -223,6 +229,18 @@ pub enum WorkerError {
         id: String,
         /// The bound.
         max: u64,
+    },
+    /// `WatchWorker.after_sequence` beyond the worker's last event.
+    #[error(
+        "after_sequence {after_sequence} is beyond the last event of worker {id} (sequence {last})"
+    )]
+    SequenceOutOfRange {
+        /// The worker.
+        id: String,
+        /// The cursor asked for.
+        after_sequence: u64,
+        /// Its last event's sequence.
+        last: u64,
     },
     /// A page token was refused.
     #[error("page_token {0}")]
@@ -476,6 +494,9 @@ impl Supervisor {
                 .await?
                 .ok_or(WorkerError::UnknownToken)?,
         };
+        if id.authenticated && found.record.spec.caller_scope != id.principal {
+            return Err(WorkerError::TokenOfOtherPrincipal);
+        }
         Ok(Lineage {
             caller: found.known.clone().narrow(&id.declared),
             scope: found.record.spec.caller_scope.clone(),

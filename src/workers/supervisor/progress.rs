@@ -1,30 +1,16 @@
 //! Progress reports of running workers (docs/workers.md §6.9): appended to the worker's event
 //! log by the store (which enforces "running only" and the per-worker bound), then published to
-//! its watchers like a transition. Both `ReportProgress` (by worker token) and a runner's stream
-//! (by worker id, after the lease was checked) come through here.
+//! its watchers like a transition. Both `ReportProgress` (the worker of the caller's token, found
+//! on any replica) and a runner's stream (by worker id, after the lease was checked) come through
+//! here.
 
 use super::{Supervisor, WorkerError, now_ms};
 use crate::workers::{
-    model::{Progress, WorkerEvent, WorkerId, hash_token},
+    model::{Progress, WorkerEvent, WorkerId},
     store::StoreError,
 };
 
 impl Supervisor {
-    /// Appends a report of the live worker holding `token`; a token that is not a live worker's
-    /// is [`WorkerError::UnknownToken`].
-    pub async fn report_progress_by_token(
-        &self,
-        token: &str,
-        progress: Progress,
-    ) -> Result<WorkerEvent, WorkerError> {
-        let id = self
-            .live()
-            .by_token(&hash_token(token))
-            .map(|l| l.record.id.clone())
-            .ok_or(WorkerError::UnknownToken)?;
-        self.report_progress(&id, progress).await
-    }
-
     /// Appends a report of worker `id` as its next event, updates the live record and publishes
     /// the event. A worker that is not running is [`WorkerError::NotRunning`]; a full log is
     /// [`WorkerError::TooManyEvents`].

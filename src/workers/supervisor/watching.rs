@@ -127,11 +127,26 @@ impl Supervisor {
         };
         // Another principal's worker does not exist for this caller.
         let current = self.get(id, vis).await?;
+        let terminal = current.state.is_terminal();
+        let last = current.sequence;
         let first = if after_sequence == 0 {
             vec![WorkerEvent::snapshot(current)]
         } else {
             self.events_after(id, after_sequence).await?
         };
+        // A cursor past every event the worker has is not a place to wait at: the client has
+        // the wrong worker or a corrupted cursor. (An event read after `current` counts too.)
+        let newest = first.last().map_or(last, |e| e.sequence.max(last));
+        if after_sequence > newest {
+            return Err(WorkerError::SequenceOutOfRange {
+                id: id.to_string(),
+                after_sequence,
+                last: newest,
+            });
+        }
+        // A finished worker whose events are all before the cursor has nothing more to send:
+        // the stream ends at once, with OK.
+        let over = terminal && first.is_empty();
         let follow = Follow {
             sup: self.clone(),
             id: id.clone(),
@@ -139,7 +154,7 @@ impl Supervisor {
             queue: first.into(),
             source,
             shutdown: self.shutdown_token(),
-            over: false,
+            over,
         };
         Ok(Box::pin(futures_util::stream::unfold(follow, Follow::next)))
     }
