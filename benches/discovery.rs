@@ -4,7 +4,9 @@
 //! `cargo bench --bench discovery [-- --files N --iters N] [--only cold|warm]`
 //!
 //! `--only cold` runs nothing but `iters` cold discoveries and `--only warm` nothing but the
-//! warm reloads, so a profiler (`perf record`, `valgrind --tool=callgrind`) sees one path alone.
+//! warm reloads, so a profiler (`perf record`, `valgrind --tool=callgrind`) sees one path alone;
+//! `--only hostile` nothing but the two hostile files (100,000 keys; a list of 500,000 items),
+//! each parsed alone, with its time and the peak memory it takes (targets ≤ 50 ms, ≤ 64 MiB).
 //!
 //! The files are generated in a tempdir and spread over every kind of source a snapshot reads:
 //! a project dir found by walking up from the workspace, the four user dirs of the fake home,
@@ -76,7 +78,10 @@ impl Args {
                 "--iters" => a.iters = value("--iters").max(1),
                 "--only" => {
                     let v = it.next().unwrap_or_default();
-                    assert!(v == "cold" || v == "warm", "--only takes cold or warm");
+                    assert!(
+                        matches!(v.as_str(), "cold" | "warm" | "hostile"),
+                        "--only takes cold, warm or hostile"
+                    );
                     a.only = Some(v);
                 }
                 _ => {}
@@ -628,8 +633,100 @@ fn print_row(cells: [&str; 5], met: bool) {
     );
 }
 
+/// `VmHWM` (peak resident memory) of this process, in bytes, after resetting it to the current
+/// resident size (`/proc/self/clear_refs`, value 5), so what follows is measured alone.
+fn reset_peak() {
+    fs::write("/proc/self/clear_refs", "5").expect("reset VmHWM");
+}
+
+fn peak_rss() -> u64 {
+    let status = fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Hostile persona files, parsed alone: one with 100,000 keys (about 1 MB), one whose
+/// frontmatter is one list of 500,000 items in 1 MB. Prints the median parse time of each and
+/// the peak memory a parse takes beyond what the process had, as `ROW` lines.
+fn hostile(iters: usize) {
+    let mut keys = String::from("---\nname: many-keys\ndescription: a hundred thousand keys\n");
+    for i in 0..100_000 {
+        keys.push_str(&format!("k{i:05}: v\n"));
+    }
+    keys.push_str("---\nbody\n");
+    let mut list = String::from("---\nname: long-list\ndescription: one list\nitems: [a");
+    while list.len() < 1_000_000 {
+        list.push_str(",a");
+    }
+    list.push_str("]\n---\nbody\n");
+    // The same keys past the fast reader: a comment sends the block through YAML, and a value
+    // YAML refuses sends it through the line-by-line fallback.
+    let yaml = keys.replacen("---\n", "---\n# a comment\n", 1);
+    let fallback = keys.replacen("---\n", "---\nwhen_to_use: Use when: broken\n", 1);
+    let opts = ParseOptions::default();
+    println!("\n## Hostile persona files, one parse each ({iters} iterations)\n");
+    println!(
+        "| file                                   |    bytes | median ms | peak MiB over the process |"
+    );
+    println!(
+        "|----------------------------------------|---------:|----------:|--------------------------:|"
+    );
+    let mut rows = Vec::new();
+    for (label, text) in [
+        ("100,000 keys", &keys),
+        ("100,000 keys (YAML)", &yaml),
+        ("100,000 keys (line fallback)", &fallback),
+        ("a list of 500,000 items", &list),
+    ] {
+        let mut times = Vec::new();
+        let mut peak = 0;
+        for _ in 0..iters.max(3) {
+            let base = rss();
+            reset_peak();
+            let t = Instant::now();
+            let parsed = std::hint::black_box(persona::parse(text.as_bytes(), "hostile.md", &opts));
+            times.push(t.elapsed());
+            peak = peak.max(peak_rss().saturating_sub(base));
+            assert!(
+                parsed.persona.is_some(),
+                "{label}: {:?}",
+                parsed.diagnostics
+            );
+            drop(parsed);
+        }
+        times.sort();
+        let med = median(&times);
+        println!(
+            "| {label:<38} | {:>8} | {:>9.2} | {:>25.1} |",
+            text.len(),
+            ms(med),
+            mib(peak)
+        );
+        rows.push((label, text.len(), med, peak));
+    }
+    for (label, bytes, med, peak) in rows {
+        print_row(
+            [
+                &format!("parse a persona of {label} ({} KB)", bytes / 1000),
+                &format!("{:.1} ms, peak {:.0} MiB", ms(med), mib(peak)),
+                "—",
+                "—",
+                "≤ 50 ms, ≤ 64 MiB",
+            ],
+            med <= Duration::from_millis(50) && peak <= 64 << 20,
+        );
+    }
+}
+
 fn main() {
     let args = Args::parse();
+    if args.only.as_deref() == Some("hostile") {
+        hostile(args.iters);
+        return;
+    }
     let threads = rayon::current_num_threads();
     let t = Instant::now();
     let tree = generate(args.files);
@@ -870,6 +967,7 @@ fn main() {
     assert_eq!(reload.stale, 0, "every reload must see the changed file");
 
     println!();
+    hostile(iters);
     print_row(
         [
             &format!("cold discovery, {} files over 7 sources", tree.files),

@@ -118,21 +118,36 @@ pub(super) fn normalise_key(k: &str) -> String {
     out
 }
 
-/// Finds the 0-based block line where an unindented `key:` starts.
-fn find_key_line(block: &Block, raw_key: &str) -> Option<usize> {
-    super::split::lines(&block.text).position(|l| {
+/// How many `:` of one line [`key_lines`] considers, and how far into the line: a key with a
+/// colon in it is quoted and short, and the bound keeps a line of many colons from costing its
+/// length for each of them.
+const KEY_COLONS: usize = 8;
+/// See [`KEY_COLONS`]; in bytes.
+const KEY_SPAN: usize = 1024;
+
+/// The 0-based block line where each key starts, for [`yaml_entries`]: for every line, each
+/// prefix that ends at a `:` (less the spaces and closing quotes before it, and an opening
+/// quote) is a key that line may start, and the first line wins. One pass over the block, so a
+/// block of many keys costs its size, not keys × lines. A key not found (longer than
+/// [`KEY_SPAN`], say) has no line; the line only places a diagnostic.
+fn key_lines<'a>(block: &'a Block<'_>) -> hashbrown::HashMap<&'a str, usize> {
+    let mut at = hashbrown::HashMap::new();
+    for (i, l) in super::split::lines(&block.text).enumerate() {
         let l = l.strip_prefix('"').unwrap_or(l);
-        l.starts_with(raw_key)
-            && l[raw_key.len()..]
-                .trim_start_matches('"')
-                .trim_start()
-                .starts_with(':')
-    })
+        let span = &l.as_bytes()[..l.len().min(KEY_SPAN)];
+        for colon in memchr::memchr_iter(b':', span).take(KEY_COLONS) {
+            let key = l[..colon].trim_end().trim_end_matches('"');
+            at.entry(key).or_insert(i);
+        }
+    }
+    at
 }
 
 /// The line-by-line fallback: unindented `key: value` lines only.
 fn fallback_entries(block: &Block) -> Vec<(String, String, usize)> {
     let mut out: Vec<(String, String, usize)> = Vec::new();
+    // Where each key is in `out`, so a later duplicate overwrites in constant time.
+    let mut at: hashbrown::HashMap<&str, usize> = hashbrown::HashMap::new();
     for (i, line) in super::split::lines(&block.text).enumerate() {
         let Some((k, v)) = line.split_once(':') else {
             continue;
@@ -145,11 +160,16 @@ fn fallback_entries(block: &Block) -> Vec<(String, String, usize)> {
             continue;
         }
         let v = v.trim().to_owned();
-        if let Some(e) = out.iter_mut().find(|e| e.0 == k) {
-            e.1 = v;
-            e.2 = i;
-        } else {
-            out.push((k.to_owned(), v, i));
+        match at.entry(k) {
+            hashbrown::hash_map::Entry::Occupied(slot) => {
+                let e = &mut out[*slot.get()];
+                e.1 = v;
+                e.2 = i;
+            }
+            hashbrown::hash_map::Entry::Vacant(slot) => {
+                slot.insert(out.len());
+                out.push((k.to_owned(), v, i));
+            }
         }
     }
     out
@@ -228,7 +248,8 @@ fn finish(
     let mut name = None;
     let mut description = None;
     // Keys already read, to warn about repeats: the entries' own, moved here once read.
-    let mut seen: Vec<Cow<'static, str>> = Vec::with_capacity(entries.len());
+    let mut seen: hashbrown::HashSet<Cow<'static, str>> =
+        hashbrown::HashSet::with_capacity(entries.len());
     for mut e in entries {
         let repeated = seen.contains(&e.key);
         if repeated {
@@ -273,7 +294,7 @@ fn finish(
             }
         }
         if !repeated {
-            seen.push(e.key);
+            seen.insert(e.key);
         }
     }
 
@@ -353,24 +374,26 @@ fn finish(
 fn yaml_entries(block: &Block) -> Result<Vec<Entry>, (Option<u32>, String)> {
     let yaml_text = block.text.replace('\t', "  ");
     match serde_yaml::from_str::<Yaml>(&yaml_text) {
-        Ok(Yaml::Mapping(m)) => Ok(m
-            .into_iter()
-            .filter_map(|(k, v)| {
-                let raw_key = match k {
-                    Yaml::String(s) => s,
-                    Yaml::Number(n) => n.to_string(),
-                    Yaml::Bool(b) => b.to_string(),
-                    _ => return None,
-                };
-                let line = find_key_line(block, &raw_key);
-                Some(Entry {
-                    key: entry_key(&raw_key),
-                    raw_key: Cow::Owned(raw_key),
-                    value: v,
-                    line,
+        Ok(Yaml::Mapping(m)) => {
+            let lines = key_lines(block);
+            Ok(m.into_iter()
+                .filter_map(|(k, v)| {
+                    let raw_key = match k {
+                        Yaml::String(s) => s,
+                        Yaml::Number(n) => n.to_string(),
+                        Yaml::Bool(b) => b.to_string(),
+                        _ => return None,
+                    };
+                    let line = lines.get(raw_key.as_str()).copied();
+                    Some(Entry {
+                        key: entry_key(&raw_key),
+                        raw_key: Cow::Owned(raw_key),
+                        value: v,
+                        line,
+                    })
                 })
-            })
-            .collect()),
+                .collect())
+        }
         Ok(Yaml::Null) => Ok(Vec::new()),
         Err(e) => Err((
             e.location()
@@ -401,6 +424,8 @@ fn simple_entries(block: &Block) -> Option<Vec<Entry>> {
         Vec::with_capacity(memchr::memchr_iter(b'\n', block.text.as_bytes()).count() + 1);
     lines.extend(super::split::lines(&block.text));
     let mut entries: Vec<Entry> = Vec::with_capacity(lines.len());
+    // Keys read so far, to give up on a repeat: a set, so a block of many keys stays linear.
+    let mut seen: hashbrown::HashSet<&str> = hashbrown::HashSet::new();
     let mut i = 0;
     while i < lines.len() {
         let line = lines[i];
@@ -415,7 +440,7 @@ fn simple_entries(block: &Block) -> Option<Vec<Entry>> {
                 .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
             || key.starts_with(|c: char| c.is_ascii_digit() || c == '-')
             || !(value.is_empty() || value.starts_with(' '))
-            || entries.iter().any(|e| e.raw_key == key)
+            || !seen.insert(key)
             || ["true", "false", "null"]
                 .iter()
                 .any(|w| key.eq_ignore_ascii_case(w))

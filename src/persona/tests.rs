@@ -302,3 +302,55 @@ fn remote_agents_load_and_want_a_card() {
     assert_eq!(codes(&r), ["missing_agent_card"]);
     assert!(r.persona.unwrap().remote);
 }
+
+/// A frontmatter of `n` keys, through the fast reader, YAML (a comment) or the line fallback
+/// (a value YAML refuses), with a duplicate key at the end.
+fn many_keys(n: usize, path: &str) -> String {
+    let mut t = String::from("---\nname: many\ndescription: many keys\n");
+    match path {
+        "yaml" => t.push_str("# through YAML\n"),
+        "fallback" => t.push_str("when_to_use: Use when: broken\n"),
+        _ => {}
+    }
+    for i in 0..n {
+        t.push_str(&format!("k{i:06}: v\n"));
+    }
+    t.push_str("---\nbody\n");
+    t
+}
+
+/// The fastest of three parses of `text`.
+fn fastest(text: &str) -> std::time::Duration {
+    (0..3)
+        .map(|_| {
+            let t = std::time::Instant::now();
+            std::hint::black_box(p(text));
+            t.elapsed()
+        })
+        .min()
+        .unwrap()
+}
+
+#[test]
+fn many_keys_parse_in_time_linear_in_the_file() {
+    // Eight times the keys must cost about eight times as much, never the 64 times a pass per
+    // key over the block (or over the keys read so far) costs. The bound leaves room for noise.
+    for path in ["fast", "yaml", "fallback"] {
+        let small = many_keys(5_000, path);
+        let large = many_keys(40_000, path);
+        let a = ok(&large);
+        assert_eq!(a.extra.len(), 40_000, "{path}");
+        let ratio = fastest(&large).as_secs_f64() / fastest(&small).as_secs_f64();
+        assert!(
+            ratio < 24.0,
+            "{path}: 8× the keys took {ratio:.1}× the time"
+        );
+    }
+    // Lines are still found for the YAML path (a diagnostic names them): a repeated key's
+    // warning points at the second one.
+    let r = p(&format!(
+        "{}dup: 1\ndup: 2\n---\nbody\n",
+        many_keys(1_000, "yaml").trim_end_matches("---\nbody\n")
+    ));
+    assert!(r.persona.is_some(), "{:?}", r.diagnostics);
+}
