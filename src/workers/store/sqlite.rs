@@ -215,12 +215,56 @@ fn guarded<T>(
     })
 }
 
+/// The bound on the WAL file, in bytes (README, "Limits"). A WAL that has grown past
+/// [`WAL_TRUNCATE_AT`] is checkpointed and truncated to nothing; one that was reset in the
+/// ordinary way is cut back to this size (`journal_size_limit`).
+pub const WAL_LIMIT: u64 = 64 << 20;
+/// The WAL size, in bytes, past which the checkpointer stops being passive. The checkpointer
+/// looks every [`CHECKPOINT_EVERY`] commits, and that many commits of the largest events
+/// (64 KiB of text and 64 KiB of data each, in overflow pages) add about 32 MiB: so the bound
+/// holds from here.
+const WAL_TRUNCATE_AT: u64 = WAL_LIMIT / 4;
+/// How long one truncating checkpoint may wait for readers of older snapshots to finish (writes
+/// wait meanwhile); when that is not enough it gives up and tries again on the next nudge.
+const TRUNCATE_WAIT: Duration = Duration::from_millis(500);
+
 /// The checkpointer thread: on each nudge, copies what it can of the WAL back into the file
-/// (`PASSIVE`: it waits for no reader or writer). Ends when the write side is gone.
-fn checkpoint_loop(conn: &Connection, nudges: &mpsc::Receiver<()>) {
+/// (`PASSIVE`: it waits for no reader or writer). A passive checkpoint never makes the WAL
+/// shorter, and under a stream of writes with readers always on some snapshot the WAL may never
+/// start over: once it has outgrown [`WAL_TRUNCATE_AT`], the checkpointer takes the write
+/// connection (so no commit of ours races it for the write lock), runs a `TRUNCATE` checkpoint
+/// (waiting at most [`TRUNCATE_WAIT`] for readers) and lets go. Ends when the write side is
+/// gone.
+fn checkpoint_loop(
+    conn: &Connection,
+    wal: &Path,
+    side: &std::sync::Weak<WriteSide>,
+    nudges: &mpsc::Receiver<()>,
+) {
     while nudges.recv().is_ok() {
         if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
             tracing::warn!(error = %e, "sqlite checkpoint failed; the WAL grows until one succeeds");
+            continue;
+        }
+        let size = std::fs::metadata(wal).map_or(0, |m| m.len());
+        if size < WAL_TRUNCATE_AT {
+            continue;
+        }
+        let Some(side) = side.upgrade() else { return };
+        let writes = side.lock();
+        // Columns: busy (1 when a reader kept it from finishing), frames in the WAL, frames
+        // copied back.
+        let busy = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+            row.get::<_, i64>(0)
+        });
+        drop(writes);
+        match busy {
+            Ok(0) => tracing::debug!(wal_bytes = size, "sqlite WAL truncated"),
+            Ok(_) => tracing::debug!(
+                wal_bytes = size,
+                "sqlite WAL truncation waited out its bound; trying again at the next checkpoint"
+            ),
+            Err(e) => tracing::warn!(error = %e, wal_bytes = size, "sqlite WAL truncation failed"),
         }
     }
 }
@@ -294,15 +338,17 @@ impl SqliteStore {
         // Commits may run on a serving thread; the checkpointer does the copying and syncing.
         conn.pragma_update(None, "wal_autocheckpoint", 0)
             .context("turn automatic checkpoints off")?;
+        // A WAL reset by a writer is cut back to the bound instead of keeping its largest size.
+        conn.pragma_update(None, "journal_size_limit", WAL_LIMIT as i64)
+            .context("set journal_size_limit")?;
         let checkpointer = Connection::open(path)
             .with_context(|| format!("open {} for checkpoints", path.display()))?;
+        // Only the truncating checkpoint waits (a passive one never does): for this long.
         checkpointer
-            .busy_timeout(BUSY_TIMEOUT)
+            .busy_timeout(TRUNCATE_WAIT)
             .context("set busy timeout")?;
+        let wal = wal_path(path);
         let (nudge, nudges) = mpsc::sync_channel(1);
-        start_thread("agentry-sqlite-checkpoint", path, move || {
-            checkpoint_loop(&checkpointer, &nudges);
-        })?;
         let write = Arc::new(WriteSide {
             conn: Mutex::new(conn),
             queued: AtomicUsize::new(0),
@@ -311,6 +357,10 @@ impl SqliteStore {
             epoch: Instant::now(),
             checkpoint: nudge,
         });
+        let side = Arc::downgrade(&write);
+        start_thread("agentry-sqlite-checkpoint", path, move || {
+            checkpoint_loop(&checkpointer, &wal, &side, &nudges);
+        })?;
         let (writer, queue) = mpsc::channel();
         let side = write.clone();
         start_thread("agentry-sqlite-writer", path, move || {
@@ -672,6 +722,13 @@ impl WorkerStore for SqliteStore {
     }
 }
 
+/// The WAL file SQLite keeps beside the database: its name with `-wal` appended.
+pub fn wal_path(db: &Path) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push("-wal");
+    PathBuf::from(name)
+}
+
 /// The one path of the database file, whichever path reached it: symlinks (of the file or of
 /// any directory above it), `.` and `..` resolved, so the lock file beside it is the same for
 /// every way of naming the file. A file that does not exist yet is named in its canonical
@@ -1025,6 +1082,85 @@ mod tests {
         for rec in [&alone, &grouped] {
             assert_eq!(store.get(&rec.id).await.unwrap().unwrap().id, rec.id);
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn the_wal_stays_bounded_under_a_stream_of_progress_events() {
+        use crate::workers::model::{Progress, ProgressKind};
+        let (_dir, path, store) = open_temp();
+        let store = Arc::new(store);
+        let wal = wal_path(&path);
+        let mut ids = Vec::new();
+        for i in 0..4 {
+            let rec = create(&*store, None, 1_000 + i).await;
+            store
+                .apply(&rec.id, Event::Start, Patch::default(), 1_100)
+                .await
+                .unwrap();
+            ids.push(rec.id);
+        }
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // Watchers following each worker keep read snapshots open nearly all along, which is
+        // what keeps a passive checkpoint from ever letting the WAL start over.
+        let mut readers = Vec::new();
+        for id in ids.iter().cloned() {
+            let (store, done) = (store.clone(), done.clone());
+            readers.push(tokio::spawn(async move {
+                let mut last = 0;
+                while !done.load(Ordering::Relaxed) {
+                    if let Some(ev) = store.events_after(&id, last).await.unwrap().last() {
+                        last = ev.sequence;
+                    }
+                    store.get(&id).await.unwrap();
+                }
+            }));
+        }
+        let sampler = {
+            let (wal, done) = (wal.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut max = 0;
+                while !done.load(Ordering::Relaxed) {
+                    max = max.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                max
+            })
+        };
+        // About 160 MB of progress text, from four writers at once.
+        let text = "x".repeat(60 * 1024);
+        let writers: Vec<_> = ids
+            .iter()
+            .cloned()
+            .map(|id| {
+                let (store, text) = (store.clone(), text.clone());
+                tokio::spawn(async move {
+                    for n in 0..650 {
+                        let p = Progress {
+                            kind: ProgressKind::Text,
+                            text: text.clone(),
+                            data_json: None,
+                        };
+                        store
+                            .append_progress(&id, p, 2_000 + n, 100_000)
+                            .await
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.await.unwrap();
+        }
+        done.store(true, Ordering::Relaxed);
+        for r in readers {
+            r.await.unwrap();
+        }
+        let max = sampler.join().unwrap();
+        eprintln!("largest WAL seen: {max} bytes");
+        assert!(
+            max <= WAL_LIMIT,
+            "the WAL reached {max} bytes; the bound is {WAL_LIMIT}"
+        );
     }
 
     #[tokio::test]
