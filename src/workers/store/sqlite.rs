@@ -1103,7 +1103,7 @@ mod tests {
         // Watchers following each worker keep read snapshots open nearly all along, which is
         // what keeps a passive checkpoint from ever letting the WAL start over.
         let mut readers = Vec::new();
-        for id in ids.iter().cloned() {
+        for id in ids.clone() {
             let (store, done) = (store.clone(), done.clone());
             readers.push(tokio::spawn(async move {
                 let mut last = 0;
