@@ -233,3 +233,67 @@ async fn a_second_server_through_a_symlink_refuses_to_start() {
     assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
     assert_eq!(w.result.as_deref(), Some("first\n"));
 }
+
+#[tokio::test]
+async fn sigterm_delivers_every_terminal_event_to_watchers() {
+    use nix::sys::signal::Signal;
+    use tokio_stream::StreamExt;
+    // Agents that take their time to die (they ignore SIGTERM until kill_grace), so the watches
+    // are open well after shutdown began.
+    let f = fixture(
+        "cat > /dev/null\ntrap '' TERM\nexec sleep 300",
+        "shutdown_grace: 10s\n",
+        "kill_grace: 1s, ",
+    );
+    let server = start(&f.config).await;
+    let c = server.client().await;
+    let mut watches = Vec::new();
+    for n in 0..4 {
+        let w = spawn_task(&c, &format!("long job {n}"), false).await;
+        let mut c = c.clone();
+        let mut st = c
+            .watch_worker(pb::WatchWorkerRequest {
+                worker_id: w.id.clone(),
+                after_sequence: 0,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        // The snapshot first, then (once it runs) `running`.
+        let snap = st.next().await.unwrap().unwrap();
+        watches.push((w.id, snap.sequence, st));
+    }
+    for (id, _, _) in &watches {
+        eventually("the worker running", Duration::from_secs(10), || {
+            let c = c.clone();
+            async move {
+                let w = get_on(&c, id).await;
+                (w.state == pb::WorkerState::Running as i32)
+                    .then_some(())
+                    .ok_or(format!("{w:?}"))
+            }
+        })
+        .await;
+    }
+    server.signal(Signal::SIGTERM);
+    for (id, _, mut st) in watches {
+        let mut last = None;
+        loop {
+            match tokio::time::timeout(Duration::from_secs(15), st.next())
+                .await
+                .expect("the watch ends within the shutdown grace")
+            {
+                Some(Ok(ev)) => last = Some(ev),
+                Some(Err(status)) => panic!("{id}: the watch ended with {status:?}"),
+                None => break,
+            }
+        }
+        let last = last.expect("events");
+        assert_eq!(
+            last.state,
+            pb::WorkerState::Killed as i32,
+            "{id}: the stream ended OK only after the terminal event: {last:?}"
+        );
+    }
+    assert!(server.exit_within(Duration::from_secs(15)).await.success());
+}

@@ -363,6 +363,9 @@ pub struct Supervisor {
     /// Places for workers waiting for a run slot (`limits.max_pending`).
     pending: Arc<Semaphore>,
     shutdown: CancellationToken,
+    /// Set by [`Supervisor::shutdown`]: until when a watch of a worker that is being stopped
+    /// waits for its terminal event before it ends with `UNAVAILABLE` instead.
+    drain_until: std::sync::OnceLock<tokio::time::Instant>,
     tasks: tokio_util::task::TaskTracker,
     /// Why a worker is being stopped, recorded as its error once it is gone.
     stop_reasons: Mutex<HashMap<WorkerId, String>>,
@@ -425,6 +428,7 @@ impl Supervisor {
             live: Mutex::new(LiveSet::default()),
             creating: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
+            drain_until: std::sync::OnceLock::new(),
             tasks: tokio_util::task::TaskTracker::new(),
             stop_reasons: Mutex::new(HashMap::new()),
             metrics: crate::telemetry::Metrics::new(),
@@ -646,8 +650,24 @@ impl Supervisor {
         self.shutdown.clone()
     }
 
+    /// Until when a watch keeps waiting for a terminal event once shutdown began (a second from
+    /// now if the shutdown token was cancelled some other way).
+    pub fn drain_deadline(&self) -> tokio::time::Instant {
+        self.drain_until
+            .get()
+            .copied()
+            .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(1))
+    }
+
     /// Kills every live worker (recorded `killed`) and waits for them, at most `grace`.
     pub async fn shutdown(&self, grace: Duration) {
+        // Watchers keep following through the stop, so each gets its worker's `killed` event;
+        // they give up a little before the server closes what is left at `grace`, so that their
+        // UNAVAILABLE still reaches the client.
+        let margin = (grace / 10).min(Duration::from_millis(500));
+        let _ = self
+            .drain_until
+            .set(tokio::time::Instant::now() + grace.saturating_sub(margin));
         self.shutdown.cancel();
         self.tasks.close();
         if tokio::time::timeout(grace, self.tasks.wait())

@@ -1,6 +1,8 @@
 //! `WatchWorker` as a domain stream (docs/workers.md §6.6): a snapshot of the worker (or the
 //! stored events after a sequence), then every later transition and progress event in sequence
-//! order, ending after the terminal one, on shutdown, or when the consumer goes away.
+//! order, ending after the terminal one or when the consumer goes away. On shutdown a watch of a
+//! worker stopped here still gets its `killed` event (within `shutdown_grace`), else it ends
+//! with `UNAVAILABLE`: never OK without the terminal event.
 //!
 //! A worker live here is followed through its broadcast channel; a gap or a lag is filled from
 //! the store, which has every event in order. A worker run by another replica is followed
@@ -45,8 +47,11 @@ struct Follow {
     queue: VecDeque<WorkerEvent>,
     source: Source,
     shutdown: CancellationToken,
-    /// The terminal event was handed out, the worker's channel closed, an error was reported,
-    /// or the service is shutting down: nothing more comes.
+    /// Once the service began shutting down: until when this watch waits for the terminal
+    /// event (the worker is being stopped) before it ends with `UNAVAILABLE`.
+    drain: Option<tokio::time::Instant>,
+    /// The terminal event was handed out, the worker's channel closed, or an error was
+    /// reported: nothing more comes.
     over: bool,
 }
 
@@ -76,12 +81,20 @@ impl Follow {
     async fn refill(&mut self) -> Result<(), WorkerError> {
         match &mut self.source {
             Source::Live(live) => {
-                let next = tokio::select! {
-                    ev = live.recv() => ev,
-                    () = self.shutdown.cancelled() => {
-                        self.over = true;
-                        return Ok(());
-                    }
+                let next = match self.drain {
+                    // Shutting down: the worker is being stopped here, and its `killed` event
+                    // is what this watcher must still get.
+                    Some(deadline) => match tokio::time::timeout_at(deadline, live.recv()).await {
+                        Ok(ev) => ev,
+                        Err(_) => return Err(WorkerError::ShuttingDown),
+                    },
+                    None => tokio::select! {
+                        ev = live.recv() => ev,
+                        () = self.shutdown.cancelled() => {
+                            self.drain = Some(self.sup.drain_deadline());
+                            return Ok(());
+                        }
+                    },
                 };
                 match next {
                     Ok(ev) if ev.sequence <= self.last => {}
@@ -97,14 +110,16 @@ impl Follow {
                 }
             }
             Source::Store(notices) => {
-                tokio::select! {
-                    () = self.sup.store_changed(&self.id, notices, REMOTE_WATCH_POLL) => {}
-                    () = self.shutdown.cancelled() => {
-                        self.over = true;
-                        return Ok(());
-                    }
-                }
+                let shutting_down = tokio::select! {
+                    () = self.sup.store_changed(&self.id, notices, REMOTE_WATCH_POLL) => false,
+                    () = self.shutdown.cancelled() => true,
+                };
                 self.queue = self.sup.events_after(&self.id, self.last).await?.into();
+                // Another replica runs it and goes on: this stream cannot follow it to its end,
+                // so it ends as retryable (another replica can resume it), never as complete.
+                if shutting_down && !self.queue.iter().any(|e| e.state.is_terminal()) {
+                    return Err(WorkerError::ShuttingDown);
+                }
             }
         }
         Ok(())
@@ -154,6 +169,7 @@ impl Supervisor {
             queue: first.into(),
             source,
             shutdown: self.shutdown_token(),
+            drain: None,
             over,
         };
         Ok(Box::pin(futures_util::stream::unfold(follow, Follow::next)))
