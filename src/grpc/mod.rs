@@ -188,6 +188,7 @@ pub async fn run(
     let health_stopping = tokio_util::sync::CancellationToken::new();
     {
         let (health, store, stopping) = (health.clone(), store.clone(), health_stopping.clone());
+        let backlog = supervisor.clone();
         // Held here, so `changed()` only ever reports a real change.
         let _keep = discovered_tx.clone();
         tokio::spawn(async move {
@@ -199,7 +200,15 @@ pub async fn run(
                 tokio::select! {
                     () = stopping.cancelled() => return,
                     _ = tick.tick() => {
-                        let ok = store.ping().await;
+                        // Reachable, and every outcome recorded: a replica whose writes keep
+                        // failing is not serving even if a ping gets through.
+                        let ok = match store.ping().await {
+                            Ok(()) if backlog.unrecorded_outcomes() > 0 => Err(crate::workers::store::StoreError::Lost {
+                                context: "record worker outcomes".to_owned(),
+                                message: format!("{} outcomes wait for the database", backlog.unrecorded_outcomes()),
+                            }),
+                            other => other,
+                        };
                         match (&ok, store_ok) {
                             (Err(e), true) => tracing::error!(error = %e, "worker store unreachable; health is NOT_SERVING"),
                             (Ok(()), false) => tracing::info!("worker store reachable again"),

@@ -233,6 +233,9 @@ impl From<WorkerError> for Status {
                 &[("worker_id", &id), ("state", state.as_str())],
             ),
             WorkerError::ShuttingDown => with_info(Code::Unavailable, "SHUTTING_DOWN", msg, &[]),
+            WorkerError::StoreBacklog => {
+                with_info(Code::Unavailable, "STORE_UNAVAILABLE", msg, &[])
+            }
             WorkerError::NotRunning { id, state } => with_info(
                 Code::FailedPrecondition,
                 "NOT_RUNNING",
@@ -248,6 +251,12 @@ impl From<WorkerError> for Status {
                     ("max_events_per_worker", &max.to_string()),
                 ],
             ),
+            // A lost database connection is the one store failure worth retrying: the store
+            // already retried it for replica.lease, and the replica reports NOT_SERVING.
+            WorkerError::Store(e @ crate::workers::store::StoreError::Lost { .. }) => {
+                tracing::warn!(error = %e, "worker store unreachable");
+                with_info(Code::Unavailable, "STORE_UNAVAILABLE", e.to_string(), &[])
+            }
             WorkerError::Store(e) => {
                 tracing::error!(error = %e, "worker store failure");
                 with_info(

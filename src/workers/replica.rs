@@ -58,7 +58,18 @@ async fn run(sup: Arc<Supervisor>, lease: Duration) {
                 carry_out_stops(&sup, &stopping).await;
                 continue;
             }
-            Some(Ok(Notice::Event { .. })) => continue,
+            // An event of a worker that may run here, committed by another replica (a
+            // progress report sent there): its watchers here must see it.
+            Some(Ok(Notice::Event {
+                worker_id,
+                sequence,
+            })) => {
+                if sup.is_behind(&worker_id, sequence) {
+                    let sup = sup.clone();
+                    tokio::spawn(async move { sup.catch_up(&worker_id, sequence).await });
+                }
+                continue;
+            }
             Some(Err(RecvError::Closed)) => {
                 notices = None;
                 continue;

@@ -631,3 +631,189 @@ async fn replicas_a_frozen_replica_that_comes_back_never_overwrites_the_orphan_c
         .unwrap();
     assert_eq!(done.state, COMPLETED);
 }
+
+#[tokio::test]
+async fn replicas_take_progress_on_any_replica() {
+    let Some(p) = pair("").await else {
+        return;
+    };
+    let root = p.dir.path();
+    let w = spawn(&p.a.client, "long job", false).await.worker.unwrap();
+    pid_of(root, &w.id).await;
+    let token = std::fs::read_to_string(root.join(format!("{}.token", w.id))).unwrap();
+    let watch_a = watch(p.a.client.clone(), w.id.clone(), 2).await;
+    // The report goes to B, which does not run the worker.
+    let seq =
+        p.b.client
+            .clone()
+            .report_progress(req(
+                pb::ReportProgressRequest {
+                    kind: pb::ProgressKind::Text as i32,
+                    text: "reported through b".into(),
+                    data_json: String::new(),
+                },
+                &[("x-agentry-worker-token", token.as_str())],
+            ))
+            .await
+            .unwrap()
+            .into_inner()
+            .sequence;
+    assert_eq!(seq, 3, "pending, running, this report");
+    // A's watcher sees it, then the end once A stops the worker.
+    let mut st = watch_a;
+    let ev = tokio::time::timeout(Duration::from_secs(5), st.next())
+        .await
+        .expect("the report reaches A's watcher")
+        .unwrap()
+        .unwrap();
+    assert_eq!(ev.sequence, 3);
+    assert_eq!(
+        ev.progress.map(|p| p.text).as_deref(),
+        Some("reported through b")
+    );
+    p.a.client
+        .clone()
+        .stop_worker(pb::StopWorkerRequest {
+            worker_id: w.id.clone(),
+            reason: String::new(),
+        })
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn replicas_survive_terminated_connections() {
+    let Some(p) = pair("").await else {
+        return;
+    };
+    let (killer, conn) = tokio_postgres::connect(&p._db.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let stop = tokio_util::sync::CancellationToken::new();
+    // Every backend of the database but our own, eight times a second.
+    let kills = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.is_cancelled() {
+                let killed = killer
+                    .query(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                        &[],
+                    )
+                    .await
+                    .unwrap();
+                n += killed.len();
+                tokio::time::sleep(Duration::from_millis(125)).await;
+            }
+            n
+        })
+    };
+    // Three callers spawning and waiting on A all along.
+    let mut callers = Vec::new();
+    for t in 0..3 {
+        let c = p.a.client.clone();
+        callers.push(tokio::spawn(async move {
+            let mut answers = Vec::new();
+            let until = Instant::now() + Duration::from_secs(6);
+            let mut n = 0;
+            while Instant::now() < until {
+                n += 1;
+                let r = c
+                    .clone()
+                    .spawn_worker(pb::SpawnWorkerRequest {
+                        agent: "task".into(),
+                        prompt: format!("quick {t}-{n}"),
+                        wait: true,
+                        ..Default::default()
+                    })
+                    .await
+                    .map(tonic::Response::into_inner);
+                answers.push(r);
+            }
+            answers
+        }));
+    }
+    let mut completed = Vec::new();
+    let mut refused = 0;
+    for c in callers {
+        for answer in c.await.unwrap() {
+            match answer {
+                Ok(r) => {
+                    let w = r.worker.unwrap();
+                    // wait=true never returns a worker that is not terminal.
+                    assert!(
+                        [
+                            pb::WorkerState::Completed as i32,
+                            pb::WorkerState::Failed as i32,
+                            pb::WorkerState::Killed as i32
+                        ]
+                        .contains(&w.state),
+                        "{w:?}"
+                    );
+                    assert_eq!(
+                        w.state,
+                        pb::WorkerState::Completed as i32,
+                        "a run that completed is recorded completed: {w:?}"
+                    );
+                    completed.push(w);
+                }
+                // A store that cannot be reached is retryable, never INTERNAL.
+                Err(s) => {
+                    assert_eq!(s.code(), tonic::Code::Unavailable, "{s:?}");
+                    refused += 1;
+                }
+            }
+        }
+    }
+    stop.cancel();
+    let killed = kills.await.unwrap();
+    println!(
+        "terminated {killed} backends; {} spawns completed, {refused} refused as UNAVAILABLE",
+        completed.len()
+    );
+    assert!(killed > 20, "the loop terminated backends: {killed}");
+    assert!(completed.len() >= 10, "{} completed", completed.len());
+    // Afterwards, from either replica: every row terminal, every completed result kept.
+    for c in [&p.a.client, &p.b.client] {
+        let all = eventually("every row terminal", Duration::from_secs(20), || {
+            let mut c = c.clone();
+            async move {
+                let l = c
+                    .list_workers(pb::ListWorkersRequest {
+                        page_size: 1000,
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(|e| format!("{e:?}"))?
+                    .into_inner()
+                    .workers;
+                let open: Vec<_> = l
+                    .iter()
+                    .filter(|w| {
+                        w.state == pb::WorkerState::Pending as i32
+                            || w.state == pb::WorkerState::Running as i32
+                    })
+                    .map(|w| w.id.clone())
+                    .collect();
+                if open.is_empty() {
+                    Ok(l)
+                } else {
+                    Err(format!("still open: {open:?}"))
+                }
+            }
+        })
+        .await;
+        for w in &completed {
+            let stored = all.iter().find(|s| s.id == w.id).expect("listed");
+            assert_eq!(
+                stored.state,
+                pb::WorkerState::Completed as i32,
+                "{stored:?}"
+            );
+            assert_eq!(stored.result.as_deref(), Some("fast-result\n"));
+        }
+    }
+}

@@ -304,6 +304,16 @@ pub enum StoreError {
         /// The driver's error.
         message: String,
     },
+    /// The connection to PostgreSQL was lost (the backend was terminated, the socket broke, the
+    /// pool could not open a new one): retryable, and retried by the store itself until
+    /// `replica.lease` has passed. The gRPC layer maps it to `UNAVAILABLE`.
+    #[error("worker store unreachable: {context}: {message}")]
+    Lost {
+        /// What the store was trying to do.
+        context: String,
+        /// The driver's error.
+        message: String,
+    },
     /// The database could not be reached at start-up.
     #[error("worker store: cannot connect to {url}: {message}")]
     Unreachable {

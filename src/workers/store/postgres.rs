@@ -134,18 +134,49 @@ pub(super) trait PgContext<T> {
     fn pg_with(self, what: impl FnOnce() -> String) -> Result<T, StoreError>;
 }
 
-impl<T, E: std::fmt::Display> PgContext<T> for Result<T, E> {
+impl<T, E: std::error::Error + 'static> PgContext<T> for Result<T, E> {
     fn pg(self, what: &str) -> Result<T, StoreError> {
         self.pg_with(|| what.to_owned())
     }
 
     fn pg_with(self, what: impl FnOnce() -> String) -> Result<T, StoreError> {
-        self.map_err(|e| StoreError::Postgres {
-            context: what(),
-            message: error_text(&e),
+        self.map_err(|e| {
+            let (context, message) = (what(), error_text(&e));
+            if connection_lost(&e) {
+                StoreError::Lost { context, message }
+            } else {
+                StoreError::Postgres { context, message }
+            }
         })
     }
 }
+
+/// Whether `e` (anywhere in its chain) says the connection is gone rather than that the
+/// statement was refused: a closed client, an I/O failure, or a server that ended the session
+/// (`57P01` admin shutdown — `pg_terminate_backend` —, `57P02`, `57P03`, class `08`).
+fn connection_lost(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(pg) = err.downcast_ref::<tokio_postgres::Error>() {
+            if pg.is_closed() {
+                return true;
+            }
+            if let Some(code) = pg.code().map(tokio_postgres::error::SqlState::code) {
+                return code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03");
+            }
+        }
+        if err.downcast_ref::<std::io::Error>().is_some() {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// First pause between two attempts of a write whose connection was lost; doubled each time.
+const RETRY_FIRST: Duration = Duration::from_millis(20);
+/// Longest pause between two attempts.
+const RETRY_MOST: Duration = Duration::from_secs(1);
 
 /// The driver's message with its cause (tokio-postgres puts the server's text in the source).
 fn error_text(e: &impl std::fmt::Display) -> String {
@@ -231,10 +262,174 @@ impl PostgresStore {
     }
 
     async fn client(&self) -> Result<Client, StoreError> {
-        self.pool.get().await.map_err(|e| StoreError::Postgres {
+        // Every pool failure is a connection that could not be had: retryable.
+        self.pool.get().await.map_err(|e| StoreError::Lost {
             context: "get a connection".to_owned(),
             message: pool_error_text(&e),
         })
+    }
+
+    /// Runs `attempt` (given the attempt's number, 0 first) until it ends otherwise than with a
+    /// lost connection, pausing with a doubling backoff, for at most `replica.lease`: each
+    /// attempt takes a fresh connection (a terminated one is not recycled into the pool), and
+    /// each write checks on a retry whether the attempt before it committed after all (the
+    /// answer to a commit can be lost with the connection), so a retry never applies a write
+    /// twice. After the lease, the last `Lost` error goes to the caller.
+    async fn retrying<T, F, Fut>(&self, what: &str, mut attempt: F) -> Result<T, StoreError>
+    where
+        F: FnMut(u32) -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.replica.lease;
+        let mut pause = RETRY_FIRST;
+        let mut n = 0;
+        loop {
+            match attempt(n).await {
+                Err(e @ StoreError::Lost { .. })
+                    if tokio::time::Instant::now() + pause < deadline =>
+                {
+                    tracing::warn!(error = %e, attempt = n, "{what}: the database connection was lost; retrying on a new one");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(RETRY_MOST);
+                    n += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn create_once(
+        &self,
+        event: &WorkerEvent,
+        retry: bool,
+    ) -> Result<WorkerEvent, StoreError> {
+        let w = &event.worker;
+        let effective = serde_json::to_string(&w.spec.effective)
+            .map_err(|e| StoreError::Corrupt(format!("cannot encode effective agent: {e}")))?;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.pg("create worker: begin")?;
+        let inserted = tx
+            .execute(
+                &format!(
+                    "INSERT INTO workers ({COLUMNS}, replica_id) VALUES
+                     ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+                      $17, $18, $19, $20, $21, $22)"
+                ),
+                &[
+                    &w.id.as_str(),
+                    &w.spec.agent,
+                    &w.spec.description,
+                    &w.spec.prompt,
+                    &w.spec.workspace,
+                    &w.spec.parent_id.as_ref().map(WorkerId::as_str),
+                    &i64::from(w.spec.depth),
+                    &w.state.as_str(),
+                    &to_sql_sequence(w.sequence),
+                    &w.spec.create_time_ms,
+                    &w.start_time_ms,
+                    &w.close_time_ms,
+                    &w.result,
+                    &w.structured_result,
+                    &w.error,
+                    &w.exit_code,
+                    &w.spec.caller_scope,
+                    &w.spec.request_id,
+                    &w.token_hash,
+                    &effective,
+                    &w.last_activity_ms,
+                    &self.replica_id,
+                ],
+            )
+            .await;
+        if let Err(e) = inserted {
+            drop(tx);
+            if sqlstate(&e) == Some("23505") {
+                // A retry that finds its own row: the attempt before committed (ids are
+                // random, so nobody else has this one).
+                if retry && self.get(&w.id).await?.is_some() {
+                    return Ok(event.clone());
+                }
+                // The unique index decides a request_id race between replicas.
+                if let Some(request_id) = &w.spec.request_id
+                    && let Some(existing) = self
+                        .find_by_request_id(&w.spec.caller_scope, request_id)
+                        .await?
+                {
+                    return Err(StoreError::DuplicateRequestId {
+                        request_id: request_id.clone(),
+                        existing: existing.id,
+                    });
+                }
+            }
+            return Err(Err::<(), _>(e).pg("insert worker").unwrap_err());
+        }
+        insert_event(&tx, event).await?;
+        tx.commit().await.pg("create worker: commit")?;
+        Ok(event.clone())
+    }
+
+    async fn apply_once(
+        &self,
+        id: &WorkerId,
+        event: Event,
+        patch: Patch,
+        now_ms: i64,
+        retry: bool,
+    ) -> Result<Applied, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.pg("apply worker event: begin")?;
+        if retry {
+            // The attempt before may have committed: then the row's latest event is this very
+            // transition (same state, same time), and it is answered as applied.
+            let current = select_worker(&tx, id, true)
+                .await?
+                .ok_or_else(|| StoreError::NotFound(id.clone()))?;
+            if let Some(ev) = latest_event(&tx, &current).await?
+                && ev.progress.is_none()
+                && ev.time_ms == now_ms
+                && ev.state == target(event)
+            {
+                return Ok(Applied::Moved(ev));
+            }
+        }
+        let applied = apply_in(&tx, id, event, patch, now_ms).await?;
+        if matches!(applied, Applied::Moved(_)) {
+            tx.commit().await.pg("apply worker event: commit")?;
+        }
+        Ok(applied)
+    }
+
+    async fn append_once(
+        &self,
+        id: &WorkerId,
+        progress: Progress,
+        now_ms: i64,
+        max_events: u64,
+        retry: bool,
+    ) -> Result<WorkerEvent, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.pg("record progress: begin")?;
+        let current = select_worker(&tx, id, true)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(id.clone()))?;
+        if retry
+            && let Some(ev) = latest_event(&tx, &current).await?
+            && ev.time_ms == now_ms
+            && ev.progress.as_ref() == Some(&progress)
+        {
+            // The attempt before committed this report.
+            return Ok(ev);
+        }
+        let event = progress_event(current, progress, now_ms, max_events)?;
+        tx.execute(
+            "UPDATE workers SET sequence = $2, last_activity_ms = $3 WHERE id = $1",
+            &[&id.as_str(), &to_sql_sequence(event.sequence), &now_ms],
+        )
+        .await
+        .pg("record progress")?;
+        insert_event(&tx, &event).await?;
+        tx.commit().await.pg("record progress: commit")?;
+        Ok(event)
     }
 }
 
@@ -378,6 +573,32 @@ fn read_record(row: &Row) -> Result<WorkerRecord, StoreError> {
 
 /// Decodes a `worker_events` row (sequence, state, time_ms, snapshot, progress) over the
 /// worker's fixed fields.
+/// The row's latest event (the one at its sequence), read in the caller's transaction.
+async fn latest_event(
+    tx: &impl GenericClient,
+    current: &WorkerRecord,
+) -> Result<Option<WorkerEvent>, StoreError> {
+    let row = tx
+        .query_opt(
+            "SELECT sequence, state, time_ms, snapshot, progress FROM worker_events
+             WHERE worker_id = $1 AND sequence = $2",
+            &[&current.id.as_str(), &to_sql_sequence(current.sequence)],
+        )
+        .await
+        .pg("read the latest worker event")?;
+    row.map(|row| read_event(&row, current)).transpose()
+}
+
+/// The state a transition event leads to.
+fn target(event: Event) -> WorkerState {
+    match event {
+        Event::Start => WorkerState::Running,
+        Event::Complete => WorkerState::Completed,
+        Event::Fail => WorkerState::Failed,
+        Event::Kill => WorkerState::Killed,
+    }
+}
+
 fn read_event(row: &Row, current: &WorkerRecord) -> Result<WorkerEvent, StoreError> {
     let corrupt = |what: &str, e: &dyn std::fmt::Display| {
         StoreError::Corrupt(format!("worker event: {what}: {e}"))
@@ -568,66 +789,8 @@ fn list_sql(q: &ListQuery) -> (String, Vec<Box<dyn ToSql + Sync + Send>>) {
 impl WorkerStore for PostgresStore {
     async fn create(&self, rec: &WorkerRecord) -> Result<WorkerEvent, StoreError> {
         let event = creation_event(rec);
-        let w = &event.worker;
-        let effective = serde_json::to_string(&w.spec.effective)
-            .map_err(|e| StoreError::Corrupt(format!("cannot encode effective agent: {e}")))?;
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.pg("create worker: begin")?;
-        let inserted = tx
-            .execute(
-                &format!(
-                    "INSERT INTO workers ({COLUMNS}, replica_id) VALUES
-                     ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-                      $17, $18, $19, $20, $21, $22)"
-                ),
-                &[
-                    &w.id.as_str(),
-                    &w.spec.agent,
-                    &w.spec.description,
-                    &w.spec.prompt,
-                    &w.spec.workspace,
-                    &w.spec.parent_id.as_ref().map(WorkerId::as_str),
-                    &i64::from(w.spec.depth),
-                    &w.state.as_str(),
-                    &to_sql_sequence(w.sequence),
-                    &w.spec.create_time_ms,
-                    &w.start_time_ms,
-                    &w.close_time_ms,
-                    &w.result,
-                    &w.structured_result,
-                    &w.error,
-                    &w.exit_code,
-                    &w.spec.caller_scope,
-                    &w.spec.request_id,
-                    &w.token_hash,
-                    &effective,
-                    &w.last_activity_ms,
-                    &self.replica_id,
-                ],
-            )
-            .await;
-        if let Err(e) = inserted {
-            drop(tx);
-            // The unique index decides a request_id race between replicas.
-            if sqlstate(&e) == Some("23505")
-                && let Some(request_id) = &w.spec.request_id
-                && let Some(existing) = self
-                    .find_by_request_id(&w.spec.caller_scope, request_id)
-                    .await?
-            {
-                return Err(StoreError::DuplicateRequestId {
-                    request_id: request_id.clone(),
-                    existing: existing.id,
-                });
-            }
-            return Err(StoreError::Postgres {
-                context: "insert worker".to_owned(),
-                message: error_text(&e),
-            });
-        }
-        insert_event(&tx, &event).await?;
-        tx.commit().await.pg("create worker: commit")?;
-        Ok(event)
+        self.retrying("create worker", |n| self.create_once(&event, n > 0))
+            .await
     }
 
     async fn apply(
@@ -637,13 +800,10 @@ impl WorkerStore for PostgresStore {
         patch: Patch,
         now_ms: i64,
     ) -> Result<Applied, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.pg("apply worker event: begin")?;
-        let applied = apply_in(&tx, id, event, patch, now_ms).await?;
-        if matches!(applied, Applied::Moved(_)) {
-            tx.commit().await.pg("apply worker event: commit")?;
-        }
-        Ok(applied)
+        self.retrying("apply worker event", |n| {
+            self.apply_once(id, event, patch.clone(), now_ms, n > 0)
+        })
+        .await
     }
 
     async fn get(&self, id: &WorkerId) -> Result<Option<WorkerRecord>, StoreError> {
@@ -765,21 +925,10 @@ impl WorkerStore for PostgresStore {
         now_ms: i64,
         max_events: u64,
     ) -> Result<WorkerEvent, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.pg("record progress: begin")?;
-        let current = select_worker(&tx, id, true)
-            .await?
-            .ok_or_else(|| StoreError::NotFound(id.clone()))?;
-        let event = progress_event(current, progress, now_ms, max_events)?;
-        tx.execute(
-            "UPDATE workers SET sequence = $2, last_activity_ms = $3 WHERE id = $1",
-            &[&id.as_str(), &to_sql_sequence(event.sequence), &now_ms],
-        )
+        self.retrying("record progress", |n| {
+            self.append_once(id, progress.clone(), now_ms, max_events, n > 0)
+        })
         .await
-        .pg("record progress")?;
-        insert_event(&tx, &event).await?;
-        tx.commit().await.pg("record progress: commit")?;
-        Ok(event)
     }
 
     async fn find_by_request_id(

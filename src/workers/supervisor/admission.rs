@@ -101,6 +101,9 @@ impl Supervisor {
         if self.shutdown.is_cancelled() {
             return Err(WorkerError::ShuttingDown);
         }
+        if self.unrecorded_outcomes() > 0 {
+            return Err(WorkerError::StoreBacklog);
+        }
         let lineage = self.lineage(id).await?;
         let snap = self.registry.snapshot(&req.workspace).await?;
         let checked = match purpose {

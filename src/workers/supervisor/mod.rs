@@ -214,6 +214,12 @@ pub enum WorkerError {
     /// The service is shutting down.
     #[error("the service is shutting down")]
     ShuttingDown,
+    /// Outcomes of this replica's workers wait for the database; no new worker is taken until
+    /// they are recorded.
+    #[error(
+        "this replica cannot record worker outcomes (its database is unreachable); try another replica or later"
+    )]
+    StoreBacklog,
     /// A progress report of a worker that is not running.
     #[error("worker {id} is {state}, not running: only a running worker reports progress")]
     NotRunning {
@@ -366,6 +372,9 @@ pub struct Supervisor {
     /// Set by [`Supervisor::shutdown`]: until when a watch of a worker that is being stopped
     /// waits for its terminal event before it ends with `UNAVAILABLE` instead.
     drain_until: std::sync::OnceLock<tokio::time::Instant>,
+    /// Outcomes the store could not record within `replica.lease` (its database away) and that
+    /// are being tried again: while any is, the replica reports NOT_SERVING and takes no spawn.
+    unrecorded: std::sync::atomic::AtomicUsize,
     tasks: tokio_util::task::TaskTracker,
     /// Why a worker is being stopped, recorded as its error once it is gone.
     stop_reasons: Mutex<HashMap<WorkerId, String>>,
@@ -429,6 +438,7 @@ impl Supervisor {
             creating: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
             drain_until: std::sync::OnceLock::new(),
+            unrecorded: std::sync::atomic::AtomicUsize::new(0),
             tasks: tokio_util::task::TaskTracker::new(),
             stop_reasons: Mutex::new(HashMap::new()),
             metrics: crate::telemetry::Metrics::new(),
@@ -648,6 +658,12 @@ impl Supervisor {
     /// A token that is cancelled when the service shuts down (ends watch streams).
     pub fn shutdown_token(&self) -> CancellationToken {
         self.shutdown.clone()
+    }
+
+    /// How many outcomes wait for the database to come back (see `unrecorded`): health is
+    /// NOT_SERVING while any does.
+    pub fn unrecorded_outcomes(&self) -> usize {
+        self.unrecorded.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Until when a watch keeps waiting for a terminal event once shutdown began (a second from

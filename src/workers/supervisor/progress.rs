@@ -57,3 +57,41 @@ impl Supervisor {
         Ok(ev)
     }
 }
+
+impl Supervisor {
+    /// Whether worker `id` runs here and its live record is older than `sequence`: the one
+    /// notice of many that needs [`Supervisor::catch_up`] (a plain lookup, no store read).
+    pub fn is_behind(&self, id: &WorkerId, sequence: u64) -> bool {
+        self.live()
+            .get(id)
+            .is_some_and(|l| l.record.sequence < sequence)
+    }
+
+    /// A notice says worker `id` has an event at `sequence`: when it runs here and that event
+    /// was committed elsewhere (a progress report taken by another replica), the events this
+    /// replica has not seen are read from the store and published to its watchers, and the
+    /// live record moves on with them.
+    pub async fn catch_up(&self, id: &WorkerId, sequence: u64) {
+        let Some(known) = self.live().get(id).map(|l| l.record.sequence) else {
+            return;
+        };
+        if known >= sequence {
+            return;
+        }
+        let missed = match self.store.events_after(id, known).await {
+            Ok(events) => events,
+            Err(e) => {
+                tracing::warn!(worker = %id, error = %e, "cannot read events committed by another replica; watchers re-read them");
+                return;
+            }
+        };
+        let mut live = self.live();
+        let Some(l) = live.get_mut(id) else { return };
+        for ev in missed {
+            if l.record.sequence < ev.sequence {
+                l.record = ev.worker.clone();
+            }
+            let _ = l.events.send(ev);
+        }
+    }
+}

@@ -15,8 +15,12 @@ use crate::workers::{
     executor::Job,
     lifecycle::Event,
     model::{WorkerEvent, WorkerId, WorkerRecord},
-    store::{Applied, Patch},
+    store::{Applied, Patch, StoreError},
 };
+
+/// How often an outcome the store could not record (its database away for longer than
+/// `replica.lease`) is tried again.
+const OUTCOME_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What the run task of one worker holds.
 pub(super) struct RunCtx {
@@ -69,7 +73,7 @@ impl Supervisor {
                 )
             }
         };
-        let rec = match self.transition(&id, &ctx.events, event, patch).await {
+        let rec = match self.settle_outcome(&id, &ctx.events, event, patch).await {
             Ok(r) => r,
             Err(e) => {
                 // Never leave the row open: close it as failed, saying why.
@@ -94,6 +98,45 @@ impl Supervisor {
         self.live().remove(&id);
         tracing::info!(worker = %id, agent = %rec.spec.agent, state = %rec.state, error = ?rec.error, "worker finished");
         let _ = ctx.done.send(Some(rec));
+    }
+
+    /// Records the run's outcome. The store retries a lost connection for `replica.lease`; past
+    /// that the outcome is tried again every [`OUTCOME_RETRY`] until it lands — the result is
+    /// never traded for "internal error" because the database was away — or until the row is
+    /// found closed by someone else (the lease sweeper of another replica, once this one's lease
+    /// ran out), whose record is then the worker's. Waiters keep waiting meanwhile: `wait=true`
+    /// never returns a worker that is not terminal.
+    async fn settle_outcome(
+        &self,
+        id: &WorkerId,
+        events: &broadcast::Sender<WorkerEvent>,
+        event: Event,
+        patch: Patch,
+    ) -> Result<WorkerRecord, WorkerError> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut backlog = false;
+        let settled = loop {
+            match self.transition(id, events, event, patch.clone()).await {
+                Err(WorkerError::Store(e @ StoreError::Lost { .. })) => {
+                    tracing::error!(worker = %id, error = %e, "cannot record the outcome yet; trying again");
+                    if !backlog {
+                        backlog = true;
+                        self.unrecorded.fetch_add(1, Relaxed);
+                    }
+                    tokio::time::sleep(OUTCOME_RETRY).await;
+                    if let Ok(Some(rec)) = self.store.get(id).await
+                        && rec.state.is_terminal()
+                    {
+                        break Ok(rec);
+                    }
+                }
+                other => break other,
+            }
+        };
+        if backlog {
+            self.unrecorded.fetch_sub(1, Relaxed);
+        }
+        settled
     }
 
     /// Waits for a run slot, runs the executor, and settles the outcome. Persists `running`
