@@ -8,6 +8,7 @@
 //! | bearer token of principal B with the worker token of A's worker | `PERMISSION_DENIED` on every RPC | `a_bearer_token_with_another_principals_worker_token_is_denied` |
 //! | two `x-agentry-worker-token` values | `INVALID_ARGUMENT` naming the key | `two_worker_tokens_are_invalid_argument` |
 //! | PostgreSQL backends of a replica terminated over and over while it runs `wait=true` spawns | every row terminal, every completed result kept, `wait=true` never returns a non-terminal worker, no `INTERNAL` | `replicas::replicas_survive_terminated_connections` |
+//! | the database away for longer than `replica.lease` while a `wait=true` run ends (before or after its start was recorded) | the outcome waits and lands as it was, `wait=true` returns it completed, spawns are `UNAVAILABLE` meanwhile | `replicas::replicas_an_outcome_waits_for_the_database_and_is_kept` |
 //! | `ReportProgress` on a replica that does not run the worker | accepted; watchers on every replica see it | `replicas::replicas_take_progress_on_any_replica` |
 //! | `WatchWorker` resumed at or past a finished worker's last event | ends at once with OK; beyond the last sequence `OUT_OF_RANGE` | `a_resumed_watch_of_a_finished_worker_ends` |
 //! | SIGTERM while watchers follow running workers | each watcher gets the `killed` event before its stream ends | `processes::sigterm_delivers_every_terminal_event_to_watchers` |

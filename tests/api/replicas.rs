@@ -817,3 +817,76 @@ async fn replicas_survive_terminated_connections() {
         }
     }
 }
+
+#[tokio::test]
+async fn replicas_an_outcome_waits_for_the_database_and_is_kept() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let relay = Relay::start(relay_target(&db.url)).await;
+    let url = relay_url(&db.url, relay.port);
+    let dir = tempfile::tempdir().unwrap();
+    let r = start_replica(dir.path(), "a", &url, "").await;
+    let c = r.client.clone();
+    let waiting = {
+        let c = c.clone();
+        tokio::spawn(async move { spawn(&c, "slowish job", true).await })
+    };
+    // The worker runs (its pid is written), then the database goes away for longer than the
+    // lease (2 s) while the run ends: its outcome cannot be written.
+    let id = eventually("the worker's row", Duration::from_secs(10), || {
+        let root = dir.path().to_owned();
+        async move {
+            let runs = std::fs::read_to_string(root.join("runs")).unwrap_or_default();
+            runs.lines()
+                .next()
+                .map(str::to_owned)
+                .ok_or("no run yet".to_owned())
+        }
+    })
+    .await;
+    relay.cut();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        !waiting.is_finished(),
+        "wait=true must not return before the outcome is recorded"
+    );
+    let err = c
+        .clone()
+        .spawn_worker(pb::SpawnWorkerRequest {
+            agent: "task".into(),
+            prompt: "quick".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    // Back: the outcome lands as it was, and the waiting caller gets the terminal worker.
+    relay.restore();
+    let done = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the wait ends once the database is back")
+        .unwrap()
+        .worker
+        .unwrap();
+    assert_eq!(done.id, id);
+    assert_eq!(done.state, pb::WorkerState::Completed as i32, "{done:?}");
+    assert_eq!(done.result.as_deref(), Some("slow-result\n"));
+    assert_eq!(get(&c, &id).await.result.as_deref(), Some("slow-result\n"));
+    // And the replica takes spawns again.
+    eventually("spawns taken again", Duration::from_secs(15), || {
+        let mut c = c.clone();
+        async move {
+            c.spawn_worker(pb::SpawnWorkerRequest {
+                agent: "task".into(),
+                prompt: "quick".into(),
+                wait: true,
+                ..Default::default()
+            })
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("{e:?}"))
+        }
+    })
+    .await;
+}

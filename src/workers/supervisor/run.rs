@@ -130,6 +130,25 @@ impl Supervisor {
                         break Ok(rec);
                     }
                 }
+                // `running` could not be recorded (the database was away when the run
+                // started) and a completion needs it: record the start first, then the outcome.
+                Err(WorkerError::Store(StoreError::Illegal(_))) if event == Event::Complete => {
+                    match self.store.get(id).await {
+                        Ok(Some(rec))
+                            if rec.state == crate::workers::model::WorkerState::Pending =>
+                        {
+                            if let Err(e) = self
+                                .transition(id, events, Event::Start, Patch::default())
+                                .await
+                            {
+                                tracing::error!(worker = %id, error = %e, "cannot record the late start; trying again");
+                                tokio::time::sleep(OUTCOME_RETRY).await;
+                            }
+                        }
+                        Err(_) => tokio::time::sleep(OUTCOME_RETRY).await,
+                        _ => break self.transition(id, events, event, patch.clone()).await,
+                    }
+                }
                 other => break other,
             }
         };
