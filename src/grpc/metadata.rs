@@ -45,15 +45,26 @@ pub fn carries_any(md: &MetadataMap) -> bool {
     })
 }
 
-/// The value of `key`, once, as ASCII text.
-fn one<'a>(md: &'a MetadataMap, key: &Key, v: &mut Violations) -> Option<&'a str> {
+/// The value of `key` when it is given once; given twice or more it is a violation on `key`
+/// (which value would speak for the caller is not guessed).
+pub fn single<'a>(
+    md: &'a MetadataMap,
+    key: &Key,
+    v: &mut Violations,
+) -> Option<&'a tonic::metadata::MetadataValue<Ascii>> {
     let mut all = md.get_all(&**key).iter();
-    let key = key.as_str();
     let first = all.next()?;
     if all.next().is_some() {
-        v.add(key, "must be given at most once");
+        v.add(key.as_str(), "must be given at most once");
         return None;
     }
+    Some(first)
+}
+
+/// The value of `key`, once, as ASCII text.
+fn one<'a>(md: &'a MetadataMap, key: &Key, v: &mut Violations) -> Option<&'a str> {
+    let first = single(md, key, v)?;
+    let key = key.as_str();
     if first.len() > MAX_METADATA_BYTES {
         v.add(
             key,

@@ -200,21 +200,17 @@ pub async fn run(
                 tokio::select! {
                     () = stopping.cancelled() => return,
                     _ = tick.tick() => {
-                        // Reachable, and every outcome recorded: a replica whose writes keep
-                        // failing is not serving even if a ping gets through.
-                        let ok = match store.ping().await {
-                            Ok(()) if backlog.unrecorded_outcomes() > 0 => Err(crate::workers::store::StoreError::Lost {
-                                context: "record worker outcomes".to_owned(),
-                                message: format!("{} outcomes wait for the database", backlog.unrecorded_outcomes()),
-                            }),
-                            other => other,
-                        };
+                        let ok = store.ping().await;
+                        // Reachable is not enough: a replica whose outcomes wait for the
+                        // database to take them is not serving even if a ping gets through.
+                        let waiting = backlog.unrecorded_outcomes();
                         match (&ok, store_ok) {
                             (Err(e), true) => tracing::error!(error = %e, "worker store unreachable; health is NOT_SERVING"),
-                            (Ok(()), false) => tracing::info!("worker store reachable again"),
+                            (Ok(()), true) if waiting > 0 => tracing::error!(outcomes = waiting, "worker outcomes wait for the store; health is NOT_SERVING"),
+                            (Ok(()), false) if waiting == 0 => tracing::info!("worker store reachable again"),
                             _ => {}
                         }
-                        store_ok = ok.is_ok();
+                        store_ok = ok.is_ok() && waiting == 0;
                     }
                     _ = discovered.changed() => {}
                 }

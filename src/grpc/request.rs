@@ -89,13 +89,8 @@ pub fn identity<M>(req: &Request<M>, v: &mut Violations) -> Identity {
         .get::<crate::auth::Principal>()
         .map(|p| p.0.to_string());
     let text = |key: &metadata::Key, v: &mut Violations| -> Option<String> {
-        let mut all = md.get_all(&**key).iter();
-        let val = all.next()?;
+        let val = metadata::single(md, key, v)?;
         let key = key.as_str();
-        if all.next().is_some() {
-            v.add(key, "must be given at most once");
-            return None;
-        }
         match val.to_str() {
             Ok(s) if s.len() <= MAX_TOKEN_BYTES => Some(s.to_owned()),
             Ok(_) => {

@@ -34,6 +34,17 @@ impl Event {
     /// without drifting from the enum.
     pub const ALL: [Event; 4] = [Event::Start, Event::Complete, Event::Fail, Event::Kill];
 
+    /// The state this event moves a worker into, read off [`transition`]: the one state every
+    /// state it is legal in moves to (`None` for an event that moves nothing).
+    pub fn leads_to(self) -> Option<WorkerState> {
+        WorkerState::ALL
+            .into_iter()
+            .find_map(|from| match transition(from, self) {
+                Ok(Outcome::Moved(to)) => Some(to),
+                _ => None,
+            })
+    }
+
     /// Lowercase verb used in messages and logs.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -123,6 +134,15 @@ mod tests {
     use super::*;
     use Event::{Complete, Fail, Kill, Start};
     use WorkerState::{Completed, Failed, Killed, Pending, Running};
+
+    #[test]
+    fn each_event_leads_to_one_state() {
+        let to: Vec<_> = Event::ALL.into_iter().map(Event::leads_to).collect();
+        assert_eq!(
+            to,
+            [Some(Running), Some(Completed), Some(Failed), Some(Killed)]
+        );
+    }
 
     /// What the table expects for one pair; `Invalid` carries no fields because they are always
     /// the pair itself.

@@ -361,7 +361,7 @@ impl PostgresStore {
                     });
                 }
             }
-            return Err(Err::<(), _>(e).pg("insert worker").unwrap_err());
+            return Err(e).pg("insert worker");
         }
         insert_event(&tx, event).await?;
         tx.commit().await.pg("create worker: commit")?;
@@ -387,7 +387,7 @@ impl PostgresStore {
             if let Some(ev) = latest_event(&tx, &current).await?
                 && ev.progress.is_none()
                 && ev.time_ms == now_ms
-                && ev.state == target(event)
+                && Some(ev.state) == event.leads_to()
             {
                 return Ok(Applied::Moved(ev));
             }
@@ -571,8 +571,6 @@ fn read_record(row: &Row) -> Result<WorkerRecord, StoreError> {
     })
 }
 
-/// Decodes a `worker_events` row (sequence, state, time_ms, snapshot, progress) over the
-/// worker's fixed fields.
 /// The row's latest event (the one at its sequence), read in the caller's transaction.
 async fn latest_event(
     tx: &impl GenericClient,
@@ -589,16 +587,8 @@ async fn latest_event(
     row.map(|row| read_event(&row, current)).transpose()
 }
 
-/// The state a transition event leads to.
-fn target(event: Event) -> WorkerState {
-    match event {
-        Event::Start => WorkerState::Running,
-        Event::Complete => WorkerState::Completed,
-        Event::Fail => WorkerState::Failed,
-        Event::Kill => WorkerState::Killed,
-    }
-}
-
+/// Decodes a `worker_events` row (sequence, state, time_ms, snapshot, progress) over the
+/// worker's fixed fields.
 fn read_event(row: &Row, current: &WorkerRecord) -> Result<WorkerEvent, StoreError> {
     let corrupt = |what: &str, e: &dyn std::fmt::Display| {
         StoreError::Corrupt(format!("worker event: {what}: {e}"))

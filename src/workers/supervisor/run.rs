@@ -14,13 +14,29 @@ use super::{
 use crate::workers::{
     executor::Job,
     lifecycle::Event,
-    model::{WorkerEvent, WorkerId, WorkerRecord},
+    model::{WorkerEvent, WorkerId, WorkerRecord, WorkerState},
     store::{Applied, Patch, StoreError},
 };
 
 /// How often an outcome the store could not record (its database away for longer than
 /// `replica.lease`) is tried again.
 const OUTCOME_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// One transition counted among the supervisor's unrecorded outcomes while it is held.
+struct Unrecorded<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Unrecorded<'a> {
+    fn count(n: &'a std::sync::atomic::AtomicUsize) -> Self {
+        n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self(n)
+    }
+}
+
+impl Drop for Unrecorded<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
 
 /// What the run task of one worker holds.
 pub(super) struct RunCtx {
@@ -100,12 +116,9 @@ impl Supervisor {
         let _ = ctx.done.send(Some(rec));
     }
 
-    /// Records the run's outcome. The store retries a lost connection for `replica.lease`; past
-    /// that the outcome is tried again every [`OUTCOME_RETRY`] until it lands — the result is
-    /// never traded for "internal error" because the database was away — or until the row is
-    /// found closed by someone else (the lease sweeper of another replica, once this one's lease
-    /// ran out), whose record is then the worker's. Waiters keep waiting meanwhile: `wait=true`
-    /// never returns a worker that is not terminal.
+    /// Records the run's outcome. A completion needs `running`, which may never have been
+    /// written (the database was away when the run started, longer than the store retries): the
+    /// live record, still `pending`, says so, and the start is recorded first.
     async fn settle_outcome(
         &self,
         id: &WorkerId,
@@ -113,49 +126,51 @@ impl Supervisor {
         event: Event,
         patch: Patch,
     ) -> Result<WorkerRecord, WorkerError> {
-        use std::sync::atomic::Ordering::Relaxed;
-        let mut backlog = false;
-        let settled = loop {
+        let unstarted = self
+            .live()
+            .get(id)
+            .is_some_and(|l| l.record.state == WorkerState::Pending);
+        if event == Event::Complete
+            && unstarted
+            && let Err(e) = self
+                .record_until_stored(id, events, Event::Start, Patch::default())
+                .await
+        {
+            tracing::error!(worker = %id, error = %e, "cannot record the late start");
+        }
+        self.record_until_stored(id, events, event, patch).await
+    }
+
+    /// A transition the run must not lose. The store retries a lost connection for
+    /// `replica.lease`; past that it is tried again every [`OUTCOME_RETRY`] until it lands — a
+    /// result is never traded for "internal error" because the database was away — or until
+    /// the row is found closed by someone else (the lease sweeper of another replica, once this
+    /// one's lease ran out), whose record is then the worker's. Meanwhile it counts among the
+    /// unrecorded outcomes (health NOT_SERVING, no spawns), and waiters keep waiting: `wait=true`
+    /// never returns a worker that is not terminal.
+    async fn record_until_stored(
+        &self,
+        id: &WorkerId,
+        events: &broadcast::Sender<WorkerEvent>,
+        event: Event,
+        patch: Patch,
+    ) -> Result<WorkerRecord, WorkerError> {
+        let mut _backlog: Option<Unrecorded<'_>> = None;
+        loop {
             match self.transition(id, events, event, patch.clone()).await {
                 Err(WorkerError::Store(e @ StoreError::Lost { .. })) => {
-                    tracing::error!(worker = %id, error = %e, "cannot record the outcome yet; trying again");
-                    if !backlog {
-                        backlog = true;
-                        self.unrecorded.fetch_add(1, Relaxed);
-                    }
+                    tracing::error!(worker = %id, error = %e, event = %event, "cannot record the transition yet; trying again");
+                    _backlog.get_or_insert_with(|| Unrecorded::count(&self.unrecorded));
                     tokio::time::sleep(OUTCOME_RETRY).await;
                     if let Ok(Some(rec)) = self.store.get(id).await
                         && rec.state.is_terminal()
                     {
-                        break Ok(rec);
+                        return Ok(rec);
                     }
                 }
-                // `running` could not be recorded (the database was away when the run
-                // started) and a completion needs it: record the start first, then the outcome.
-                Err(WorkerError::Store(StoreError::Illegal(_))) if event == Event::Complete => {
-                    match self.store.get(id).await {
-                        Ok(Some(rec))
-                            if rec.state == crate::workers::model::WorkerState::Pending =>
-                        {
-                            if let Err(e) = self
-                                .transition(id, events, Event::Start, Patch::default())
-                                .await
-                            {
-                                tracing::error!(worker = %id, error = %e, "cannot record the late start; trying again");
-                                tokio::time::sleep(OUTCOME_RETRY).await;
-                            }
-                        }
-                        Err(_) => tokio::time::sleep(OUTCOME_RETRY).await,
-                        _ => break self.transition(id, events, event, patch.clone()).await,
-                    }
-                }
-                other => break other,
+                other => return other,
             }
-        };
-        if backlog {
-            self.unrecorded.fetch_sub(1, Relaxed);
         }
-        settled
     }
 
     /// Waits for a run slot, runs the executor, and settles the outcome. Persists `running`
