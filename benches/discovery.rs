@@ -479,14 +479,19 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-/// `VmRSS` of this process, in bytes.
-fn rss() -> u64 {
+/// A `kB` field of `/proc/self/status` (`VmRSS:`, `VmHWM:`), in bytes.
+fn status_bytes(field: &str) -> u64 {
     let status = fs::read_to_string("/proc/self/status").expect("/proc/self/status");
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024)
+}
+
+/// `VmRSS` of this process, in bytes.
+fn rss() -> u64 {
+    status_bytes("VmRSS:")
 }
 
 /// `syscr` (read-type system calls) of this process, all threads included.
@@ -633,19 +638,15 @@ fn print_row(cells: [&str; 5], met: bool) {
     );
 }
 
-/// `VmHWM` (peak resident memory) of this process, in bytes, after resetting it to the current
-/// resident size (`/proc/self/clear_refs`, value 5), so what follows is measured alone.
+/// Resets `VmHWM` (peak resident memory) to the current resident size (`/proc/self/clear_refs`,
+/// value 5), so what follows is measured alone.
 fn reset_peak() {
     fs::write("/proc/self/clear_refs", "5").expect("reset VmHWM");
 }
 
+/// `VmHWM` (peak resident memory since [`reset_peak`]), in bytes.
 fn peak_rss() -> u64 {
-    let status = fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
+    status_bytes("VmHWM:")
 }
 
 /// Hostile persona files, parsed alone: one with 100,000 keys (about 1 MB), one whose

@@ -346,11 +346,17 @@ fn many_keys_parse_in_time_linear_in_the_file() {
             "{path}: 8× the keys took {ratio:.1}× the time"
         );
     }
-    // Lines are still found for the YAML path (a diagnostic names them): a repeated key's
-    // warning points at the second one.
+    // Lines are still found for the YAML path (a diagnostic names them): after the opening
+    // line, name, description, the comment and 1,000 keys, a bad thinking level is on line 1005.
     let r = p(&format!(
-        "{}dup: 1\ndup: 2\n---\nbody\n",
+        "{}thinking: bogus\n---\nbody\n",
         many_keys(1_000, "yaml").trim_end_matches("---\nbody\n")
     ));
     assert!(r.persona.is_some(), "{:?}", r.diagnostics);
+    let d = r
+        .diagnostics
+        .iter()
+        .find(|d| d.code == "invalid_thinking_level")
+        .unwrap_or_else(|| panic!("{:?}", r.diagnostics));
+    assert_eq!(d.line, Some(1005), "{d:?}");
 }

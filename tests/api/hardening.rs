@@ -373,19 +373,7 @@ fn bearer<T>(token: &str, msg: T) -> tonic::Request<T> {
 #[tokio::test]
 async fn a_principal_sees_and_stops_only_its_own_workers() {
     let s = with_runtime("sleep 30", |c| {
-        let tokens = c
-            .home
-            .clone()
-            .unwrap()
-            .parent()
-            .unwrap()
-            .join("tokens.yaml");
-        std::fs::write(
-            &tokens,
-            "alice-secret: alice\nbob-secret: bob\nops-secret: ops\n",
-        )
-        .unwrap();
-        c.auth.tokens_file = Some(tokens);
+        tokens_file(c, "alice-secret: alice\nbob-secret: bob\nops-secret: ops\n");
         c.auth.operators = vec!["ops".into()];
     })
     .await;

@@ -110,6 +110,20 @@ pub async fn start_in(dir: TempDir, cfg: Config) -> TestServer {
     }
 }
 
+/// Turns authentication on: writes `tokens` (token → principal lines) as `tokens.yaml` beside
+/// the fake home and points `auth.tokens_file` at it.
+pub fn tokens_file(c: &mut Config, tokens: &str) {
+    let path = c
+        .home
+        .clone()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("tokens.yaml");
+    std::fs::write(&path, tokens).unwrap();
+    c.auth.tokens_file = Some(path);
+}
+
 /// Writes a persona file `dir/file` with the given frontmatter lines and body.
 pub fn persona(dir: &Path, file: &str, front: &str, body: &str) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();

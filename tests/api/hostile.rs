@@ -30,7 +30,7 @@ use tonic::{Code, Request, metadata::MetadataValue};
 use crate::{
     helpers::*,
     runners::{Runner, bg, channel, fast, hello},
-    workers::{spawn_req, wait_state},
+    workers::{spawn_req, wait_state, wait_state_auth},
 };
 
 /// Opens a runner stream with `md` as its metadata and a hello; the server's refusal, if any.
@@ -77,17 +77,31 @@ fn assert_token_refused(r: Result<Out, tonic::Status>) {
 async fn with_auth() -> TestServer {
     start_with(|c| {
         fast(c);
-        let tokens = c
-            .home
-            .clone()
-            .unwrap()
-            .parent()
-            .unwrap()
-            .join("tokens.yaml");
-        std::fs::write(&tokens, "alice-secret: alice\nbob-secret: bob\n").unwrap();
-        c.auth.tokens_file = Some(tokens);
+        tokens_file(c, "alice-secret: alice\nbob-secret: bob\n");
     })
     .await
+}
+
+/// On a [`with_auth`] server: alice's runner, and a worker alice spawned that it took and runs.
+async fn alice_running(s: &TestServer) -> (Runner, pb::Worker, pb::RunnerAssignment) {
+    let mut r = Runner::connect_as(s, hello("alice-runner", &["*"], 1), Some("alice-secret")).await;
+    let w = s
+        .client
+        .clone()
+        .spawn_worker(req(
+            spawn_req("task", "alice's work", false),
+            &[("authorization", "Bearer alice-secret")],
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    let a = r.assignment().await;
+    assert_eq!(a.worker_id, w.id);
+    r.accept(&a).await;
+    wait_state_auth(s, &w.id).await;
+    (r, w, a)
 }
 
 #[tokio::test]
@@ -108,23 +122,7 @@ async fn a_worker_token_never_opens_a_runner_session_without_auth() {
 #[tokio::test]
 async fn a_worker_token_never_opens_a_runner_session_with_auth() {
     let s = with_auth().await;
-    let mut r =
-        Runner::connect_as(&s, hello("alice-runner", &["*"], 1), Some("alice-secret")).await;
-    let w = s
-        .client
-        .clone()
-        .spawn_worker(req(
-            spawn_req("task", "alice's work", false),
-            &[("authorization", "Bearer alice-secret")],
-        ))
-        .await
-        .unwrap()
-        .into_inner()
-        .worker
-        .unwrap();
-    let a = r.assignment().await;
-    assert_eq!(a.worker_id, w.id);
-    r.accept(&a).await;
+    let (_r, _, a) = alice_running(&s).await;
     // The worker token alone, and beside its own principal's bearer token: refused both ways.
     assert_token_refused(connect_with(&s, &[("x-agentry-worker-token", &a.worker_token)]).await);
     assert_token_refused(
@@ -206,23 +204,7 @@ async fn a_worker_cannot_take_its_own_reviewer() {
 #[tokio::test]
 async fn a_bearer_token_with_another_principals_worker_token_is_denied() {
     let s = with_auth().await;
-    let mut r =
-        Runner::connect_as(&s, hello("alice-runner", &["*"], 1), Some("alice-secret")).await;
-    let w = s
-        .client
-        .clone()
-        .spawn_worker(req(
-            spawn_req("task", "alice's work", false),
-            &[("authorization", "Bearer alice-secret")],
-        ))
-        .await
-        .unwrap()
-        .into_inner()
-        .worker
-        .unwrap();
-    let a = r.assignment().await;
-    r.accept(&a).await;
-    wait_state_as(&s, &w.id, "alice-secret").await;
+    let (_r, w, a) = alice_running(&s).await;
     let denied = |st: tonic::Status| {
         assert_status(
             &st,
@@ -302,34 +284,6 @@ async fn a_bearer_token_with_another_principals_worker_token_is_denied() {
     assert!(children.is_empty(), "{children:?}");
 }
 
-async fn wait_state_as(s: &TestServer, id: &str, bearer: &str) {
-    let auth = format!("Bearer {bearer}");
-    eventually("the worker running", Duration::from_secs(10), || {
-        let mut c = s.client.clone();
-        let auth = auth.clone();
-        async move {
-            let w = c
-                .get_worker(req(
-                    pb::GetWorkerRequest {
-                        worker_id: id.to_owned(),
-                    },
-                    &[("authorization", auth.as_str())],
-                ))
-                .await
-                .unwrap()
-                .into_inner()
-                .worker
-                .unwrap();
-            if w.state == pb::WorkerState::Running as i32 {
-                Ok(())
-            } else {
-                Err(format!("{w:?}"))
-            }
-        }
-    })
-    .await;
-}
-
 /// A request carrying `token` twice as `x-agentry-worker-token`.
 fn twice<T>(msg: T, token: &str, bearer: Option<&str>) -> Request<T> {
     let mut r = Request::new(msg);
@@ -361,18 +315,7 @@ async fn two_worker_tokens_are_invalid_argument() {
     // With auth and no bearer token: the authentication layer refuses before any lookup; with a
     // bearer token: the handler's check.
     let s = with_auth().await;
-    let mut r =
-        Runner::connect_as(&s, hello("alice-runner", &["*"], 1), Some("alice-secret")).await;
-    s.client
-        .clone()
-        .spawn_worker(req(
-            spawn_req("task", "alice's work", false),
-            &[("authorization", "Bearer alice-secret")],
-        ))
-        .await
-        .unwrap();
-    let a = r.assignment().await;
-    r.accept(&a).await;
+    let (_r, _, a) = alice_running(&s).await;
     for bearer in [None, Some("alice-secret")] {
         let err = s
             .client

@@ -146,23 +146,41 @@ async fn a_restart_after_kill_9_kills_every_process_left_behind() {
     }
 }
 
+/// A `wait=true` spawn of the `first` agent of the lock tests, running in the background.
+fn keep_going(
+    c: &agentry::grpc::pb::agent_registry_service_client::AgentRegistryServiceClient<
+        tonic::transport::Channel,
+    >,
+) -> tokio::task::JoinHandle<Result<tonic::Response<pb::SpawnWorkerResponse>, tonic::Status>> {
+    let mut c = c.clone();
+    tokio::spawn(async move {
+        c.spawn_worker(pb::SpawnWorkerRequest {
+            agent: "task".into(),
+            prompt: "keep going".into(),
+            wait: true,
+            ..Default::default()
+        })
+        .await
+    })
+}
+
+/// The [`keep_going`] worker ended as it would have with no second server around.
+async fn assert_untouched(
+    running: tokio::task::JoinHandle<
+        Result<tonic::Response<pb::SpawnWorkerResponse>, tonic::Status>,
+    >,
+) {
+    let w = running.await.unwrap().unwrap().into_inner().worker.unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    assert_eq!(w.result.as_deref(), Some("first\n"));
+}
+
 #[tokio::test]
 async fn a_second_server_on_the_same_store_refuses_to_start_naming_the_holder() {
     let f = fixture("cat > /dev/null\nsleep 1\necho first", "", "");
     let server = start(&f.config).await;
     let mut c = server.client().await;
-    let running = {
-        let mut c = c.clone();
-        tokio::spawn(async move {
-            c.spawn_worker(pb::SpawnWorkerRequest {
-                agent: "task".into(),
-                prompt: "keep going".into(),
-                wait: true,
-                ..Default::default()
-            })
-            .await
-        })
-    };
+    let running = keep_going(&c);
     // The same config, so the same store (each process picks its own port).
     let stderr = Launch::new(&f.config).fails().await;
     assert!(
@@ -171,9 +189,7 @@ async fn a_second_server_on_the_same_store_refuses_to_start_naming_the_holder() 
         "{stderr}"
     );
     // The first server's worker was not touched.
-    let w = running.await.unwrap().unwrap().into_inner().worker.unwrap();
-    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
-    assert_eq!(w.result.as_deref(), Some("first\n"));
+    assert_untouched(running).await;
     let listed = c
         .list_workers(pb::ListWorkersRequest::default())
         .await
@@ -189,18 +205,7 @@ async fn a_second_server_through_a_symlink_refuses_to_start() {
     let root = f.dir.path();
     let server = start(&f.config).await;
     let c = server.client().await;
-    let running = {
-        let mut c = c.clone();
-        tokio::spawn(async move {
-            c.spawn_worker(pb::SpawnWorkerRequest {
-                agent: "task".into(),
-                prompt: "keep going".into(),
-                wait: true,
-                ..Default::default()
-            })
-            .await
-        })
-    };
+    let running = keep_going(&c);
     // The same database named two other ways: through a symlinked directory, and through a
     // symlink to the file itself (with a `..` on the way).
     std::os::unix::fs::symlink(root.join("state"), root.join("state-link")).unwrap();
@@ -229,9 +234,7 @@ async fn a_second_server_through_a_symlink_refuses_to_start() {
         );
     }
     // The first server's worker was not touched.
-    let w = running.await.unwrap().unwrap().into_inner().worker.unwrap();
-    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
-    assert_eq!(w.result.as_deref(), Some("first\n"));
+    assert_untouched(running).await;
 }
 
 #[tokio::test]

@@ -803,15 +803,7 @@ fn spec_json(s: &pb::WorkerSpec) -> serde_json::Value {
 async fn a_runner_is_offered_only_its_own_principals_workers() {
     let s = start_with(|c| {
         fast(c);
-        let tokens = c
-            .home
-            .clone()
-            .unwrap()
-            .parent()
-            .unwrap()
-            .join("tokens.yaml");
-        std::fs::write(&tokens, "alice-secret: alice\nbob-secret: bob\n").unwrap();
-        c.auth.tokens_file = Some(tokens);
+        tokens_file(c, "alice-secret: alice\nbob-secret: bob\n");
     })
     .await;
     // Without a bearer token the stream is refused.

@@ -821,15 +821,7 @@ async fn graceful_shutdown_records_running_workers_as_killed() {
 #[tokio::test]
 async fn the_principal_is_recorded_scopes_dedupe_and_covers_worker_callbacks() {
     let s = with_runtime("sleep 30", |c| {
-        let tokens = c
-            .home
-            .clone()
-            .unwrap()
-            .parent()
-            .unwrap()
-            .join("tokens.yaml");
-        std::fs::write(&tokens, "alice-secret: alice\nbob-secret: bob\n").unwrap();
-        c.auth.tokens_file = Some(tokens);
+        tokens_file(c, "alice-secret: alice\nbob-secret: bob\n");
     })
     .await;
     let mut c = s.client.clone();
@@ -888,7 +880,7 @@ async fn the_principal_is_recorded_scopes_dedupe_and_covers_worker_callbacks() {
 }
 
 /// `wait_state` with a bearer token (auth is on).
-async fn wait_state_auth(s: &TestServer, id: &str) {
+pub(crate) async fn wait_state_auth(s: &TestServer, id: &str) {
     eventually(
         &format!("worker {id} to be running"),
         Duration::from_secs(10),
