@@ -57,6 +57,7 @@ fn job() -> Job {
         kill_grace: Duration::from_secs(5),
         max_output_bytes: 1 << 20,
         assignment: None,
+        meter: Default::default(),
     }
 }
 

@@ -423,6 +423,7 @@ fn executor_job(i: usize) -> Job {
         kill_grace: Duration::from_secs(5),
         max_output_bytes: 1 << 20,
         assignment: None,
+        meter: Default::default(),
     }
 }
 

@@ -48,6 +48,9 @@ pub enum Error {
     WorkerTokenRequired,
 }
 
+/// How many workers [`App::tree_usage`] visits at most.
+pub const TREE_USAGE_BOUND: usize = 10_000;
+
 /// Limits on requests that come from the configuration.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -131,6 +134,7 @@ pub struct ResolvedCommand {
 }
 
 /// The service: discovery, resolution and the worker supervisor behind one set of operations.
+#[derive(Clone)]
 pub struct App {
     /// Snapshots per workspace.
     pub registry: Arc<Registry>,
@@ -247,6 +251,46 @@ impl App {
         Ok(self.supervisor.get(worker, &vis).await?)
     }
 
+    /// The recorded token usage of `root` and every descendant (docs/model.md §11.8), read
+    /// breadth first from the store; at most [`TREE_USAGE_BOUND`] workers are visited.
+    pub async fn tree_usage(&self, root: &WorkerRecord) -> Result<Vec<String>, Error> {
+        use crate::workers::store::{ListQuery, ParentFilter};
+        let mut found: Vec<String> = root.usage.iter().cloned().collect();
+        let mut queue = vec![root.id.clone()];
+        let mut visited = 1;
+        while let Some(parent) = queue.pop() {
+            let mut after = None;
+            loop {
+                let page = self
+                    .supervisor
+                    .store()
+                    .list(&ListQuery {
+                        parent: ParentFilter::Worker(parent.clone()),
+                        states: Vec::new(),
+                        caller_scope: None,
+                        after: after.clone(),
+                        limit: 500,
+                    })
+                    .await
+                    .map_err(WorkerError::from)?;
+                let full = page.len() == 500;
+                for child in page {
+                    visited += 1;
+                    after = Some((child.spec.create_time_ms, child.id.clone()));
+                    found.extend(child.usage.clone());
+                    queue.push(child.id);
+                }
+                if !full || visited >= TREE_USAGE_BOUND {
+                    break;
+                }
+            }
+            if visited >= TREE_USAGE_BOUND {
+                break;
+            }
+        }
+        Ok(found)
+    }
+
     /// `ListWorkers`.
     pub async fn list_workers(&self, id: &Identity, q: WorkersQuery) -> Result<WorkersPage, Error> {
         let vis = self.visibility(id).await?;
@@ -317,5 +361,161 @@ impl App {
             .report_progress(&worker.id, p)
             .await?
             .sequence)
+    }
+}
+
+/// The service as a model-executor worker sees it (docs/model.md §11.4, §11.7, §11.8): the spawn
+/// tool, the review gate and progress are the operations of the RPCs, called with the worker's
+/// own token, so lineage, depth, policy, dedupe, limits and tenancy apply exactly as to any
+/// caller.
+///
+/// It holds the supervisor weakly: the supervisor holds the executor that holds this, and a
+/// strong cycle would keep the store (and its lock) alive after the service ends.
+pub struct AsWorker {
+    registry: Arc<Registry>,
+    rules: Arc<Rules>,
+    supervisor: std::sync::Weak<Supervisor>,
+    operators: Arc<Vec<String>>,
+    limits: Limits,
+}
+
+impl AsWorker {
+    /// The operations of `app`, for the model executor.
+    pub fn new(app: &App) -> Self {
+        Self {
+            registry: app.registry.clone(),
+            rules: app.rules.clone(),
+            supervisor: Arc::downgrade(&app.supervisor),
+            operators: app.operators.clone(),
+            limits: app.limits,
+        }
+    }
+
+    /// The service, while it runs.
+    fn app(&self) -> Option<App> {
+        Some(App {
+            registry: self.registry.clone(),
+            rules: self.rules.clone(),
+            supervisor: self.supervisor.upgrade()?,
+            operators: self.operators.clone(),
+            limits: self.limits,
+        })
+    }
+
+    /// The identity of a call made by the worker itself: its token alone, as a worker process
+    /// holding `AGENTRY_WORKER_TOKEN` would call.
+    fn identity(worker: &crate::workers::executor::Assignment) -> Identity {
+        Identity {
+            principal: "anonymous".to_owned(),
+            authenticated: false,
+            worker_token: Some(worker.worker_token.clone()),
+            declared: resolve::Declared::default(),
+            traceparent: crate::telemetry::current_traceparent(),
+            worker: None,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::workers::executor::model::Agentry for AsWorker {
+    async fn spawn(
+        &self,
+        worker: &crate::workers::executor::Assignment,
+        agent: &str,
+        description: &str,
+        prompt: &str,
+    ) -> Result<String, String> {
+        let req = SpawnRequest {
+            agent: agent.to_owned(),
+            description: description.to_owned(),
+            prompt: prompt.to_owned(),
+            workspace: worker.spec.workspace.clone().unwrap_or_default(),
+            mode: Mode::Default,
+            output_schema: None,
+            wait: true,
+            request_id: None,
+            timeout: None,
+        };
+        let app = self.app().ok_or("the service is shutting down")?;
+        let spawned = match app.spawn_worker(&Self::identity(worker), req).await {
+            Ok(s) => s,
+            Err(Error::Worker(WorkerError::Denied(SpawnDenied::MaxDepth { .. }))) => {
+                return Err("Agent depth limit reached. Solve the task yourself.".to_owned());
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        let w = spawned.worker;
+        match w.state {
+            crate::workers::model::WorkerState::Completed => {
+                Ok(w.structured_result.or(w.result).unwrap_or_default())
+            }
+            state => Err(format!(
+                "agent {agent} ({}) ended {state}: {}",
+                w.id,
+                w.error.as_deref().unwrap_or("no error recorded")
+            )),
+        }
+    }
+
+    async fn review(
+        &self,
+        worker: &crate::workers::executor::Assignment,
+        tool: &str,
+        destructive: bool,
+        arguments: Option<serde_json::Value>,
+    ) -> Result<String, String> {
+        let spec = &worker.spec;
+        let proposal = Proposal {
+            tool: tool.to_owned(),
+            class: if destructive {
+                review::ToolClass::Destructive
+            } else {
+                review::ToolClass::Write
+            },
+            action: format!("call the MCP tool {tool}"),
+            target: String::new(),
+            reason: spec.description.clone(),
+            blast_radius: spec.workspace.clone().unwrap_or_default(),
+            operator: format!("worker {} (agent {})", spec.worker_id, spec.agent.name),
+            arguments,
+            workspace: spec.workspace.clone().unwrap_or_default(),
+        };
+        let app = self.app().ok_or("the service is shutting down")?;
+        let v = match app.review(&Self::identity(worker), proposal).await {
+            Ok(v) => v,
+            Err(e) => return Err(format!("the review gate could not run: {e}")),
+        };
+        match v.decision {
+            review::Decision::Approve => Ok(v.reason),
+            review::Decision::Reject => Err(v.reason),
+        }
+    }
+
+    async fn progress(
+        &self,
+        worker: &crate::workers::executor::Assignment,
+        kind: crate::workers::model::ProgressKind,
+        text: String,
+        data: Option<serde_json::Value>,
+    ) -> bool {
+        let Ok(id) = WorkerId::parse(&worker.spec.worker_id) else {
+            return false;
+        };
+        let p = Progress {
+            kind,
+            text,
+            data_json: data.map(|d| d.to_string()),
+        };
+        let Some(app) = self.app() else {
+            return false;
+        };
+        match app.supervisor.report_progress(&id, p).await {
+            Ok(_) => true,
+            Err(WorkerError::TooManyEvents { .. }) => false,
+            Err(e) => {
+                tracing::debug!(worker = %id, error = %e, "progress event not recorded");
+                true
+            }
+        }
     }
 }

@@ -13,6 +13,9 @@ use std::{
 
 use serde::Deserialize;
 
+mod models;
+pub use models::{McpServer, ModelLoop, ModelsConfig, OPENAI_BASE_URL, OPENAI_MODEL, Provider};
+
 /// Why a configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -150,6 +153,8 @@ pub enum ExecutorKind {
     Exec,
     /// A connected runner pulls the worker (`RunnerService/Connect`).
     Runner,
+    /// agentry runs the agent loop itself over an OpenAI-compatible API (docs/model.md §11).
+    Model,
 }
 
 /// `executor`: how workers are run.
@@ -270,6 +275,9 @@ pub struct ReviewConfig {
     /// Bound on one review, independent of the executor timeout. Default 60 s.
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
+    /// Offered tool names (`mcp__fs__write_file`) the model executor always has reviewed,
+    /// whatever their annotations say (docs/model.md §11.7).
+    pub tools: Vec<String>,
 }
 
 impl Default for ReviewConfig {
@@ -277,6 +285,7 @@ impl Default for ReviewConfig {
         Self {
             agent: "reviewer".to_owned(),
             timeout: Duration::from_secs(60),
+            tools: Vec::new(),
         }
     }
 }
@@ -366,6 +375,17 @@ pub struct Config {
     pub auth: AuthConfig,
     /// Snapshot caching.
     pub discovery: DiscoveryConfig,
+    /// Model providers, the default model and aliases (docs/model.md §11.2).
+    pub models: ModelsConfig,
+    /// Bounds of the model executor's loop (§11.10).
+    pub model: ModelLoop,
+    /// MCP servers the model executor may start for a worker (§11.6).
+    pub mcp_servers: BTreeMap<String, McpServer>,
+    /// True when the file gives no executor (`executor.kind`, `.command`, `.by_agent`) and the
+    /// environment has no `OPENAI_API_KEY`: every spawn is refused, naming both ways to
+    /// configure one (§11.1). Not a configuration key.
+    #[serde(skip)]
+    pub executor_unconfigured: bool,
     /// `XDG_STATE_HOME` from the injected environment (never read from the process itself), the
     /// base of the default store path. Not a configuration key.
     #[serde(skip)]
@@ -400,7 +420,39 @@ impl Default for Config {
             shutdown_grace: Duration::from_secs(10),
             auth: AuthConfig::default(),
             discovery: DiscoveryConfig::default(),
+            models: ModelsConfig::default(),
+            model: ModelLoop::default(),
+            mcp_servers: BTreeMap::new(),
+            executor_unconfigured: false,
             state_home: None,
+        }
+    }
+}
+
+/// What the OpenAI SDKs' variables say, read from the injected environment.
+#[derive(Default)]
+struct OpenAiEnv {
+    key: bool,
+    base_url: Option<String>,
+    model: Option<String>,
+}
+
+impl OpenAiEnv {
+    /// The implicit executor of docs/model.md §11.1: `model`, with a provider `openai` (unless
+    /// the file names one) and, without `models.default`, `openai/$OPENAI_MODEL`.
+    fn apply(self, cfg: &mut Config) {
+        cfg.executor.kind = ExecutorKind::Model;
+        if cfg.models.provider("openai").is_none() {
+            cfg.models.providers.push(Provider {
+                name: "openai".to_owned(),
+                base_url: self.base_url.unwrap_or_else(|| OPENAI_BASE_URL.to_owned()),
+                api_key_env: Some("OPENAI_API_KEY".to_owned()),
+                headers: BTreeMap::new(),
+            });
+        }
+        if cfg.models.default.is_none() {
+            let model = self.model.unwrap_or_else(|| OPENAI_MODEL.to_owned());
+            cfg.models.default = Some(format!("openai/{model}"));
         }
     }
 }
@@ -445,9 +497,24 @@ impl Config {
             where_: where_.clone(),
             message: "the top level must be a mapping".to_owned(),
         })?;
+        let executor_given = map
+            .get("executor")
+            .and_then(serde_yaml::Value::as_mapping)
+            .is_some_and(|m| {
+                ["kind", "command", "by_agent"]
+                    .iter()
+                    .any(|k| m.contains_key(*k))
+            });
         let mut home_env = None;
         let mut state_home = None;
+        let mut openai = OpenAiEnv::default();
         for (var, raw) in env {
+            match var.as_str() {
+                "OPENAI_API_KEY" => openai.key = !raw.is_empty(),
+                "OPENAI_BASE_URL" => openai.base_url = Some(raw.clone()).filter(|u| !u.is_empty()),
+                "OPENAI_MODEL" => openai.model = Some(raw.clone()).filter(|m| !m.is_empty()),
+                _ => {}
+            }
             if var == "HOME" {
                 home_env = Some(PathBuf::from(&raw));
                 continue;
@@ -512,6 +579,13 @@ impl Config {
             cfg.home = home_env;
         }
         cfg.state_home = state_home;
+        if !executor_given {
+            if openai.key {
+                openai.apply(&mut cfg);
+            } else {
+                cfg.executor_unconfigured = true;
+            }
+        }
         cfg.validate()?;
         Ok(cfg)
     }
@@ -633,6 +707,8 @@ impl Config {
                 "must be at least 3 (a worker's own transitions)".into(),
             ));
         }
+        models::validate(&self.models, &self.model, &self.mcp_servers)
+            .map_err(|(key, message)| rule(&key, message))?;
         if self.discovery.cache_max_agents == 0 {
             return Err(rule(
                 "discovery.cache_max_agents",
@@ -776,6 +852,74 @@ mod tests {
         assert_eq!(c.max_recursion_depth, -1);
         let e = load_str("", &[("AGENTRY_MAX_RECURSION_DEPTH", "deep")]).unwrap_err();
         assert!(e.to_string().contains("AGENTRY_MAX_RECURSION_DEPTH"), "{e}");
+    }
+
+    #[test]
+    fn openai_key_without_an_executor_means_the_model_executor() {
+        let c = load_str(
+            "",
+            &[
+                ("OPENAI_API_KEY", "sk-x"),
+                ("OPENAI_BASE_URL", "http://127.0.0.1:9/v1"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.executor.kind, ExecutorKind::Model);
+        assert!(!c.executor_unconfigured);
+        let (p, m) = c
+            .models
+            .resolve(c.models.default.as_deref().unwrap())
+            .unwrap();
+        assert_eq!(
+            (p.base_url.as_str(), m.as_str()),
+            ("http://127.0.0.1:9/v1", OPENAI_MODEL)
+        );
+        assert_eq!(p.api_key_env.as_deref(), Some("OPENAI_API_KEY"));
+        // Neither: spawns are refused.
+        let none = load_str("", &[]).unwrap();
+        assert!(none.executor_unconfigured);
+        // A configured executor wins over the key.
+        let exec = load_str(
+            "executor: {command: [/bin/true]}\n",
+            &[("OPENAI_API_KEY", "sk-x")],
+        )
+        .unwrap();
+        assert_eq!(exec.executor.kind, ExecutorKind::Exec);
+        assert!(!exec.executor_unconfigured);
+    }
+
+    #[test]
+    fn models_aliases_and_mcp_servers_are_checked() {
+        let ok = load_str(
+            "executor: {kind: model}\nmodels: {default: fast, providers: [{name: local, base_url: 'http://127.0.0.1:1/v1'}], aliases: {fast: local/qwen, sonnet: local/org/big}}\nmcp_servers: {fs: {command: [npx, x]}, docs: {url: 'http://h/mcp'}}\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(ok.models.resolve("sonnet").unwrap().1, "org/big");
+        assert_eq!(ok.models.resolve("local/m").unwrap().1, "m");
+        assert!(ok.models.resolve("opus").is_none());
+        assert!(ok.models.resolve("other/m").is_none());
+        for (yaml, key) in [
+            (
+                "models: {aliases: {sonnet: nope/m}}",
+                "models.aliases.sonnet",
+            ),
+            ("models: {default: haiku}", "models.default"),
+            (
+                "models: {providers: [{name: a, base_url: 'ftp://x'}]}",
+                "models.providers[0].base_url",
+            ),
+            ("mcp_servers: {fs: {}}", "mcp_servers.fs"),
+            (
+                "mcp_servers: {fs: {command: [x], url: 'http://h'}}",
+                "mcp_servers.fs",
+            ),
+            ("mcp_servers: {a_b: {command: [x]}}", "mcp_servers.a_b"),
+            ("model: {max_turns: 0}", "model.max_turns"),
+        ] {
+            let e = load_str(&format!("{yaml}\n"), &[]).unwrap_err();
+            assert!(e.to_string().contains(key), "{yaml}: {e}");
+        }
     }
 
     #[test]

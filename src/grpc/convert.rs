@@ -271,7 +271,67 @@ pub fn worker(w: &WorkerRecord) -> pb::Worker {
         mode: mode(eff.mode),
         sequence: w.sequence,
         last_activity_time: Some(ts(w.last_activity_ms)),
+        usage: w.usage.as_deref().and_then(usage),
+        tree_usage: None,
     }
+}
+
+/// Recorded token usage (JSON text, docs/model.md §11.8) as the API shows it; unreadable text
+/// shows as none.
+pub fn usage(json: &str) -> Option<pb::TokenUsage> {
+    #[derive(serde::Deserialize)]
+    struct Stored {
+        prompt_tokens: u64,
+        completion_tokens: u64,
+        total_tokens: u64,
+        #[serde(default)]
+        by_model: Vec<PerModel>,
+    }
+    #[derive(serde::Deserialize)]
+    struct PerModel {
+        model: String,
+        prompt_tokens: u64,
+        completion_tokens: u64,
+        total_tokens: u64,
+    }
+    let s: Stored = serde_json::from_str(json).ok()?;
+    Some(pb::TokenUsage {
+        prompt_tokens: s.prompt_tokens,
+        completion_tokens: s.completion_tokens,
+        total_tokens: s.total_tokens,
+        by_model: s
+            .by_model
+            .into_iter()
+            .map(|m| pb::ModelUsage {
+                model: m.model,
+                prompt_tokens: m.prompt_tokens,
+                completion_tokens: m.completion_tokens,
+                total_tokens: m.total_tokens,
+            })
+            .collect(),
+    })
+}
+
+/// The sum of several recorded usages, merged per model.
+pub fn sum_usage<'a>(all: impl IntoIterator<Item = &'a str>) -> Option<pb::TokenUsage> {
+    let mut total: Option<pb::TokenUsage> = None;
+    for u in all.into_iter().filter_map(usage) {
+        let t = total.get_or_insert_with(pb::TokenUsage::default);
+        t.prompt_tokens += u.prompt_tokens;
+        t.completion_tokens += u.completion_tokens;
+        t.total_tokens += u.total_tokens;
+        for m in u.by_model {
+            match t.by_model.iter_mut().find(|x| x.model == m.model) {
+                Some(x) => {
+                    x.prompt_tokens += m.prompt_tokens;
+                    x.completion_tokens += m.completion_tokens;
+                    x.total_tokens += m.total_tokens;
+                }
+                None => t.by_model.push(m),
+            }
+        }
+    }
+    total
 }
 
 /// A `SpawnWorker` answer.

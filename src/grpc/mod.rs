@@ -21,7 +21,10 @@ use crate::{
     discovery::Registry,
     resolve::Rules,
     workers::{
-        executor::{ByKind, ExecExecutor, Executor, Kind, RunnerExecutor},
+        executor::{
+            ByKind, ExecExecutor, Executor, Kind, ModelExecutor, RunnerExecutor,
+            model::{ModelSettings, wire::HttpModel},
+        },
         runners::{HubSettings, RunnerHub},
         store::{PostgresStore, ReplicaSettings, SqliteStore, WorkerStore, redact_url},
         supervisor::{Settings, Supervisor},
@@ -60,6 +63,9 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let listener = listener.into();
+    // TLS for model providers and MCP servers over https: rustls on ring, installed once for
+    // the process (a second install, as in tests running several servers, is a no-op).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let tokens = crate::auth::TokenFile::start(cfg.auth.tokens_file.as_deref())?;
     let registry = Arc::new(Registry::new(&cfg, true)?);
     let rules = Arc::new(Rules::from_config(&cfg));
@@ -100,8 +106,16 @@ pub async fn run(
     let kind = |k: crate::config::ExecutorKind| match k {
         crate::config::ExecutorKind::Exec => Kind::Exec,
         crate::config::ExecutorKind::Runner => Kind::Runner,
+        crate::config::ExecutorKind::Model => Kind::Model,
     };
-    let uses_exec = cfg.executor.kind == crate::config::ExecutorKind::Exec
+    let default_kind = if cfg.executor_unconfigured {
+        tracing::warn!("{}", crate::workers::executor::route::NO_EXECUTOR);
+        Kind::Unconfigured
+    } else {
+        kind(cfg.executor.kind)
+    };
+    let uses_exec = (!cfg.executor_unconfigured
+        && cfg.executor.kind == crate::config::ExecutorKind::Exec)
         || cfg
             .executor
             .by_agent
@@ -126,10 +140,21 @@ pub async fn run(
         lease: cfg.runners.lease,
         accept_timeout: cfg.runners.accept_timeout,
     });
+    let model = Arc::new(ModelExecutor::new(
+        ModelSettings {
+            models: cfg.models.clone(),
+            looping: cfg.model.clone(),
+            servers: cfg.mcp_servers.clone(),
+            review_tools: cfg.review.tools.clone(),
+            spawn_tool: cfg.spawn_tool.clone(),
+        },
+        Arc::new(HttpModel::new().map_err(anyhow::Error::msg)?),
+    ));
     let executor: Arc<dyn Executor> = Arc::new(ByKind::new(
         exec,
         Arc::new(RunnerExecutor::new(hub.clone())),
-        kind(cfg.executor.kind),
+        model.clone(),
+        default_kind,
         cfg.executor
             .by_agent
             .iter()
@@ -172,7 +197,7 @@ pub async fn run(
         hub: hub.clone(),
         max_output_bytes: cfg.executor.max_output_bytes,
     };
-    let svc = service::Service::new(crate::app::App {
+    let app = crate::app::App {
         registry: registry.clone(),
         rules,
         supervisor: supervisor.clone(),
@@ -180,7 +205,10 @@ pub async fn run(
         limits: crate::app::Limits {
             max_prompt_bytes: cfg.limits.max_prompt_bytes,
         },
-    });
+    };
+    // The model executor reaches agentry through the same operations as the RPCs.
+    model.bind(Arc::new(crate::app::AsWorker::new(&app)));
+    let svc = service::Service::new(app);
 
     // Serving = first discovery done, the database answers, and not shutting down (docs §8,
     // §9). One task owns the status so the three never race.

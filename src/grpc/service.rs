@@ -99,8 +99,13 @@ impl pb::agent_registry_service_server::AgentRegistryService for Service {
     ) -> Result<Response<pb::GetWorkerResponse>, Status> {
         let (id, worker) = request::parse(req)?;
         let w = self.app.get_worker(&id, &worker).await?;
+        let mut shown = convert::worker(&w);
+        if w.usage.is_some() {
+            let tree = self.app.tree_usage(&w).await?;
+            shown.tree_usage = convert::sum_usage(tree.iter().map(String::as_str));
+        }
         Ok(Response::new(pb::GetWorkerResponse {
-            worker: Some(convert::worker(&w)),
+            worker: Some(shown),
         }))
     }
 

@@ -239,6 +239,9 @@ pub struct WorkerRecord {
     /// milliseconds: lets a coordinator tell a slow worker from a stuck one (docs/workers.md
     /// §6.9).
     pub last_activity_ms: i64,
+    /// Token usage of a model-executor run as JSON text (docs/model.md §11.8), recorded with
+    /// the terminal state; `None` for other executors.
+    pub usage: Option<String>,
 }
 
 /// What a progress report is about (docs/workers.md §6.9).
@@ -282,6 +285,7 @@ impl WorkerRecord {
             exit_code: None,
             token_hash,
             last_activity_ms: spec.create_time_ms,
+            usage: None,
             spec,
         }
     }

@@ -9,6 +9,7 @@ mod dialects;
 mod hardening;
 mod helpers;
 mod hostile;
+mod model;
 mod ops;
 mod processes;
 mod progress;

@@ -315,7 +315,11 @@ async fn start_up_log(dir: &std::path::Path, name: &str, executor: Option<&str>)
         yaml.push_str(&format!("executor: {e}\n"));
     }
     let config = binary::config(dir, name, &yaml);
-    let b = Launch::new(&config).env("RUST_LOG", "info").spawn().await;
+    let b = Launch::new(&config)
+        .env("RUST_LOG", "info")
+        .env_remove("OPENAI_API_KEY")
+        .spawn()
+        .await;
     b.log_until("agentry listening", Duration::from_secs(30))
         .await
 }
@@ -442,14 +446,16 @@ async fn start_up_says_in_one_line_when_the_executor_cannot_run() {
         assert!(line.contains("set executor.command"), "{line}");
         assert!(lines_with(&log, "executor.command ready").is_empty());
     }
-    // The embedded default, the README's first run (unless this machine has that runtime).
-    let default = std::path::Path::new("/usr/local/bin/run-agent");
-    if !default.exists() {
-        let log = start_up_log(root, "default", None).await;
-        let warning = lines_with(&log, "executor.command cannot run");
-        assert_eq!(warning.len(), 1, "{log:#?}");
-        assert!(warning[0].contains("program=\"/usr/local/bin/run-agent\""));
-    }
+    // The embedded default, the README's first run: no executor configured (and no
+    // OPENAI_API_KEY in the injected environment) says so once, naming both ways.
+    let log = start_up_log(root, "default", None).await;
+    let warning = lines_with(&log, "no executor is configured");
+    assert_eq!(warning.len(), 1, "{log:#?}");
+    assert!(warning[0].contains(" WARN ") && warning[0].contains("set OPENAI_API_KEY"));
+    assert!(
+        lines_with(&log, "executor.command cannot run").is_empty(),
+        "{log:#?}"
+    );
 }
 
 #[tokio::test]

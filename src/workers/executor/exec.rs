@@ -677,6 +677,7 @@ mod tests {
             kill_grace: Duration::from_secs(5),
             max_output_bytes: 1 << 20,
             assignment: None,
+            meter: Default::default(),
         }
     }
 
@@ -726,10 +727,10 @@ mod tests {
         tokio::task::spawn_blocking(move || {
             let until = StdInstant::now() + Duration::from_secs(10);
             loop {
-                if let Ok(text) = fs::read_to_string(&path) {
-                    if let Ok(pid) = text.trim().parse() {
-                        return pid;
-                    }
+                if let Ok(text) = fs::read_to_string(&path)
+                    && let Ok(pid) = text.trim().parse()
+                {
+                    return pid;
                 }
                 assert!(
                     StdInstant::now() < until,

@@ -1,10 +1,11 @@
 //! The executor seam: how the supervisor asks for one agent run, and what it gets back.
 //!
 //! This module owns the [`Executor`] trait and its plain-data [`Job`] and [`Outcome`] types, so
-//! that a new way of running an agent (the OpenAI-compatible HTTP executor is next) is a new
-//! submodule, not a change to the supervisor. It must not depend on the worker store, the
-//! lifecycle state machine, `tonic` or any configuration type: the supervisor translates its
-//! configuration into a [`Job`] and an [`Outcome`] into a state transition.
+//! that a new way of running an agent (`exec`, `runner`, `model`) is a new submodule, not a
+//! change to the supervisor. It must not depend on the worker store, the lifecycle state
+//! machine or `tonic`: the supervisor translates its configuration into a [`Job`] and an
+//! [`Outcome`] into a state transition. The one configuration it reads is the model executor's
+//! plain-data keys (`models`, `model`, `mcp_servers`), from the leaf `config` module.
 
 use std::fmt;
 use std::future::Future;
@@ -16,11 +17,13 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 pub mod exec;
+pub mod model;
 pub mod route;
 pub mod runner;
 pub mod sweep;
 
 pub use exec::ExecExecutor;
+pub use model::{Meter, ModelExecutor};
 pub use route::{ByKind, Kind};
 pub use runner::RunnerExecutor;
 
@@ -39,6 +42,16 @@ pub struct Assignment {
     pub worker_token: String,
     /// The principal the worker belongs to (tenancy, docs/operations.md §8.2).
     pub caller_scope: String,
+    /// The parent worker's models, for a persona whose model is `inherit` (docs/model.md
+    /// §11.2); empty for a top-level caller.
+    pub inherited_model: Vec<String>,
+    /// The worker runs in plan mode (only read-only tools, docs/model.md §11.4).
+    pub plan: bool,
+    /// The worker is at the depth limit (its spawn tool's calls get the depth message).
+    pub at_max_depth: bool,
+    /// The worker is the review gate's reviewer, whose output schema is shown but not enforced
+    /// (docs/review.md §7).
+    pub review: bool,
 }
 
 impl fmt::Debug for Assignment {
@@ -83,6 +96,9 @@ pub struct Job {
     /// The spec and the worker's identity as values, for executors that do not start a
     /// process (runners); `None` only in executor tests and benchmarks.
     pub assignment: Option<Arc<Assignment>>,
+    /// Where an executor that calls a model counts its tokens; the supervisor records them
+    /// with the terminal state.
+    pub meter: Meter,
 }
 
 impl fmt::Debug for Job {
@@ -142,6 +158,15 @@ pub enum Outcome {
 /// Runs agents. Implementations must be cheap to share (`Arc<dyn Executor>`) and must leave
 /// nothing running once the returned future has finished or been dropped.
 pub trait Executor: Send + Sync + 'static {
+    /// Whether a worker of `eff` can run here at all, checked before its row is written so
+    /// that a spawn is refused (`FAILED_PRECONDITION`) rather than a worker failed: the model
+    /// executor resolves the model and the MCP servers. `inherited` is the parent worker's
+    /// models. The default accepts everything.
+    fn admit(&self, eff: &crate::resolve::Effective, inherited: &[String]) -> Result<(), String> {
+        let _ = (eff, inherited);
+        Ok(())
+    }
+
     /// Runs one job to the end.
     ///
     /// `started` fires once the agent exists (for `exec`: the process was spawned), so the

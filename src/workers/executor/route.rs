@@ -1,6 +1,6 @@
-//! Executor selection by agent (`executor.kind`, `executor.by_agent`, docs/runners.md): one
-//! [`Executor`] in front of `exec` and `runner` that picks per job, so the supervisor keeps a
-//! single executor and does not know there are two.
+//! Executor selection by agent (`executor.kind`, `executor.by_agent`, docs/runners.md,
+//! docs/model.md): one [`Executor`] in front of `exec`, `runner` and `model` that picks per job,
+//! so the supervisor keeps a single executor and does not know there are three.
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -16,12 +16,20 @@ pub enum Kind {
     Exec,
     /// A connected runner.
     Runner,
+    /// agentry's own agent loop.
+    Model,
+    /// Nothing is configured: every spawn is refused with [`NO_EXECUTOR`].
+    Unconfigured,
 }
+
+/// Why a spawn is refused when no executor is configured (docs/model.md §11.1).
+pub const NO_EXECUTOR: &str = "no executor is configured: set executor.command (or executor.kind) in the config file, or set OPENAI_API_KEY to run workers on the model executor";
 
 /// Routes each job to the executor of its agent's kind.
 pub struct ByKind {
     exec: Arc<dyn Executor>,
     runner: Arc<dyn Executor>,
+    model: Arc<dyn Executor>,
     default: Kind,
     by_agent: BTreeMap<String, Kind>,
 }
@@ -31,12 +39,14 @@ impl ByKind {
     pub fn new(
         exec: Arc<dyn Executor>,
         runner: Arc<dyn Executor>,
+        model: Arc<dyn Executor>,
         default: Kind,
         by_agent: BTreeMap<String, Kind>,
     ) -> Self {
         Self {
             exec,
             runner,
+            model,
             default,
             by_agent,
         }
@@ -49,6 +59,15 @@ impl ByKind {
 }
 
 impl Executor for ByKind {
+    fn admit(&self, eff: &crate::resolve::Effective, inherited: &[String]) -> Result<(), String> {
+        match self.kind_of(&eff.name) {
+            Kind::Exec => self.exec.admit(eff, inherited),
+            Kind::Runner => self.runner.admit(eff, inherited),
+            Kind::Model => self.model.admit(eff, inherited),
+            Kind::Unconfigured => Err(NO_EXECUTOR.to_owned()),
+        }
+    }
+
     fn run(
         &self,
         job: Job,
@@ -63,6 +82,12 @@ impl Executor for ByKind {
         match self.kind_of(&agent) {
             Kind::Exec => self.exec.run(job, cancel, started),
             Kind::Runner => self.runner.run(job, cancel, started),
+            Kind::Model => self.model.run(job, cancel, started),
+            Kind::Unconfigured => Box::pin(async {
+                Outcome::CouldNotStart {
+                    reason: NO_EXECUTOR.to_owned(),
+                }
+            }),
         }
     }
 

@@ -214,6 +214,8 @@ pub struct Patch {
     pub error: Option<String>,
     /// The process exit code.
     pub exit_code: Option<i32>,
+    /// Token usage (JSON text), from the model executor.
+    pub usage: Option<String>,
 }
 
 impl Patch {
@@ -230,6 +232,9 @@ impl Patch {
         }
         if let Some(code) = self.exit_code {
             rec.exit_code = Some(code);
+        }
+        if let Some(usage) = self.usage {
+            rec.usage = Some(usage);
         }
     }
 }

@@ -80,6 +80,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
         claimed_at TIMESTAMPTZ NOT NULL DEFAULT now(),
         expires_at TIMESTAMPTZ NOT NULL
     );"#,
+    // 2: token usage of model-executor runs (docs/model.md §11.8).
+    "ALTER TABLE workers ADD COLUMN usage TEXT;",
 ];
 
 /// Brings the schema up to date under the migration advisory lock, or refuses a newer one.

@@ -313,7 +313,7 @@ impl PostgresStore {
                 &format!(
                     "INSERT INTO workers ({COLUMNS}, replica_id) VALUES
                      ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-                      $17, $18, $19, $20, $21, $22)"
+                      $17, $18, $19, $20, $21, $22, $23)"
                 ),
                 &[
                     &w.id.as_str(),
@@ -337,6 +337,7 @@ impl PostgresStore {
                     &w.token_hash,
                     &effective,
                     &w.last_activity_ms,
+                    &w.usage,
                     &self.replica_id,
                 ],
             )
@@ -568,6 +569,7 @@ fn read_record(row: &Row) -> Result<WorkerRecord, StoreError> {
         exit_code: row.try_get(15).map_err(get)?,
         token_hash: row.try_get(18).map_err(get)?,
         last_activity_ms: row.try_get(20).map_err(get)?,
+        usage: row.try_get(21).map_err(get)?,
     })
 }
 
@@ -688,7 +690,7 @@ async fn apply_in(
             "UPDATE workers SET state = $2, sequence = $3, start_time_ms = $4,
                  close_time_ms = $5, result = $6, structured_result = $7, error = $8,
                  exit_code = $9, token_hash = $10, last_activity_ms = $12,
-                 stop_reason = CASE WHEN $13 THEN NULL ELSE stop_reason END
+                 stop_reason = CASE WHEN $13 THEN NULL ELSE stop_reason END, usage = $14
              WHERE id = $1 AND sequence = $11",
             &[
                 &next.id.as_str(),
@@ -704,6 +706,7 @@ async fn apply_in(
                 &to_sql_sequence(current.sequence),
                 &next.last_activity_ms,
                 &next.state.is_terminal(),
+                &next.usage,
             ],
         )
         .await

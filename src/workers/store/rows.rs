@@ -110,7 +110,7 @@ pub(super) fn apply_in(
         .prepare_cached(
             "UPDATE workers SET state = ?2, sequence = ?3, start_time_ms = ?4,
                  close_time_ms = ?5, result = ?6, structured_result = ?7, error = ?8,
-                 exit_code = ?9, token_hash = ?10, last_activity_ms = ?12
+                 exit_code = ?9, token_hash = ?10, last_activity_ms = ?12, usage = ?13
              WHERE id = ?1 AND sequence = ?11",
         )
         .and_then(|mut stmt| {
@@ -127,6 +127,7 @@ pub(super) fn apply_in(
                 next.token_hash,
                 to_sql_sequence(previous_sequence),
                 next.last_activity_ms,
+                next.usage,
             ])
         })
         .context("update worker")?;
@@ -253,7 +254,7 @@ pub(super) fn insert_worker(conn: &Connection, rec: &WorkerRecord) -> Result<(),
     conn.prepare_cached(&format!(
         "INSERT INTO workers ({COLUMNS}) VALUES
              (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-              ?19, ?20, ?21)"
+              ?19, ?20, ?21, ?22)"
     ))
     .and_then(|mut stmt| {
         stmt.execute(params![
@@ -278,6 +279,7 @@ pub(super) fn insert_worker(conn: &Connection, rec: &WorkerRecord) -> Result<(),
             rec.token_hash,
             effective,
             rec.last_activity_ms,
+            rec.usage,
         ])
     })
     .context("insert worker")?;
@@ -301,6 +303,8 @@ pub(super) struct Snapshot {
     error: Option<String>,
     exit_code: Option<i32>,
     token_hash: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    usage: Option<String>,
 }
 
 impl Snapshot {
@@ -315,6 +319,7 @@ impl Snapshot {
             error: w.error.clone(),
             exit_code: w.exit_code,
             token_hash: w.token_hash.clone(),
+            usage: w.usage.clone(),
         }
     }
 
@@ -337,6 +342,7 @@ impl Snapshot {
             error: self.error,
             exit_code: self.exit_code,
             token_hash: self.token_hash,
+            usage: self.usage,
             last_activity_ms: self.last_activity_ms.unwrap_or(time_ms),
             ..current.clone()
         }
@@ -400,6 +406,7 @@ pub(super) fn read_record(row: &Row<'_>) -> rusqlite::Result<WorkerRecord> {
         exit_code: row.get(15)?,
         token_hash: row.get(18)?,
         last_activity_ms: row.get(20)?,
+        usage: row.get(21)?,
     })
 }
 

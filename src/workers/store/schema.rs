@@ -56,12 +56,14 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "ALTER TABLE worker_events ADD COLUMN progress TEXT;
      ALTER TABLE workers ADD COLUMN last_activity_ms INTEGER;
      UPDATE workers SET last_activity_ms = COALESCE(close_time_ms, start_time_ms, create_time_ms);",
+    // 4: token usage of model-executor runs (docs/model.md §11.8).
+    "ALTER TABLE workers ADD COLUMN usage TEXT;",
 ];
 
 /// The columns of `workers`, in the order [`read_record`] decodes them.
 pub(super) const COLUMNS: &str = "id, agent, description, prompt, workspace, parent_id, depth, state, \
      sequence, create_time_ms, start_time_ms, close_time_ms, result, structured_result, error, \
-     exit_code, caller_scope, request_id, token_hash, effective, last_activity_ms";
+     exit_code, caller_scope, request_id, token_hash, effective, last_activity_ms, usage";
 
 /// Fails with [`StoreError::SchemaTooNew`] if the file's schema is newer than [`MIGRATIONS`].
 pub(super) fn check_schema_version(conn: &Connection) -> Result<i64, StoreError> {

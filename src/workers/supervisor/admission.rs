@@ -167,6 +167,19 @@ impl Supervisor {
             req.output_schema.as_ref(),
             &self.rules,
         );
+        let inherited: Vec<String> = lineage
+            .parent
+            .as_ref()
+            .map(|p| p.spec.effective.model.clone())
+            .unwrap_or_default();
+        if let Err(why) = self.executor.admit(&eff, &inherited) {
+            if let Some(key) = key {
+                self.dedupe.forget(key, new_id.as_str());
+                let _ = self.store.release_dedupe(&key.to_string(), &new_id).await;
+            }
+            self.metrics.worker_spawned(&req.agent, "denied_executor");
+            return Err(WorkerError::Unrunnable(why));
+        }
         let started = self
             .create(id, &req, &purpose, lineage, def, eff, new_id, key, pending)
             .await?;
@@ -371,7 +384,8 @@ impl Supervisor {
         tracing::info!(worker = %new_id, agent = %req.agent, depth = record.spec.depth, parent = ?record.spec.parent_id.as_ref().map(WorkerId::as_str), "worker created");
 
         let timeout = self.run_timeout(purpose, req, def);
-        let job = self.job(id, &record, &lineage.caller.blocked, token, timeout);
+        let review = matches!(purpose, Purpose::Review { .. });
+        let job = self.job(id, &record, &lineage, token, timeout, review);
         let ctx = RunCtx {
             id: new_id.clone(),
             output: match purpose {
@@ -427,13 +441,14 @@ impl Supervisor {
         &self,
         id: &Identity,
         record: &WorkerRecord,
-        caller_blocked: &[String],
+        lineage: &Lineage,
         token: String,
         timeout: Duration,
+        review: bool,
     ) -> Job {
         let spec = &record.spec;
         let eff = &spec.effective;
-        let mut blocked = caller_blocked.to_vec();
+        let mut blocked = lineage.caller.blocked.clone();
         if !blocked.contains(&spec.agent) {
             blocked.insert(0, spec.agent.clone());
         }
@@ -448,6 +463,14 @@ impl Supervisor {
             worker_token: token.clone(),
             caller_scope: spec.caller_scope.clone(),
             spec: worker_spec,
+            inherited_model: lineage
+                .parent
+                .as_ref()
+                .map(|p| p.spec.effective.model.clone())
+                .unwrap_or_default(),
+            plan: eff.mode == resolve::Mode::Plan,
+            at_max_depth: eff.at_max_depth,
+            review,
         });
         Job {
             worker_id: record.id.to_string(),
@@ -472,6 +495,7 @@ impl Supervisor {
             kill_grace: self.settings.kill_grace,
             max_output_bytes: self.settings.max_output_bytes,
             assignment: Some(assignment),
+            meter: crate::workers::executor::Meter::default(),
         }
     }
 

@@ -211,6 +211,10 @@ pub enum WorkerError {
         /// Its state.
         state: WorkerState,
     },
+    /// No executor can run the agent (none configured, an unknown model, a missing key): the
+    /// spawn is refused before any row is written (docs/model.md §11.1, §11.2).
+    #[error("{0}")]
+    Unrunnable(String),
     /// The service is shutting down.
     #[error("the service is shutting down")]
     ShuttingDown,

@@ -191,6 +191,7 @@ impl Supervisor {
             }
         };
         let (started_tx, started_rx) = oneshot::channel();
+        let meter = job.meter.clone();
         let run = self.executor.run(job, cancel.clone(), started_tx);
         // `running` is persisted while the executor goes on (its commit overlaps the run instead
         // of delaying it), and before the outcome is: both futures end before this returns, and
@@ -202,7 +203,9 @@ impl Supervisor {
         };
         let (outcome, ()) = tokio::join!(run, start);
         drop(slot);
-        outcome::settle(outcome, output, || self.kill_reason(id))
+        let (event, mut patch) = outcome::settle(outcome, output, || self.kill_reason(id));
+        patch.usage = meter.to_json();
+        (event, patch)
     }
 
     /// The executor started the worker: it leaves the pending ones and is persisted `running`.

@@ -1,0 +1,332 @@
+//! One worker's conversation as a pure state machine (docs/model.md §11.3, §11.5): the messages
+//! so far, the turn budget and the output rule. It does no I/O: the driver asks it what to send,
+//! hands it each answer and each tool result, and it says what comes next. Every rule of the
+//! loop is here, so each one is unit-tested without a server.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::wire::{Answer, ToolCall};
+
+/// The name of the implicit tool that ends a run with its result.
+pub const SUBMIT_RESULT: &str = "submit_result";
+
+/// One Chat Completions message, as the API takes it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum Message {
+    /// The composed system prompt.
+    System {
+        /// Its text.
+        content: String,
+    },
+    /// The brief, or a correction of an unusable answer.
+    User {
+        /// Its text.
+        content: String,
+    },
+    /// What the model said and asked for.
+    Assistant {
+        /// Its text (`null` when it only called tools).
+        content: Option<String>,
+        /// The calls it made.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<WireCall>,
+    },
+    /// One tool's answer.
+    Tool {
+        /// The call it answers.
+        tool_call_id: String,
+        /// The result or the error text.
+        content: String,
+    },
+}
+
+/// A tool call as it is echoed back in an assistant message.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct WireCall {
+    /// The call's id.
+    pub id: String,
+    /// Always `function`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// Name and arguments.
+    pub function: WireFunction,
+}
+
+/// The function part of a [`WireCall`].
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct WireFunction {
+    /// The tool name.
+    pub name: String,
+    /// The arguments as the model wrote them (JSON text).
+    pub arguments: String,
+}
+
+/// The loop's bounds for one worker.
+#[derive(Debug, Clone)]
+pub struct Bounds {
+    /// Turns before `max turns (N) reached`.
+    pub max_turns: u32,
+    /// Invalid results handed back before the run fails.
+    pub output_retries: u32,
+}
+
+/// What follows an answer.
+#[derive(Debug, PartialEq)]
+pub enum Step {
+    /// Run these calls, in order, and hand each result back.
+    Tools(Vec<ToolCall>),
+    /// Ask again: the answer was unusable and a correction was appended.
+    Again,
+    /// The run is over with this result (JSON text with an output schema).
+    Done(String),
+    /// The run failed for this reason.
+    Failed(String),
+}
+
+/// What a `submit_result` call did.
+#[derive(Debug, PartialEq)]
+pub enum Submitted {
+    /// Accepted: the run is over with this result.
+    Done(String),
+    /// Refused: this text goes back as the tool's error; the run goes on.
+    Refused(String),
+    /// Refused once too often: the run failed for this reason.
+    Failed(String),
+}
+
+/// The conversation of one worker.
+#[derive(Debug)]
+pub struct Conversation {
+    messages: Vec<Message>,
+    bounds: Bounds,
+    schema: Option<Value>,
+    turns: u32,
+    invalid: u32,
+}
+
+impl Conversation {
+    /// A conversation that starts with the system prompt and the brief.
+    pub fn new(system: &str, prompt: &str, schema: Option<Value>, bounds: Bounds) -> Self {
+        let mut messages = Vec::with_capacity(8);
+        if !system.trim().is_empty() {
+            messages.push(Message::System {
+                content: system.to_owned(),
+            });
+        }
+        messages.push(Message::User {
+            content: prompt.to_owned(),
+        });
+        Self {
+            messages,
+            bounds,
+            schema,
+            turns: 0,
+            invalid: 0,
+        }
+    }
+
+    /// The messages to send.
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// Turns taken so far.
+    pub fn turns(&self) -> u32 {
+        self.turns
+    }
+
+    /// Starts a turn; `Err` with the failure once the budget is spent.
+    pub fn begin_turn(&mut self) -> Result<u32, String> {
+        if self.turns >= self.bounds.max_turns {
+            return Err(format!("max turns ({}) reached", self.bounds.max_turns));
+        }
+        self.turns += 1;
+        Ok(self.turns)
+    }
+
+    /// Takes the model's answer to the current turn.
+    pub fn answer(&mut self, answer: Answer) -> Step {
+        let text = (!answer.content.is_empty()).then(|| answer.content.clone());
+        self.messages.push(Message::Assistant {
+            content: text,
+            tool_calls: answer
+                .tool_calls
+                .iter()
+                .map(|c| WireCall {
+                    id: c.id.clone(),
+                    kind: "function",
+                    function: WireFunction {
+                        name: c.name.clone(),
+                        arguments: c.arguments.clone(),
+                    },
+                })
+                .collect(),
+        });
+        if !answer.tool_calls.is_empty() {
+            return Step::Tools(answer.tool_calls);
+        }
+        // A plain answer ends the run; with a schema it must be the result itself.
+        let Some(schema) = &self.schema else {
+            return Step::Done(answer.content);
+        };
+        match crate::schema::validate_output(schema, &answer.content) {
+            Ok(v) => Step::Done(v.to_string()),
+            Err(why) => match self.refuse(why) {
+                Submitted::Failed(reason) => Step::Failed(reason),
+                Submitted::Refused(text) => {
+                    self.messages.push(Message::User {
+                        content: format!(
+                            "{text} Call {SUBMIT_RESULT} with a result that matches the output schema."
+                        ),
+                    });
+                    Step::Again
+                }
+                Submitted::Done(_) => unreachable!("refuse never accepts"),
+            },
+        }
+    }
+
+    /// Appends a tool's answer to call `id`.
+    pub fn tool_result(&mut self, id: &str, content: String) {
+        self.messages.push(Message::Tool {
+            tool_call_id: id.to_owned(),
+            content,
+        });
+    }
+
+    /// Checks the arguments of a `submit_result` call (its `result` against the schema).
+    pub fn submit(&mut self, arguments: &str) -> Submitted {
+        let args: Value = match serde_json::from_str(arguments) {
+            Ok(v) => v,
+            Err(e) => return self.refuse(format!("the arguments are not JSON: {e}")),
+        };
+        let Some(result) = args.get("result") else {
+            return self.refuse("the arguments have no \"result\"".to_owned());
+        };
+        match (&self.schema, result) {
+            (None, Value::String(s)) => Submitted::Done(s.clone()),
+            (None, other) => Submitted::Done(other.to_string()),
+            (Some(schema), value) => {
+                match crate::schema::validate_output(schema, &value.to_string()) {
+                    Ok(v) => Submitted::Done(v.to_string()),
+                    Err(why) => self.refuse(why),
+                }
+            }
+        }
+    }
+
+    /// Counts one unusable result: the text for the model, or the failure once retries are
+    /// spent.
+    fn refuse(&mut self, why: String) -> Submitted {
+        self.invalid += 1;
+        if self.invalid > self.bounds.output_retries {
+            return Submitted::Failed(format!(
+                "output invalid after {} attempts: {why}",
+                self.invalid
+            ));
+        }
+        Submitted::Refused(why)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn bounds(max_turns: u32, output_retries: u32) -> Bounds {
+        Bounds {
+            max_turns,
+            output_retries,
+        }
+    }
+
+    fn text(s: &str) -> Answer {
+        Answer {
+            content: s.to_owned(),
+            ..Answer::default()
+        }
+    }
+
+    #[test]
+    fn a_plain_answer_ends_the_run_and_the_budget_is_counted() {
+        let mut c = Conversation::new("sys", "do it", None, bounds(2, 2));
+        assert_eq!(c.begin_turn(), Ok(1));
+        assert_eq!(c.answer(text("done")), Step::Done("done".into()));
+        assert_eq!(c.begin_turn(), Ok(2));
+        assert_eq!(c.begin_turn(), Err("max turns (2) reached".into()));
+        let roles: Vec<_> = c
+            .messages()
+            .iter()
+            .map(|m| serde_json::to_value(m).unwrap()["role"].clone())
+            .collect();
+        assert_eq!(roles, [json!("system"), json!("user"), json!("assistant")]);
+    }
+
+    #[test]
+    fn tool_calls_are_echoed_and_answered_in_order() {
+        let mut c = Conversation::new("", "p", None, bounds(5, 2));
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "task".into(),
+            arguments: "{}".into(),
+        };
+        let step = c.answer(Answer {
+            tool_calls: vec![call.clone()],
+            ..Answer::default()
+        });
+        assert_eq!(step, Step::Tools(vec![call]));
+        c.tool_result("c1", "ok".into());
+        let last = serde_json::to_value(c.messages().last().unwrap()).unwrap();
+        assert_eq!(
+            last,
+            json!({"role": "tool", "tool_call_id": "c1", "content": "ok"})
+        );
+        let asked = serde_json::to_value(&c.messages()[1]).unwrap();
+        assert_eq!(asked["content"], Value::Null);
+        assert_eq!(asked["tool_calls"][0]["function"]["name"], "task");
+    }
+
+    #[test]
+    fn submit_result_is_validated_and_retries_are_bounded() {
+        let schema =
+            json!({"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}});
+        let mut c = Conversation::new("", "p", Some(schema), bounds(9, 2));
+        let Submitted::Refused(why) = c.submit(r#"{"result": {"n": "x"}}"#) else {
+            panic!("accepted an invalid result")
+        };
+        assert!(why.contains("/n"), "{why}");
+        assert!(matches!(c.submit("not json"), Submitted::Refused(_)));
+        let Submitted::Failed(reason) = c.submit(r#"{"result": {}}"#) else {
+            panic!("a third invalid result must fail the run")
+        };
+        assert!(
+            reason.starts_with("output invalid after 3 attempts: "),
+            "{reason}"
+        );
+        let mut ok = Conversation::new("", "p", None, bounds(9, 0));
+        assert_eq!(
+            ok.submit(r#"{"result": "plain"}"#),
+            Submitted::Done("plain".into())
+        );
+    }
+
+    #[test]
+    fn a_plain_answer_must_match_the_schema() {
+        let schema = json!({"type": "object", "required": ["n"]});
+        let mut c = Conversation::new("", "p", Some(schema), bounds(9, 1));
+        assert_eq!(c.answer(text("no json")), Step::Again);
+        assert!(
+            matches!(c.messages().last(), Some(Message::User { content }) if content.contains(SUBMIT_RESULT))
+        );
+        assert_eq!(
+            c.answer(text(r#"{"n": 1}"#)),
+            Step::Done(r#"{"n":1}"#.into())
+        );
+        assert!(
+            matches!(c.answer(text("[]")), Step::Failed(r) if r.starts_with("output invalid after 2 attempts"))
+        );
+    }
+}

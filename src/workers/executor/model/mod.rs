@@ -1,0 +1,624 @@
+//! The `model` executor (docs/model.md §11): agentry runs the agent loop itself over an
+//! OpenAI-compatible Chat Completions endpoint, with MCP tools, and enforces the effective
+//! agent — the model is offered exactly its tools, a result must match its schema, its turns are
+//! counted, and risky tools go through the review gate.
+//!
+//! Layout, as the loop is a state machine with its I/O at the edges:
+//! * [`conversation`] — the pure state machine (messages, turns, output rule);
+//! * [`wire`] — the model edge: lenient streamed decoding behind [`wire::ModelClient`];
+//! * [`mcp`] — the MCP edge behind [`mcp::McpSession`];
+//! * [`tools`] — which tools a worker is offered, and routing a call by name;
+//! * this file — resolving the model, and the driver that joins them, with agentry itself (the
+//!   spawn tool, the review gate, progress) behind the [`Agentry`] trait, bound once the service
+//!   exists.
+
+pub mod conversation;
+pub mod mcp;
+pub mod tools;
+pub mod wire;
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex, OnceLock},
+    time::Duration,
+};
+
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use super::{Assignment, BoxFuture, Executor, Job, Outcome};
+use crate::{
+    config::{McpServer, ModelLoop, ModelsConfig},
+    persona::ThinkingLevel,
+    resolve::Effective,
+    workers::model::ProgressKind,
+};
+use conversation::{Bounds, Conversation, Step, Submitted};
+use tools::{Route, Toolbox};
+use wire::{Endpoint, ModelClient, Timing, Usage};
+
+/// The sentence every tool error ends with (docs/model.md §11.4).
+pub const DO_NOT_RETRY: &str =
+    "Do not repeat the same call unchanged; fix the arguments or take another approach.";
+
+/// Bound on the text of one progress event (docs/workers.md §6.9).
+const EVENT_TEXT: usize = 64 * 1024;
+
+/// What the executor needs of agentry itself: the spawn tool, the review gate and progress, all
+/// as the worker (with its own token), so every rule that applies to a caller applies.
+#[async_trait::async_trait]
+pub trait Agentry: Send + Sync + 'static {
+    /// Spawns `agent` as a child of the worker and waits for it: its result, or the refusal or
+    /// failure as text for the model.
+    async fn spawn(
+        &self,
+        worker: &Assignment,
+        agent: &str,
+        description: &str,
+        prompt: &str,
+    ) -> Result<String, String>;
+    /// Runs the review gate on a call of `tool`: `Ok(reason)` approved, `Err(reason)` rejected.
+    async fn review(
+        &self,
+        worker: &Assignment,
+        tool: &str,
+        destructive: bool,
+        arguments: Option<Value>,
+    ) -> Result<String, String>;
+    /// Appends a progress event to the worker's log; `false` once its budget is spent.
+    async fn progress(
+        &self,
+        worker: &Assignment,
+        kind: ProgressKind,
+        text: String,
+        data: Option<Value>,
+    ) -> bool;
+}
+
+/// What the model executor is configured with.
+#[derive(Debug, Clone, Default)]
+pub struct ModelSettings {
+    /// Providers, default model, aliases.
+    pub models: ModelsConfig,
+    /// The loop's bounds.
+    pub looping: ModelLoop,
+    /// Servers a worker may have.
+    pub servers: BTreeMap<String, McpServer>,
+    /// Offered tool names that are always reviewed.
+    pub review_tools: Vec<String>,
+    /// The spawn tool's name.
+    pub spawn_tool: String,
+}
+
+/// Token usage of one worker, per model (docs/model.md §11.8); shared between the run and the
+/// supervisor, which records it with the terminal state.
+#[derive(Debug, Clone, Default)]
+pub struct Meter(Arc<Mutex<BTreeMap<String, Usage>>>);
+
+impl Meter {
+    /// Adds one turn's usage of `model`.
+    pub fn add(&self, model: &str, u: Usage) {
+        let mut m = self.0.lock().expect("meter poisoned");
+        let e = m.entry(model.to_owned()).or_default();
+        e.prompt += u.prompt;
+        e.completion += u.completion;
+        e.total += u.total;
+    }
+
+    /// The usage as recorded on the row: `{prompt_tokens, completion_tokens, total_tokens,
+    /// by_model: [{model, …}]}`, or `None` when nothing was counted.
+    pub fn to_json(&self) -> Option<String> {
+        let m = self.0.lock().expect("meter poisoned");
+        if m.is_empty() {
+            return None;
+        }
+        let sum = m.values().fold(Usage::default(), |a, u| Usage {
+            prompt: a.prompt + u.prompt,
+            completion: a.completion + u.completion,
+            total: a.total + u.total,
+        });
+        let by_model: Vec<Value> = m
+            .iter()
+            .map(|(model, u)| json!({"model": model, "prompt_tokens": u.prompt, "completion_tokens": u.completion, "total_tokens": u.total}))
+            .collect();
+        Some(
+            json!({"prompt_tokens": sum.prompt, "completion_tokens": sum.completion, "total_tokens": sum.total, "by_model": by_model})
+                .to_string(),
+        )
+    }
+}
+
+/// The model executor.
+pub struct ModelExecutor {
+    settings: Arc<ModelSettings>,
+    client: Arc<dyn ModelClient>,
+    agentry: Arc<OnceLock<Arc<dyn Agentry>>>,
+}
+
+impl ModelExecutor {
+    /// An executor over `client`; [`Self::bind`] gives it agentry once the service exists.
+    pub fn new(settings: ModelSettings, client: Arc<dyn ModelClient>) -> Self {
+        Self {
+            settings: Arc::new(settings),
+            client,
+            agentry: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Gives the executor the service it runs in (spawn tool, review gate, progress).
+    pub fn bind(&self, agentry: Arc<dyn Agentry>) {
+        let _ = self.agentry.set(agentry);
+    }
+
+    /// The endpoint and model name of a worker (docs/model.md §11.2).
+    fn endpoint(
+        settings: &ModelSettings,
+        agent: &str,
+        models: &[String],
+        inherited: &[String],
+    ) -> Result<(Endpoint, String), String> {
+        let m = &settings.models;
+        let reference = pick_model(m, agent, models, inherited)?;
+        let (provider, model) = m
+            .resolve(&reference)
+            .ok_or_else(|| unknown_model(agent, &reference))?;
+        let api_key = match &provider.api_key_env {
+            None => None,
+            Some(var) => Some(
+                std::env::var(var)
+                    .ok()
+                    .filter(|k| !k.is_empty())
+                    .ok_or_else(|| {
+                        format!("provider {}: the variable {var} is not set", provider.name)
+                    })?,
+            ),
+        };
+        let url = format!(
+            "{}/chat/completions",
+            provider.base_url.trim_end_matches('/')
+        );
+        Ok((
+            Endpoint {
+                url,
+                api_key,
+                headers: provider
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            },
+            model,
+        ))
+    }
+}
+
+fn unknown_model(agent: &str, model: &str) -> String {
+    format!(
+        "agent {agent}: model {model} is neither an alias in models.aliases nor provider/model with a configured provider"
+    )
+}
+
+/// The model reference of a worker: the first of its models that resolves (`inherit` = the
+/// parent's), else `models.default`. A model list where nothing resolves is refused by name.
+fn pick_model(
+    m: &ModelsConfig,
+    agent: &str,
+    models: &[String],
+    inherited: &[String],
+) -> Result<String, String> {
+    let mut first_unknown = None;
+    for name in models {
+        let name = name.trim();
+        if name == "inherit" {
+            if let Some(parent) = inherited
+                .iter()
+                .find(|p| *p != "inherit" && m.resolve(p).is_some())
+            {
+                return Ok(parent.clone());
+            }
+            if let Some(d) = &m.default {
+                return Ok(d.clone());
+            }
+            continue;
+        }
+        if m.resolve(name).is_some() {
+            return Ok(name.to_owned());
+        }
+        first_unknown.get_or_insert(name);
+    }
+    if let Some(name) = first_unknown {
+        return Err(unknown_model(agent, name));
+    }
+    m.default
+        .clone()
+        .ok_or_else(|| format!("agent {agent} names no model and models.default is not set"))
+}
+
+/// `reasoning_effort` for a thinking level (docs/model.md §11.3).
+fn effort(level: Option<ThinkingLevel>) -> Option<&'static str> {
+    Some(match level? {
+        ThinkingLevel::Off => return None,
+        ThinkingLevel::Minimal | ThinkingLevel::Low => "low",
+        ThinkingLevel::Medium => "medium",
+        ThinkingLevel::High | ThinkingLevel::Xhigh => "high",
+    })
+}
+
+impl Executor for ModelExecutor {
+    fn admit(&self, eff: &Effective, inherited: &[String]) -> Result<(), String> {
+        Self::endpoint(&self.settings, &eff.name, &eff.model, inherited)?;
+        tools::servers_for(&self.settings, &eff.tools).map(drop)
+    }
+
+    fn run(
+        &self,
+        job: Job,
+        cancel: CancellationToken,
+        started: oneshot::Sender<()>,
+    ) -> BoxFuture<'static, Outcome> {
+        let settings = self.settings.clone();
+        let client = self.client.clone();
+        let agentry = self.agentry.get().cloned();
+        Box::pin(async move {
+            let Some(assignment) = job.assignment.clone() else {
+                return Outcome::CouldNotStart {
+                    reason: "the model executor needs the worker's assignment".to_owned(),
+                };
+            };
+            if cancel.is_cancelled() {
+                return Outcome::Killed;
+            }
+            let run = Run {
+                settings,
+                client,
+                agentry,
+                assignment,
+                meter: job.meter.clone(),
+            };
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => Outcome::Killed,
+                () = tokio::time::sleep(job.timeout) => Outcome::TimedOut { after: job.timeout, stderr_tail: String::new() },
+                out = run.drive(started) => out,
+            }
+        })
+    }
+}
+
+/// One worker's run: everything the driver needs, owned.
+struct Run {
+    settings: Arc<ModelSettings>,
+    client: Arc<dyn ModelClient>,
+    agentry: Option<Arc<dyn Agentry>>,
+    assignment: Arc<Assignment>,
+    meter: Meter,
+}
+
+fn failed(reason: String) -> Outcome {
+    Outcome::Failed {
+        exit_code: None,
+        signal: None,
+        stderr_tail: String::new(),
+        reason,
+    }
+}
+
+/// At most `max` bytes of `s`, cut at a character boundary.
+fn bounded(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
+}
+
+impl Run {
+    async fn drive(self, started: oneshot::Sender<()>) -> Outcome {
+        let spec = &self.assignment.spec;
+        let agent = &spec.agent;
+        let (endpoint, model) = match ModelExecutor::endpoint(
+            &self.settings,
+            &agent.name,
+            &agent.model,
+            &self.assignment.inherited_model,
+        ) {
+            Ok(e) => e,
+            Err(reason) => return Outcome::CouldNotStart { reason },
+        };
+        // Recorded even if the provider never reports usage, so the row says it ran a model.
+        self.meter.add(&model, Usage::default());
+        // The worker's MCP servers, for it alone; dropped (and so stopped) with this future.
+        let workspace = spec.workspace.clone().unwrap_or_default();
+        let toolbox = match Toolbox::start(&self.settings, &self.assignment, &workspace).await {
+            Ok(t) => t,
+            Err(reason) => return Outcome::CouldNotStart { reason },
+        };
+        let _ = started.send(());
+        let outcome = self.converse(&toolbox, &endpoint, &model).await;
+        toolbox.close().await;
+        outcome
+    }
+
+    async fn converse(&self, toolbox: &Toolbox, endpoint: &Endpoint, model: &str) -> Outcome {
+        let agent = &self.assignment.spec.agent;
+        let looping = &self.settings.looping;
+        let mut conv = Conversation::new(
+            &agent.system_prompt,
+            &self.assignment.spec.prompt,
+            // The reviewer's schema is offered in submit_result but not enforced (§7).
+            agent
+                .output_schema
+                .clone()
+                .filter(|_| !self.assignment.review),
+            Bounds {
+                max_turns: agent.max_turns.unwrap_or(looping.max_turns),
+                output_retries: looping.output_retries,
+            },
+        );
+        let timing = Timing {
+            idle: looping.idle_timeout,
+            max_retries: looping.max_retries,
+            backoff: Duration::from_millis(500),
+        };
+        let mut reporting = true;
+        loop {
+            let turn = match conv.begin_turn() {
+                Ok(n) => n,
+                Err(reason) => return failed(reason),
+            };
+            let mut body = json!({
+                "model": model,
+                "messages": conv.messages(),
+                "stream": true,
+                "stream_options": {"include_usage": true},
+            });
+            if !toolbox.definitions().is_empty() {
+                body["tools"] = Value::Array(toolbox.definitions().to_vec());
+            }
+            if let Some(e) = effort(agent.thinking_level) {
+                body["reasoning_effort"] = json!(e);
+            }
+            let answer = match self.client.turn(endpoint, &body, timing).await {
+                Ok(a) => a,
+                Err(e) => return failed(e.0),
+            };
+            if let Some(u) = answer.usage {
+                self.meter.add(model, u);
+            }
+            let usage = answer.usage.map(|u| json!({"prompt_tokens": u.prompt, "completion_tokens": u.completion, "total_tokens": u.total}));
+            self.report(&mut reporting, ProgressKind::Status, format!("turn {turn}: {model}"), Some(json!({"turn": turn, "model": model, "finish_reason": answer.finish_reason, "usage": usage}))).await;
+            if !answer.content.trim().is_empty() {
+                self.report(
+                    &mut reporting,
+                    ProgressKind::Text,
+                    bounded(&answer.content, EVENT_TEXT),
+                    None,
+                )
+                .await;
+            }
+            let calls = match conv.answer(answer) {
+                Step::Done(result) => return Outcome::Completed { stdout: result },
+                Step::Failed(reason) => return failed(reason),
+                Step::Again => continue,
+                Step::Tools(calls) => calls,
+            };
+            for call in calls {
+                let args = bounded(&call.arguments, EVENT_TEXT - 512);
+                self.report(
+                    &mut reporting,
+                    ProgressKind::ToolCall,
+                    call.name.clone(),
+                    Some(json!({"id": call.id, "name": call.name, "arguments": args})),
+                )
+                .await;
+                let (text, is_error, reviewed) = match toolbox.route(&call.name) {
+                    Route::Submit => match conv.submit(&call.arguments) {
+                        Submitted::Done(result) => {
+                            self.report(&mut reporting, ProgressKind::ToolResult, "result accepted".to_owned(), Some(json!({"id": call.id, "name": call.name, "is_error": false, "reviewed": false}))).await;
+                            return Outcome::Completed { stdout: result };
+                        }
+                        Submitted::Failed(reason) => return failed(reason),
+                        Submitted::Refused(why) => (format!("{why}. {DO_NOT_RETRY}"), true, false),
+                    },
+                    route => self.call(toolbox, route, &call.name, &call.arguments).await,
+                };
+                self.report(&mut reporting, ProgressKind::ToolResult, bounded(&text, EVENT_TEXT), Some(json!({"id": call.id, "name": call.name, "is_error": is_error, "reviewed": reviewed}))).await;
+                conv.tool_result(&call.id, text);
+            }
+        }
+    }
+
+    /// Runs one call that is not `submit_result`: its text, whether it is an error, and
+    /// whether a review ran.
+    async fn call(
+        &self,
+        toolbox: &Toolbox,
+        route: Route,
+        name: &str,
+        arguments: &str,
+    ) -> (String, bool, bool) {
+        let err = |why: String| (format!("{why} {DO_NOT_RETRY}"), true, false);
+        let args: Option<Value> = match arguments.trim() {
+            "" => None,
+            text => match serde_json::from_str(text) {
+                Ok(v) => Some(v),
+                Err(e) => return err(format!("the arguments of {name} are not JSON: {e}.")),
+            },
+        };
+        match route {
+            Route::Submit => unreachable!("handled by the loop"),
+            Route::Unknown => err(format!(
+                "unknown tool {name}; the tools you have are: {}. Call only one of these.",
+                toolbox.names().join(", ")
+            )),
+            Route::DepthLimit => {
+                err("Agent depth limit reached. Solve the task yourself.".to_owned())
+            }
+            Route::Spawn => {
+                let Some(agentry) = &self.agentry else {
+                    return err("the spawn tool is not available here.".to_owned());
+                };
+                let field = |k: &str| {
+                    args.as_ref()
+                        .and_then(|a| a.get(k))
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                let (agent, prompt) = (field("agent"), field("prompt"));
+                if agent.is_empty() || prompt.is_empty() {
+                    return err(format!("{name} needs \"agent\" and \"prompt\"."));
+                }
+                match agentry
+                    .spawn(&self.assignment, &agent, &field("description"), &prompt)
+                    .await
+                {
+                    Ok(result) => (result, false, false),
+                    Err(why) => err(why),
+                }
+            }
+            Route::Mcp(tool) => {
+                let mut reviewed = false;
+                if toolbox.needs_review(&tool) {
+                    let Some(agentry) = &self.agentry else {
+                        return err(
+                            "rejected by review: the review gate is not available.".to_owned()
+                        );
+                    };
+                    reviewed = true;
+                    if let Err(reason) = agentry
+                        .review(
+                            &self.assignment,
+                            &tool.offered_name(),
+                            tool.destructive,
+                            args.clone(),
+                        )
+                        .await
+                    {
+                        return (format!("rejected by review: {reason}"), true, true);
+                    }
+                }
+                let timeout = self.settings.looping.tool_timeout;
+                match tokio::time::timeout(timeout, toolbox.call(&tool, args)).await {
+                    Err(_) => {
+                        let (t, e, _) = err(format!(
+                            "{} did not answer within {} (model.tool_timeout).",
+                            tool.offered_name(),
+                            humantime::format_duration(timeout)
+                        ));
+                        (t, e, reviewed)
+                    }
+                    Ok(Err(why)) => {
+                        let (t, e, _) = err(format!("{} failed: {why}.", tool.offered_name()));
+                        (t, e, reviewed)
+                    }
+                    Ok(Ok(r)) if r.is_error => {
+                        (format!("{} {DO_NOT_RETRY}", r.text), true, reviewed)
+                    }
+                    Ok(Ok(r)) => (r.text, false, reviewed),
+                }
+            }
+        }
+    }
+
+    /// One progress event; after the first refusal (the budget is spent) no more are tried.
+    async fn report(&self, on: &mut bool, kind: ProgressKind, text: String, data: Option<Value>) {
+        if !*on {
+            return;
+        }
+        if let Some(a) = &self.agentry
+            && !a.progress(&self.assignment, kind, text, data).await
+        {
+            *on = false;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Provider;
+
+    fn models() -> ModelsConfig {
+        ModelsConfig {
+            default: Some("local/base".into()),
+            providers: vec![Provider {
+                name: "local".into(),
+                base_url: "http://127.0.0.1:1/v1".into(),
+                api_key_env: None,
+                headers: BTreeMap::new(),
+            }],
+            aliases: [("sonnet".to_owned(), "local/big".to_owned())].into(),
+        }
+    }
+
+    #[test]
+    fn the_first_model_that_resolves_is_used_and_unknown_ones_are_named() {
+        let m = models();
+        let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+        assert_eq!(pick_model(&m, "a", &[], &[]).unwrap(), "local/base");
+        assert_eq!(
+            pick_model(&m, "a", &s(&["opus", "sonnet"]), &[]).unwrap(),
+            "sonnet"
+        );
+        assert_eq!(
+            pick_model(&m, "a", &s(&["inherit"]), &s(&["local/p"])).unwrap(),
+            "local/p"
+        );
+        assert_eq!(
+            pick_model(&m, "a", &s(&["inherit"]), &[]).unwrap(),
+            "local/base"
+        );
+        let e = pick_model(&m, "a", &s(&["opus"]), &[]).unwrap_err();
+        assert_eq!(
+            e,
+            "agent a: model opus is neither an alias in models.aliases nor provider/model with a configured provider"
+        );
+        let none = ModelsConfig { default: None, ..m };
+        assert!(
+            pick_model(&none, "a", &[], &[])
+                .unwrap_err()
+                .contains("models.default is not set")
+        );
+    }
+
+    #[test]
+    fn usage_is_summed_per_model() {
+        let meter = Meter::default();
+        assert_eq!(meter.to_json(), None);
+        meter.add(
+            "a",
+            Usage {
+                prompt: 1,
+                completion: 2,
+                total: 3,
+            },
+        );
+        meter.add(
+            "a",
+            Usage {
+                prompt: 1,
+                completion: 0,
+                total: 1,
+            },
+        );
+        meter.add(
+            "b",
+            Usage {
+                prompt: 5,
+                completion: 5,
+                total: 10,
+            },
+        );
+        let v: Value = serde_json::from_str(&meter.to_json().unwrap()).unwrap();
+        assert_eq!(v["total_tokens"], 14);
+        assert_eq!(
+            v["by_model"][0],
+            json!({"model": "a", "prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4})
+        );
+    }
+}

@@ -1,0 +1,322 @@
+//! Which tools one worker is offered, and where a call goes (docs/model.md §11.4, §11.6): the
+//! effective agent's tool list decides, the spawn tool only with spawn rights, MCP tools by
+//! `mcp__<server>__<tool>` (and the Gemini `mcp_<server>_*` wildcard), read-only tools only for
+//! a read-only or plan-mode worker. A name that was not offered routes to [`Route::Unknown`].
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::{
+    ModelSettings,
+    conversation::SUBMIT_RESULT,
+    mcp::{self, CallResult, McpSession, McpTool},
+};
+use crate::{resolve::Tools, workers::executor::Assignment};
+
+/// Where a call goes.
+#[derive(Debug, Clone)]
+pub enum Route {
+    /// The implicit `submit_result`.
+    Submit,
+    /// The spawn tool.
+    Spawn,
+    /// The spawn tool's name at the depth limit: refused with the depth message.
+    DepthLimit,
+    /// An MCP tool.
+    Mcp(McpTool),
+    /// A name that was not offered.
+    Unknown,
+}
+
+/// Whether an entry of a tool list selects `tool` of `server`.
+fn selects(entry: &str, server: &str, tool: &str) -> bool {
+    let entry = entry.trim();
+    if let Some(rest) = entry.strip_prefix("mcp__") {
+        return match rest.split_once("__") {
+            None => rest == server,
+            Some((s, t)) => s == server && (t == "*" || t == tool),
+        };
+    }
+    if let Some(rest) = entry.strip_prefix("mcp_") {
+        if let Some(prefix) = rest.strip_suffix('*') {
+            return format!("{server}_{tool}").starts_with(prefix) && prefix.starts_with(server);
+        }
+        return rest == format!("{server}_{tool}");
+    }
+    false
+}
+
+/// Whether a list entry names server `server` at all (so the server must be started).
+fn mentions(entry: &str, server: &str) -> bool {
+    let entry = entry.trim();
+    if let Some(rest) = entry.strip_prefix("mcp__") {
+        return rest.split_once("__").map_or(rest, |(s, _)| s) == server;
+    }
+    entry.strip_prefix("mcp_").is_some_and(|rest| {
+        rest.strip_prefix(server)
+            .is_some_and(|r| r.starts_with('_'))
+    })
+}
+
+/// Whether an exclusion list removes every tool of `server`.
+fn excludes_all(entry: &str, server: &str) -> bool {
+    let e = entry.trim();
+    e == format!("mcp__{server}")
+        || e == format!("mcp__{server}__*")
+        || e == format!("mcp_{server}_*")
+}
+
+/// The configured servers a worker with `tools` gets: those its list mentions, or, for an agent
+/// that inherits all tools, every one it does not exclude entirely.
+pub fn servers_for(settings: &ModelSettings, tools: &Tools) -> Result<Vec<String>, String> {
+    Ok(settings
+        .servers
+        .keys()
+        .filter(|s| match tools {
+            Tools::Only(list) => list.iter().any(|e| mentions(e, s)),
+            Tools::AllExcept(ex) => !ex.iter().any(|e| excludes_all(e, s)),
+        })
+        .cloned()
+        .collect())
+}
+
+/// A name the Chat Completions API accepts.
+fn valid_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 64
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// One worker's tools: the definitions sent each turn, and the started servers.
+pub struct Toolbox {
+    definitions: Vec<Value>,
+    names: Vec<String>,
+    spawn_tool: String,
+    spawn: bool,
+    at_max_depth: bool,
+    mcp: Vec<McpTool>,
+    sessions: Vec<(String, Arc<dyn McpSession>)>,
+    review_tools: Vec<String>,
+}
+
+impl Toolbox {
+    /// Starts the worker's servers and computes what it is offered.
+    pub async fn start(
+        settings: &ModelSettings,
+        a: &Assignment,
+        workspace: &str,
+    ) -> Result<Self, String> {
+        let agent = &a.spec.agent;
+        let mut sessions = Vec::new();
+        let mut found = Vec::new();
+        for name in servers_for(settings, &agent.tools)? {
+            let server = &settings.servers[&name];
+            match mcp::start(&name, server, workspace).await {
+                Ok((session, tools)) => {
+                    sessions.push((name, session));
+                    found.extend(tools);
+                }
+                Err(e) => {
+                    for (_, s) in &sessions {
+                        s.close().await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let read_only = a.plan
+            || agent
+                .permission_mode
+                .as_deref()
+                .is_some_and(|m| matches!(m, "read-only" | "readonly" | "plan"));
+        let offered = |t: &McpTool| match &agent.tools {
+            Tools::Only(list) => list.iter().any(|e| selects(e, &t.server, &t.name)),
+            Tools::AllExcept(ex) => !ex.iter().any(|e| selects(e, &t.server, &t.name)),
+        };
+        let mcp: Vec<McpTool> = found
+            .into_iter()
+            .filter(|t| {
+                let ok = valid_name(&t.offered_name());
+                if !ok {
+                    tracing::warn!(tool = %t.offered_name(), "MCP tool not offered: its name is not [A-Za-z0-9_-]{{1,64}}");
+                }
+                ok && offered(t) && (!read_only || t.read_only)
+            })
+            .collect();
+        let spawn_tool = settings.spawn_tool.clone();
+        let spawn = !agent.spawns.is_empty()
+            && match &agent.tools {
+                Tools::Only(list) => list.contains(&spawn_tool),
+                Tools::AllExcept(ex) => !ex.contains(&spawn_tool),
+            };
+        let mut definitions = vec![submit_definition(agent.output_schema.as_ref())];
+        let mut names = vec![SUBMIT_RESULT.to_owned()];
+        if spawn {
+            definitions.push(spawn_definition(&spawn_tool, &agent.spawns));
+            names.push(spawn_tool.clone());
+        }
+        for t in &mcp {
+            definitions.push(json!({"type": "function", "function": {
+                "name": t.offered_name(),
+                "description": t.description,
+                "parameters": t.input_schema,
+            }}));
+            names.push(t.offered_name());
+        }
+        Ok(Self {
+            definitions,
+            names,
+            spawn_tool,
+            spawn,
+            at_max_depth: a.at_max_depth,
+            mcp,
+            sessions,
+            review_tools: settings.review_tools.clone(),
+        })
+    }
+
+    /// The `tools` of every request.
+    pub fn definitions(&self) -> &[Value] {
+        &self.definitions
+    }
+
+    /// The names offered, in the order of [`Self::definitions`].
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Where a call of `name` goes.
+    pub fn route(&self, name: &str) -> Route {
+        if name == SUBMIT_RESULT {
+            return Route::Submit;
+        }
+        if name == self.spawn_tool {
+            if self.spawn {
+                return Route::Spawn;
+            }
+            if self.at_max_depth {
+                return Route::DepthLimit;
+            }
+        }
+        self.mcp
+            .iter()
+            .find(|t| t.offered_name() == name)
+            .map_or(Route::Unknown, |t| Route::Mcp(t.clone()))
+    }
+
+    /// Whether a call of `tool` goes through the review gate first.
+    pub fn needs_review(&self, tool: &McpTool) -> bool {
+        !tool.read_only || self.review_tools.contains(&tool.offered_name())
+    }
+
+    /// Calls `tool` on its server.
+    pub async fn call(&self, tool: &McpTool, args: Option<Value>) -> Result<CallResult, String> {
+        let (_, session) = self
+            .sessions
+            .iter()
+            .find(|(s, _)| *s == tool.server)
+            .ok_or_else(|| format!("server {} is not running", tool.server))?;
+        session.call(&tool.name, args).await
+    }
+
+    /// Stops every server of the worker.
+    pub async fn close(&self) {
+        for (_, s) in &self.sessions {
+            s.close().await;
+        }
+    }
+}
+
+fn submit_definition(schema: Option<&Value>) -> Value {
+    let result = schema
+        .cloned()
+        .unwrap_or_else(|| json!({"type": "string", "description": "The final answer."}));
+    json!({"type": "function", "function": {
+        "name": SUBMIT_RESULT,
+        "description": "Finish the task: submit the final result. Call it once, when the work is done.",
+        "parameters": {"type": "object", "properties": {"result": result}, "required": ["result"]},
+    }})
+}
+
+fn spawn_definition(name: &str, spawns: &str) -> Value {
+    let mut agent = json!({"type": "string", "description": "The exact name of the agent to run."});
+    if spawns != "*" {
+        let allowed: Vec<&str> = spawns
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        agent["enum"] = json!(allowed);
+    }
+    json!({"type": "function", "function": {
+        "name": name,
+        "description": "Run another agent on a sub-task and wait for its result.",
+        "parameters": {"type": "object", "properties": {
+            "agent": agent,
+            "description": {"type": "string", "description": "A one-line summary of the sub-task."},
+            "prompt": {"type": "string", "description": "The full brief for the agent."},
+        }, "required": ["agent", "prompt"]},
+    }})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_entries_select_mcp_tools() {
+        assert!(selects("mcp__fs__read_file", "fs", "read_file"));
+        assert!(!selects("mcp__fs__read_file", "fs", "write_file"));
+        assert!(selects("mcp__fs", "fs", "write_file"));
+        assert!(selects("mcp__fs__*", "fs", "x"));
+        assert!(!selects("mcp__fsx__*", "fs", "x"));
+        assert!(selects("mcp_fs_*", "fs", "read_file"));
+        assert!(selects("mcp_fs_read*", "fs", "read_file"));
+        assert!(!selects("mcp_fs_read*", "fs", "write_file"));
+        assert!(selects(
+            "mcp_time_get_current_time",
+            "time",
+            "get_current_time"
+        ));
+        assert!(!selects("read", "fs", "read"));
+        assert!(mentions("mcp__fs__read_file", "fs") && mentions("mcp_fs_*", "fs"));
+        assert!(!mentions("mcp_fsx_*", "fs") && !mentions("Read", "fs"));
+        assert!(excludes_all("mcp__fs", "fs") && !excludes_all("mcp__fs__write_file", "fs"));
+    }
+
+    #[test]
+    fn servers_follow_the_tool_list() {
+        let settings = ModelSettings {
+            servers: [
+                ("fs".to_owned(), Default::default()),
+                ("time".to_owned(), Default::default()),
+            ]
+            .into(),
+            ..ModelSettings::default()
+        };
+        let only = Tools::Only(vec!["read".into(), "mcp__time__get_current_time".into()]);
+        assert_eq!(servers_for(&settings, &only).unwrap(), ["time"]);
+        let all = Tools::AllExcept(vec!["mcp__fs".into()]);
+        assert_eq!(servers_for(&settings, &all).unwrap(), ["time"]);
+        assert_eq!(
+            servers_for(&settings, &Tools::AllExcept(vec![])).unwrap(),
+            ["fs", "time"]
+        );
+    }
+
+    #[test]
+    fn the_spawn_tool_lists_its_agents() {
+        let d = spawn_definition("task", "explore, plan");
+        assert_eq!(
+            d["function"]["parameters"]["properties"]["agent"]["enum"],
+            json!(["explore", "plan"])
+        );
+        assert!(
+            spawn_definition("task", "*")["function"]["parameters"]["properties"]["agent"]
+                .get("enum")
+                .is_none()
+        );
+    }
+}

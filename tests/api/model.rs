@@ -1,0 +1,757 @@
+//! The model executor (docs/model.md §11) through gRPC, against a real HTTP server that speaks
+//! the OpenAI Chat Completions API from a script (`tests/support/openai_script.py`, streaming
+//! SSE), and real MCP servers when `.ci/run` has installed them.
+//!
+//! | rule | test |
+//! |---|---|
+//! | §11.3 loop, usage, progress, exactly the tools | `a_worker_runs_on_the_model_and_is_offered_exactly_its_tools` |
+//! | §11.3 lenient decoding, plain answer | `a_plain_answer_completes_and_lenient_chunks_are_read` |
+//! | §11.5 output retries | `an_invalid_result_goes_back_to_the_model_then_fails_the_worker` |
+//! | §11.4 hallucinated tool, §11.3 max turns | `a_tool_not_offered_is_answered_with_the_list_and_turns_are_bounded` |
+//! | §11.4 spawn tool, lineage, tree usage | `the_spawn_tool_runs_a_child_with_the_workers_own_lineage` |
+//! | §11.4 depth refusal as tool text | `at_the_depth_limit_the_spawn_tool_answers_with_the_depth_message` |
+//! | §11.9 429 + Retry-After, 400 | `a_429_is_retried_after_retry_after_and_a_400_fails_with_its_message` |
+//! | §11.9 idle timeout, malformed chunk | `a_stalled_stream_and_a_malformed_chunk_fail_the_worker` |
+//! | §11.9 stop cancels the request | `stop_cancels_the_request_in_flight` |
+//! | §11.1, §11.2 preconditions | `unknown_models_and_no_executor_are_refused_at_spawn` |
+//! | §11.6, §11.7 MCP and review | `mcp_filesystem_reads_pass_and_writes_are_reviewed`, `mcp_time_over_python` |
+
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use agentry::{
+    config::{Config, ExecutorKind, McpServer, ModelsConfig, Provider},
+    grpc::pb,
+};
+use serde_json::{Value, json};
+use tokio::io::AsyncBufReadExt;
+use tonic::Code;
+
+use crate::helpers::*;
+
+/// The scripted OpenAI-compatible server, killed when dropped.
+pub(crate) struct Scripted {
+    pub(crate) base_url: String,
+    dir: tempfile::TempDir,
+    _child: tokio::process::Child,
+}
+
+impl Scripted {
+    /// Starts the server on `steps` (docs in the script's header).
+    pub(crate) async fn start(steps: Value) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("script.json");
+        std::fs::write(&script, json!({ "steps": steps }).to_string()).unwrap();
+        let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/openai_script.py");
+        let mut child = tokio::process::Command::new("python3")
+            .arg(server)
+            .arg("--script")
+            .arg(&script)
+            .arg("--log")
+            .arg(dir.path().join("log.jsonl"))
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("python3 runs the scripted OpenAI server");
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("the scripted server starts")
+            .unwrap()
+            .expect("it prints where it listens");
+        let base_url = line
+            .strip_prefix("listening ")
+            .expect("listening line")
+            .to_owned();
+        Self {
+            base_url,
+            dir,
+            _child: child,
+        }
+    }
+
+    /// Every request so far, as logged: `{n, path, authorization, headers, body, step}`.
+    pub(crate) fn requests(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.dir.path().join("log.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// The tool names offered in request `i`.
+    pub(crate) fn tools_of(&self, i: usize) -> Vec<String> {
+        self.requests()[i]["body"]["tools"]
+            .as_array()
+            .map(|t| {
+                t.iter()
+                    .map(|d| d["function"]["name"].as_str().unwrap().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// Points the config at `scripted` as the only provider, default model `scripted/test-model`.
+pub(crate) fn on_model(c: &mut Config, scripted: &Scripted) {
+    c.executor.kind = ExecutorKind::Model;
+    c.models = ModelsConfig {
+        default: Some("scripted/test-model".into()),
+        providers: vec![Provider {
+            name: "scripted".into(),
+            base_url: scripted.base_url.clone(),
+            api_key_env: None,
+            headers: [("X-Team".to_owned(), "agents".to_owned())].into(),
+        }],
+        aliases: [("sonnet".to_owned(), "scripted/big-model".to_owned())].into(),
+    };
+    c.executor.timeout = Duration::from_secs(60);
+}
+
+fn agents(c: &Config) -> PathBuf {
+    c.home.clone().unwrap().join(".claude/agents")
+}
+
+async fn spawn(s: &TestServer, agent: &str, prompt: &str) -> Result<pb::Worker, tonic::Status> {
+    s.client
+        .clone()
+        .spawn_worker(pb::SpawnWorkerRequest {
+            agent: agent.into(),
+            prompt: prompt.into(),
+            wait: true,
+            ..Default::default()
+        })
+        .await
+        .map(|r| r.into_inner().worker.unwrap())
+}
+
+fn submit(result: Value) -> Value {
+    json!({"name": "submit_result", "arguments": {"result": result}})
+}
+
+/// Every event of a finished worker, from the start.
+async fn events(s: &TestServer, id: &str) -> Vec<pb::WatchWorkerResponse> {
+    let mut stream = s
+        .client
+        .clone()
+        .watch_worker(pb::WatchWorkerRequest {
+            worker_id: id.into(),
+            after_sequence: 1,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut all = Vec::new();
+    while let Some(ev) = stream.message().await.unwrap() {
+        all.push(ev);
+    }
+    all
+}
+
+/// The `tool` messages the model was sent in request `i`.
+fn tool_messages(req: &Value) -> Vec<String> {
+    req["body"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_worker_runs_on_the_model_and_is_offered_exactly_its_tools() {
+    let scripted = Scripted::start(json!([
+        {"content": "Reading the brief.", "tool_calls": [submit(json!("all done"))], "split": 4,
+         "usage": {"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150}},
+    ]))
+    .await;
+    let s = start_with(|c| {
+        on_model(c, &scripted);
+        persona(
+            &agents(c),
+            "scout.md",
+            "name: scout\ndescription: looks around\ntools: read, grep",
+            "You are the scout.",
+        );
+    })
+    .await;
+    let w = spawn(&s, "scout", "find the config loader").await.unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    assert_eq!(w.result.as_deref(), Some("all done"));
+    let usage = w.usage.clone().expect("usage recorded");
+    assert_eq!(
+        (
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.total_tokens
+        ),
+        (120, 30, 150)
+    );
+    assert_eq!(usage.by_model[0].model, "test-model");
+    let got = get(&s, &w.id).await;
+    assert_eq!(got.tree_usage.unwrap().total_tokens, 150);
+
+    let reqs = scripted.requests();
+    assert_eq!(reqs.len(), 1);
+    let body = &reqs[0]["body"];
+    assert_eq!(body["model"], "test-model");
+    assert_eq!(body["stream"], true);
+    assert_eq!(
+        body["messages"][0],
+        json!({"role": "system", "content": "You are the scout."})
+    );
+    assert_eq!(
+        body["messages"][1],
+        json!({"role": "user", "content": "find the config loader"})
+    );
+    assert_eq!(reqs[0]["headers"]["x-team"], "agents");
+    assert_eq!(reqs[0]["authorization"], Value::Null);
+    // read and grep are not tools this executor has; only submit_result is offered.
+    assert_eq!(scripted.tools_of(0), ["submit_result"]);
+
+    let evs = events(&s, &w.id).await;
+    let kinds: Vec<(i32, String)> = evs
+        .iter()
+        .filter_map(|e| e.progress.as_ref().map(|p| (p.kind, p.text.clone())))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (
+                pb::ProgressKind::Status as i32,
+                "turn 1: test-model".to_owned()
+            ),
+            (
+                pb::ProgressKind::Text as i32,
+                "Reading the brief.".to_owned()
+            ),
+            (
+                pb::ProgressKind::ToolCall as i32,
+                "submit_result".to_owned()
+            ),
+            (
+                pb::ProgressKind::ToolResult as i32,
+                "result accepted".to_owned()
+            ),
+        ]
+    );
+    let status: Value = serde_json::from_str(
+        &evs.iter()
+            .find_map(|e| e.progress.as_ref())
+            .unwrap()
+            .data_json,
+    )
+    .unwrap();
+    assert_eq!(status["usage"]["total_tokens"], 150);
+}
+
+#[tokio::test]
+async fn a_plain_answer_completes_and_lenient_chunks_are_read() {
+    let scripted = Scripted::start(json!([
+        {"content": "The answer is 42.", "finish_reason": "", "usage": {}},
+    ]))
+    .await;
+    let s = start_with(|c| on_model(c, &scripted)).await;
+    let w = spawn(&s, "task", "what is six times seven").await.unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    assert_eq!(w.result.as_deref(), Some("The answer is 42."));
+    assert_eq!(w.usage.unwrap().total_tokens, 0);
+}
+
+#[tokio::test]
+async fn an_invalid_result_goes_back_to_the_model_then_fails_the_worker() {
+    let schema =
+        r#"{"type":"object","required":["count"],"properties":{"count":{"type":"integer"}}}"#;
+    let scripted = Scripted::start(json!([
+        {"match": "GOOD", "tool_calls": [submit(json!({"count": "three"}))]},
+        {"match": "GOOD", "tool_calls": [submit(json!({"count": 3}))]},
+        {"match": "BAD", "tool_calls": [submit(json!({"count": "x"}))], "repeat": true},
+    ]))
+    .await;
+    let s = start_with(|c| on_model(c, &scripted)).await;
+    let mut client = s.client.clone();
+    let ask = |prompt: &str| {
+        let mut c = client.clone();
+        let r = pb::SpawnWorkerRequest {
+            agent: "task".into(),
+            prompt: prompt.into(),
+            wait: true,
+            output_schema: Some(schema.into()),
+            ..Default::default()
+        };
+        async move {
+            c.spawn_worker(r)
+                .await
+                .unwrap()
+                .into_inner()
+                .worker
+                .unwrap()
+        }
+    };
+    let good = ask("GOOD count the files").await;
+    assert_eq!(good.state, pb::WorkerState::Completed as i32, "{good:?}");
+    assert_eq!(good.structured_result.as_deref(), Some(r#"{"count":3}"#));
+    let handed_back = tool_messages(&scripted.requests()[1]);
+    assert!(
+        handed_back[0].starts_with("output does not match the output schema: /count: ")
+            && handed_back[0].ends_with(
+                "Do not repeat the same call unchanged; fix the arguments or take another approach."
+            ),
+        "{handed_back:?}"
+    );
+
+    let bad = ask("BAD count the files").await;
+    assert_eq!(bad.state, pb::WorkerState::Failed as i32);
+    let error = bad.error.unwrap();
+    assert!(
+        error.starts_with(
+            "output invalid after 3 attempts: output does not match the output schema: /count"
+        ),
+        "{error}"
+    );
+    // output_retries (2) invalid results were handed back before the third failed the worker.
+    assert_eq!(scripted.requests().len(), 2 + 3);
+    let _ = &mut client;
+}
+
+#[tokio::test]
+async fn a_tool_not_offered_is_answered_with_the_list_and_turns_are_bounded() {
+    let scripted = Scripted::start(json!([
+        {"tool_calls": [{"name": "bash", "arguments": {"cmd": "rm -rf /"}}], "repeat": true},
+    ]))
+    .await;
+    let s = start_with(|c| {
+        on_model(c, &scripted);
+        persona(
+            &agents(c),
+            "loop.md",
+            "name: looper\ndescription: loops\nmax_turns: 3",
+            "Loop.",
+        );
+    })
+    .await;
+    let w = spawn(&s, "looper", "go").await.unwrap();
+    assert_eq!(w.state, pb::WorkerState::Failed as i32);
+    assert_eq!(w.error.as_deref(), Some("max turns (3) reached"));
+    let reqs = scripted.requests();
+    assert_eq!(reqs.len(), 3);
+    let answered = tool_messages(&reqs[1]);
+    assert_eq!(
+        answered,
+        [
+            "unknown tool bash; the tools you have are: submit_result. Call only one of these. Do not repeat the same call unchanged; fix the arguments or take another approach."
+        ]
+    );
+}
+
+#[tokio::test]
+async fn the_spawn_tool_runs_a_child_with_the_workers_own_lineage() {
+    let scripted = Scripted::start(json!([
+        {"match": "child says hi", "tool_calls": [submit(json!("parent done"))],
+         "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}},
+        {"match": "CHILD brief", "content": "child says hi",
+         "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}},
+        {"match": "PARENT", "tool_calls": [{"name": "task", "arguments": {"agent": "helper", "description": "sub", "prompt": "CHILD brief"}}],
+         "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}},
+    ]))
+    .await;
+    let s = start_with(|c| {
+        on_model(c, &scripted);
+        let dir = agents(c);
+        persona(
+            &dir,
+            "lead.md",
+            "name: lead\ndescription: leads\nspawns: helper",
+            "Lead.",
+        );
+        persona(
+            &dir,
+            "helper.md",
+            "name: helper\ndescription: helps\nmodel: sonnet",
+            "Help.",
+        );
+    })
+    .await;
+    let w = spawn(&s, "lead", "PARENT task").await.unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    assert_eq!(w.result.as_deref(), Some("parent done"));
+    assert!(
+        scripted.tools_of(0).contains(&"task".to_owned()),
+        "{:?}",
+        scripted.tools_of(0)
+    );
+    let spawn_def = scripted.requests()[0]["body"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["function"]["name"] == "task")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        spawn_def["function"]["parameters"]["properties"]["agent"]["enum"],
+        json!(["helper"])
+    );
+    assert_eq!(tool_messages(&scripted.requests()[2]), ["child says hi"]);
+
+    let children = s
+        .client
+        .clone()
+        .list_workers(pb::ListWorkersRequest {
+            parent_id: w.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .workers;
+    assert_eq!(children.len(), 1);
+    let child = &children[0];
+    assert_eq!((child.agent.as_str(), child.depth), ("helper", 2));
+    // The alias resolved for the child's own model.
+    assert_eq!(child.usage.clone().unwrap().by_model[0].model, "big-model");
+    let tree = get(&s, &w.id).await.tree_usage.unwrap();
+    assert_eq!(tree.total_tokens, 11 + 7 + 6);
+    assert_eq!(tree.by_model.len(), 2);
+}
+
+#[tokio::test]
+async fn at_the_depth_limit_the_spawn_tool_answers_with_the_depth_message() {
+    let scripted = Scripted::start(json!([
+        {"match": "depth limit", "tool_calls": [submit(json!("solved alone"))]},
+        {"tool_calls": [{"name": "task", "arguments": {"agent": "helper", "prompt": "x"}}]},
+    ]))
+    .await;
+    let s = start_with(|c| {
+        on_model(c, &scripted);
+        c.max_recursion_depth = 1;
+        let dir = agents(c);
+        persona(
+            &dir,
+            "lead.md",
+            "name: lead\ndescription: leads\nspawns: helper",
+            "Lead.",
+        );
+        simple(&dir, "helper.md", "helper", "helps");
+    })
+    .await;
+    let w = spawn(&s, "lead", "go deep").await.unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    assert_eq!(w.result.as_deref(), Some("solved alone"));
+    assert!(!scripted.tools_of(0).contains(&"task".to_owned()));
+    assert_eq!(
+        tool_messages(&scripted.requests()[1]),
+        [
+            "Agent depth limit reached. Solve the task yourself. Do not repeat the same call unchanged; fix the arguments or take another approach."
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_429_is_retried_after_retry_after_and_a_400_fails_with_its_message() {
+    let scripted = Scripted::start(json!([
+        {"match": "retry me", "status": 429, "headers": {"Retry-After": "1"}},
+        {"match": "retry me", "content": "after the wait"},
+        {"match": "refuse me", "status": 400, "body": {"error": {"message": "context length exceeded", "type": "invalid_request_error"}}},
+    ]))
+    .await;
+    let s = start_with(|c| on_model(c, &scripted)).await;
+    let t0 = Instant::now();
+    let w = spawn(&s, "task", "retry me").await.unwrap();
+    assert_eq!(w.result.as_deref(), Some("after the wait"), "{w:?}");
+    assert!(
+        t0.elapsed() >= Duration::from_secs(1),
+        "Retry-After honoured: {:?}",
+        t0.elapsed()
+    );
+    let w = spawn(&s, "task", "refuse me").await.unwrap();
+    assert_eq!(w.state, pb::WorkerState::Failed as i32);
+    assert_eq!(
+        w.error.as_deref(),
+        Some("model request failed: 400 Bad Request: context length exceeded")
+    );
+    assert_eq!(scripted.requests().len(), 3, "a 400 is not retried");
+}
+
+#[tokio::test]
+async fn a_stalled_stream_and_a_malformed_chunk_fail_the_worker() {
+    let scripted = Scripted::start(json!([
+        {"match": "stall", "content": "partial answer", "split": 5, "stall_after": 2, "stall_ms": 30000},
+        {"match": "garbage", "raw": ["data: {\"choices\":[]}\n\n", "data: {nope\n\n"]},
+    ]))
+    .await;
+    let s = start_with(|c| {
+        on_model(c, &scripted);
+        c.model.idle_timeout = Duration::from_millis(700);
+    })
+    .await;
+    let t0 = Instant::now();
+    let w = spawn(&s, "task", "stall").await.unwrap();
+    assert_eq!(
+        w.error.as_deref(),
+        Some("the model sent nothing for 700ms (model.idle_timeout)"),
+        "{w:?}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    let w = spawn(&s, "task", "garbage").await.unwrap();
+    let error = w.error.unwrap();
+    assert!(
+        error.starts_with("model stream: event 2 is not valid JSON: "),
+        "{error}"
+    );
+    // Neither is retried: part of an answer had arrived.
+    assert_eq!(scripted.requests().len(), 2);
+}
+
+#[tokio::test]
+async fn stop_cancels_the_request_in_flight() {
+    let scripted = Scripted::start(json!([
+        {"content": "never finishes", "stall_after": 1, "stall_ms": 60000},
+    ]))
+    .await;
+    let s = start_with(|c| on_model(c, &scripted)).await;
+    let w = s
+        .client
+        .clone()
+        .spawn_worker(pb::SpawnWorkerRequest {
+            agent: "task".into(),
+            prompt: "think forever".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    eventually(
+        "the request reaches the model",
+        Duration::from_secs(10),
+        || async { (scripted.requests().len() == 1).then_some(()) },
+    )
+    .await;
+    let t0 = Instant::now();
+    let stopped = s
+        .client
+        .clone()
+        .stop_worker(pb::StopWorkerRequest {
+            worker_id: w.id.clone(),
+            reason: "no longer needed".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    assert_eq!(stopped.state, pb::WorkerState::Killed as i32);
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "stopped at once: {:?}",
+        t0.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn unknown_models_and_no_executor_are_refused_at_spawn() {
+    let scripted = Scripted::start(json!([])).await;
+    let s = start_with(|c| {
+        on_model(c, &scripted);
+        persona(
+            &agents(c),
+            "old.md",
+            "name: old\ndescription: old\nmodel: opus",
+            "Old.",
+        );
+    })
+    .await;
+    let e = spawn(&s, "old", "x").await.unwrap_err();
+    assert_status(
+        &e,
+        Code::FailedPrecondition,
+        "EXECUTOR_UNAVAILABLE",
+        "agent old: model opus is neither an alias in models.aliases nor provider/model with a configured provider",
+    );
+    let none = start_with(|c| c.executor_unconfigured = true).await;
+    let e = spawn(&none, "task", "x").await.unwrap_err();
+    assert_status(
+        &e,
+        Code::FailedPrecondition,
+        "EXECUTOR_UNAVAILABLE",
+        "no executor is configured: set executor.command (or executor.kind) in the config file, or set OPENAI_API_KEY to run workers on the model executor",
+    );
+    // Nothing was written: a refused spawn leaves no row.
+    let listed = none
+        .client
+        .clone()
+        .list_workers(pb::ListWorkersRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .workers;
+    assert!(listed.is_empty());
+    assert!(scripted.requests().is_empty());
+}
+
+/// The MCP filesystem server's entry point, installed by `.ci/run`
+/// (`AGENTRY_TEST_MCP_FILESYSTEM`); `None` skips the test with a note.
+fn mcp_program(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(p) if !p.is_empty() => Some(p),
+        _ => {
+            eprintln!("skipped: {var} is not set (.ci/run installs the MCP servers and sets it)");
+            None
+        }
+    }
+}
+
+#[tokio::test]
+async fn mcp_filesystem_reads_pass_and_writes_are_reviewed() {
+    let Some(fs_server) = mcp_program("AGENTRY_TEST_MCP_FILESYSTEM") else {
+        return;
+    };
+    let ws_dir = tempfile::tempdir().unwrap();
+    let ws = ws_dir.path().canonicalize().unwrap();
+    std::fs::write(ws.join("notes.txt"), "the secret word is tangerine\n").unwrap();
+    let read = json!({"path": ws.join("notes.txt")});
+    let rejected = json!({"path": ws.join("rejected.txt"), "content": "nope"});
+    let approved = json!({"path": ws.join("approved.txt"), "content": "written after review"});
+    // Each step matches text only its own request has (the first matching step answers).
+    let scripted = Scripted::start(json!([
+        {"match": "Successfully wrote", "tool_calls": [submit(json!("wrote it"))]},
+        {"match": "writes outside the plan", "tool_calls": [{"name": "mcp__fs__write_file", "arguments": approved}]},
+        {"match": "tangerine", "tool_calls": [{"name": "mcp__fs__write_file", "arguments": rejected}]},
+        // The reviewers (run on the model executor too) decide by the path.
+        {"match": "rejected.txt", "content": "Decision: reject\nwrites outside the plan"},
+        {"match": "approved.txt", "content": "Decision: approve\nwithin the task"},
+        {"match": "FILES", "tool_calls": [{"name": "mcp__fs__read_text_file", "arguments": read}]},
+    ]))
+    .await;
+    let s = start_with(|c| {
+        on_model(c, &scripted);
+        c.mcp_servers.insert(
+            "fs".into(),
+            McpServer {
+                command: vec![fs_server.clone(), "${workspace}".into()],
+                ..McpServer::default()
+            },
+        );
+        persona(&agents(c), "editor.md", "name: editor\ndescription: edits\ntools: mcp__fs__read_text_file, mcp__fs__write_file, mcp__fs__list_directory", "Edit files.");
+    })
+    .await;
+    let w = s
+        .client
+        .clone()
+        .spawn_worker(pb::SpawnWorkerRequest {
+            agent: "editor".into(),
+            prompt: "FILES: read notes.txt, then write".into(),
+            workspace: ws.display().to_string(),
+            wait: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    assert_eq!(
+        w.state,
+        pb::WorkerState::Completed as i32,
+        "{w:?}\n{:#?}",
+        scripted
+            .requests()
+            .iter()
+            .map(|r| r["body"]["messages"].as_array().unwrap().last().cloned())
+            .collect::<Vec<_>>()
+    );
+    let mut offered = scripted.tools_of(0);
+    offered.sort();
+    assert_eq!(
+        offered,
+        [
+            "mcp__fs__list_directory",
+            "mcp__fs__read_text_file",
+            "mcp__fs__write_file",
+            "submit_result"
+        ]
+    );
+    assert!(
+        !ws.join("rejected.txt").exists(),
+        "a rejected write never runs"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("approved.txt")).unwrap(),
+        "written after review"
+    );
+    // Two reviews ran as children of the worker: one reject, one approve.
+    let reviews = s
+        .client
+        .clone()
+        .list_workers(pb::ListWorkersRequest {
+            parent_id: w.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .workers;
+    assert_eq!(
+        reviews.iter().filter(|r| r.agent == "reviewer").count(),
+        2,
+        "{reviews:?}"
+    );
+    let worker_reqs: Vec<Value> = scripted
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r["body"]["messages"][1]["content"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("FILES"))
+        })
+        .collect();
+    let answers = tool_messages(worker_reqs.last().unwrap());
+    assert!(answers[0].contains("tangerine"), "{answers:?}");
+    assert_eq!(answers[1], "rejected by review: writes outside the plan");
+    assert!(!answers[2].contains("rejected"), "{answers:?}");
+}
+
+#[tokio::test]
+async fn mcp_time_over_python() {
+    let Some(time_server) = mcp_program("AGENTRY_TEST_MCP_TIME") else {
+        return;
+    };
+    let scripted = Scripted::start(json!([
+        {"match": "\"tool\"", "tool_calls": [submit(json!("got the time"))]},
+        {"tool_calls": [{"name": "mcp__time__get_current_time", "arguments": {"timezone": "UTC"}}]},
+    ]))
+    .await;
+    let s = start_with(|c| {
+        on_model(c, &scripted);
+        c.mcp_servers.insert(
+            "time".into(),
+            McpServer {
+                command: vec![time_server.clone(), "--local-timezone".into(), "UTC".into()],
+                ..McpServer::default()
+            },
+        );
+        // No `tools`: it inherits every tool, so every configured server is started.
+        persona(
+            &agents(c),
+            "clock.md",
+            "name: clock\ndescription: tells the time",
+            "Tell the time.",
+        );
+    })
+    .await;
+    let w = spawn(&s, "clock", "what time is it").await.unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    // Read-only: no review ran, and the tool's answer reached the model.
+    let answers = tool_messages(&scripted.requests()[1]);
+    assert!(answers[0].contains("UTC"), "{answers:?}");
+    assert!(
+        scripted
+            .tools_of(0)
+            .contains(&"mcp__time__convert_time".to_owned())
+    );
+}
