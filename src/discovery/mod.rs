@@ -382,6 +382,21 @@ fn assemble(
     for c in bundled.commands {
         commands.merge_full(c.clone());
     }
+    if let Some(check) = &opts.model_check {
+        for a in &winners.agents {
+            if let Some(message) =
+                (check.0)(&a.persona.name, a.persona.model.as_deref().unwrap_or(&[]))
+            {
+                diagnostics.push(Diagnostic {
+                    path: a.file_path.clone(),
+                    line: None,
+                    severity: Severity::Warning,
+                    code: "unknown_model",
+                    message,
+                });
+            }
+        }
+    }
     let version = version_of(&winners.agents, &commands.winners);
     let Winners {
         agents,
@@ -403,6 +418,38 @@ fn assemble(
         version,
         generation,
     }
+}
+
+/// The `unknown_model` check of agents that run on the model executor (docs/model.md §11.2):
+/// a `model` list of which nothing resolves (`inherit` aside) is reported when it is read, not
+/// only when a spawn is refused.
+fn model_check(cfg: &Config) -> Option<crate::persona::ModelCheck> {
+    use crate::config::ExecutorKind;
+    if cfg.executor_unconfigured {
+        return None;
+    }
+    let default = cfg.executor.kind;
+    let by_agent = cfg.executor.by_agent.clone();
+    if default != ExecutorKind::Model && !by_agent.values().any(|k| *k == ExecutorKind::Model) {
+        return None;
+    }
+    let models = cfg.models.clone();
+    Some(crate::persona::ModelCheck(Arc::new(
+        move |name: &str, list: &[String]| {
+            let on_model = by_agent.get(name).copied().unwrap_or(default) == ExecutorKind::Model;
+            let named: Vec<&String> = list.iter().filter(|m| m.trim() != "inherit").collect();
+            if !on_model
+                || named.is_empty()
+                || named.iter().any(|m| models.resolve(m.trim()).is_some())
+            {
+                return None;
+            }
+            Some(format!(
+                "model {} of agent {name} is neither an alias in models.aliases nor provider/model with a configured provider; spawning it on the model executor is refused",
+                named[0].trim()
+            ))
+        },
+    )))
 }
 
 /// The `duplicate_name` warning: a name defined twice in one directory.
@@ -601,6 +648,7 @@ impl Registry {
         let opts = ParseOptions {
             implicit_tools: cfg.implicit_tools.clone(),
             spawn_tool: cfg.spawn_tool.clone(),
+            model_check: model_check(cfg),
         };
         let (bundled, bundled_commands) = if cfg.bundled_agents {
             (bundled::load(&opts)?, bundled::commands()?)

@@ -18,6 +18,19 @@ pub struct ParseOptions {
     pub implicit_tools: Vec<String>,
     /// The spawn tool; `tools` containing it implies `spawns: *` when `spawns` is absent.
     pub spawn_tool: String,
+    /// Says why an agent's models cannot run, for the `unknown_model` warning of agents on the
+    /// model executor (docs/model.md §11.2); `None` checks nothing.
+    pub model_check: Option<ModelCheck>,
+}
+
+/// The `unknown_model` check: agent name and its `model` list → the warning text, if any.
+#[derive(Clone)]
+pub struct ModelCheck(pub std::sync::Arc<dyn Fn(&str, &[String]) -> Option<String> + Send + Sync>);
+
+impl std::fmt::Debug for ModelCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ModelCheck")
+    }
 }
 
 impl Default for ParseOptions {
@@ -25,6 +38,7 @@ impl Default for ParseOptions {
         Self {
             implicit_tools: vec!["submit_result".to_owned()],
             spawn_tool: "task".to_owned(),
+            model_check: None,
         }
     }
 }

@@ -15,7 +15,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-pub use fields::ParseOptions;
+pub use fields::{ModelCheck, ParseOptions};
 
 /// Largest persona file read, in bytes (docs §2.4 `too_large`).
 pub const MAX_FILE_BYTES: u64 = 1 << 20;

@@ -566,6 +566,17 @@ async fn unknown_models_and_no_executor_are_refused_at_spawn() {
         );
     })
     .await;
+    // Reported when the file is read, not only at spawn.
+    let listed = list_all(&s, &s.ws("w"), false).await;
+    let d = listed
+        .diagnostics
+        .iter()
+        .find(|d| d.code == "unknown_model")
+        .expect("an unknown_model warning");
+    assert!(
+        d.path.ends_with("old.md") && d.message.starts_with("model opus of agent old is neither"),
+        "{d:?}"
+    );
     let e = spawn(&s, "old", "x").await.unwrap_err();
     assert_status(
         &e,
