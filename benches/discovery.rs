@@ -535,6 +535,7 @@ fn warm_reload(tree: &Tree, iters: usize) -> Reload {
     let opts = ParseOptions {
         implicit_tools: cfg.implicit_tools.clone(),
         spawn_tool: cfg.spawn_tool.clone(),
+        model_check: None,
     };
     // The first file of the project dir: the highest-precedence source, so it always wins.
     let mut project: Vec<PathBuf> = fs::read_dir(&tree.dirs[0].0)

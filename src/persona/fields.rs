@@ -25,7 +25,10 @@ pub struct ParseOptions {
 
 /// The `unknown_model` check: agent name and its `model` list → the warning text, if any.
 #[derive(Clone)]
-pub struct ModelCheck(pub std::sync::Arc<dyn Fn(&str, &[String]) -> Option<String> + Send + Sync>);
+pub struct ModelCheck(pub std::sync::Arc<ModelCheckFn>);
+
+/// The function behind a [`ModelCheck`].
+pub type ModelCheckFn = dyn Fn(&str, &[String]) -> Option<String> + Send + Sync;
 
 impl std::fmt::Debug for ModelCheck {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -211,6 +211,9 @@ def completion(n, model, step):
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive and chunked responses
+    # Every event goes out at once, as production servers send them (TCP_NODELAY): with Nagle on,
+    # small chunks on a reused connection wait for the client's delayed ACK.
+    disable_nagle_algorithm = True
     server_version = "openai-script/1"
 
     def log_message(self, *args):

@@ -208,6 +208,7 @@ impl HttpModel {
 async fn read_stream(resp: reqwest::Response, idle: Duration) -> Result<Answer, String> {
     let mut events = sse_stream::SseStream::from_bytes_stream(resp.bytes_stream());
     let mut assembly = Assembly::default();
+    let mut done = false;
     loop {
         let next = tokio::time::timeout(idle, events.next())
             .await
@@ -222,8 +223,14 @@ async fn read_stream(resp: reqwest::Response, idle: Duration) -> Result<Answer, 
             }
             Some(Ok(sse)) => {
                 let Some(data) = sse.data else { continue };
+                // Read on to the end of the body after `[DONE]`, so the connection goes back to
+                // the pool instead of being closed with unread bytes.
+                if done {
+                    continue;
+                }
                 if data.trim() == "[DONE]" {
-                    break;
+                    done = true;
+                    continue;
                 }
                 assembly.take(&data)?;
             }
