@@ -435,6 +435,7 @@ impl crate::workers::executor::model::Agentry for AsWorker {
             wait: true,
             request_id: None,
             timeout: None,
+            isolation: None,
         };
         let app = self.app().ok_or("the service is shutting down")?;
         let spawned = match app.spawn_worker(&Self::identity(worker), req).await {

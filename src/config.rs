@@ -290,6 +290,30 @@ impl Default for ReviewConfig {
     }
 }
 
+/// `workers`: how workers are placed (docs/workers.md §6.10).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkersConfig {
+    /// `none` (default) or `worktree`: the isolation of a worker whose request and persona say
+    /// nothing.
+    pub isolation: IsolationKind,
+    /// Where a worktree branches from: `head` (default) or `default_branch`.
+    pub worktree_base: crate::workers::worktree::Base,
+    /// Where worktrees are made; default `worktrees/` beside the SQLite store.
+    pub worktrees_dir: Option<PathBuf>,
+}
+
+/// `workers.isolation`.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum IsolationKind {
+    /// The worker runs in the workspace itself.
+    #[default]
+    None,
+    /// A git worktree per worker.
+    Worktree,
+}
+
 /// `auth`: bearer tokens.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -375,6 +399,8 @@ pub struct Config {
     pub auth: AuthConfig,
     /// Snapshot caching.
     pub discovery: DiscoveryConfig,
+    /// Worker placement: isolation in git worktrees (docs/workers.md §6.10).
+    pub workers: WorkersConfig,
     /// Model providers, the default model and aliases (docs/model.md §11.2).
     pub models: ModelsConfig,
     /// Bounds of the model executor's loop (§11.10).
@@ -420,6 +446,7 @@ impl Default for Config {
             shutdown_grace: Duration::from_secs(10),
             auth: AuthConfig::default(),
             discovery: DiscoveryConfig::default(),
+            workers: WorkersConfig::default(),
             models: ModelsConfig::default(),
             model: ModelLoop::default(),
             mcp_servers: BTreeMap::new(),
@@ -716,6 +743,16 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// Where worker worktrees are made: `workers.worktrees_dir`, else `worktrees/` beside the
+    /// SQLite store (its default place under the state directory with PostgreSQL).
+    pub fn worktrees_dir(&self) -> PathBuf {
+        self.workers.worktrees_dir.clone().unwrap_or_else(|| {
+            self.store_path()
+                .parent()
+                .map_or_else(|| PathBuf::from("worktrees"), |p| p.join("worktrees"))
+        })
     }
 
     /// Where workers are stored: PostgreSQL with `store.url`, else the SQLite file of

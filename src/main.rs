@@ -76,6 +76,24 @@ enum Command {
         /// Read only these directories instead of the configured sources; each must exist.
         dirs: Vec<PathBuf>,
     },
+    /// Manage the git worktrees kept by isolated workers (docs/workers.md §6.10).
+    Worktrees {
+        #[command(subcommand)]
+        action: WorktreesAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum WorktreesAction {
+    /// Remove kept worktrees (and their `agentry/<worker_id>` branches) older than a bound.
+    Prune {
+        /// YAML configuration file (for workers.worktrees_dir and the store path).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Only worktrees last changed longer ago than this (`7d`, `12h`, `0s` for all).
+        #[arg(long, default_value = "7d", value_parser = humantime::parse_duration)]
+        older_than: std::time::Duration,
+    },
 }
 
 const CHECK_EXIT_STATUS: &str = "\
@@ -147,6 +165,9 @@ fn main() -> ExitCode {
                     },
                     format.into(),
                 ),
+                Command::Worktrees {
+                    action: WorktreesAction::Prune { config, older_than },
+                } => prune_worktrees(&rt, config, older_than),
             };
             // Flush spans and metrics while the runtime that sends them still runs.
             telemetry.shutdown();
@@ -160,6 +181,34 @@ fn main() -> ExitCode {
             ExitCode::from(check::EXIT_USAGE)
         }
     }
+}
+
+/// `agentry worktrees prune`: prints each worktree removed, and each that could not be.
+fn prune_worktrees(
+    rt: &tokio::runtime::Runtime,
+    config: Option<PathBuf>,
+    older_than: std::time::Duration,
+) -> anyhow::Result<ExitCode> {
+    let cfg = load_config(config)?;
+    let dir = cfg.worktrees_dir();
+    let (removed, failed) = rt.block_on(agentry::workers::worktree::prune(&dir, older_than));
+    for r in &removed {
+        println!("removed {r}");
+    }
+    for f in &failed {
+        eprintln!("agentry: cannot remove {f}");
+    }
+    println!(
+        "{} worktrees removed from {}, {} failed",
+        removed.len(),
+        dir.display(),
+        failed.len()
+    );
+    Ok(if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn load_config(path: Option<PathBuf>) -> anyhow::Result<Config> {

@@ -273,6 +273,16 @@ pub fn worker(w: &WorkerRecord) -> pb::Worker {
         last_activity_time: Some(ts(w.last_activity_ms)),
         usage: w.usage.as_deref().and_then(usage),
         tree_usage: None,
+        worktree: w
+            .worktree
+            .as_deref()
+            .and_then(|t| serde_json::from_str::<crate::workers::worktree::Worktree>(t).ok())
+            .map(|t| pb::Worktree {
+                path: t.path,
+                branch: t.branch,
+                base_commit: t.base_commit,
+                changed: t.changed.unwrap_or(false),
+            }),
     }
 }
 

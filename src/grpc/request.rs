@@ -391,6 +391,15 @@ impl TryFrom<Limited<pb::SpawnWorkerRequest>> for SpawnRequest {
         let (mode, output_schema) = mode_and_schema(r.mode, r.output_schema.as_deref(), &mut v);
         check_line("request_id", &r.request_id, MAX_REQUEST_ID_BYTES, &mut v);
         let timeout = timeout(r.timeout, &mut v);
+        let isolation = match pb::Isolation::try_from(r.isolation) {
+            Ok(pb::Isolation::Unspecified) => None,
+            Ok(pb::Isolation::None) => Some(false),
+            Ok(pb::Isolation::Worktree) => Some(true),
+            Err(_) => {
+                v.add("isolation", format!("unknown isolation {}", r.isolation));
+                None
+            }
+        };
         v.or(Self {
             agent: r.agent,
             description: r.description,
@@ -401,6 +410,7 @@ impl TryFrom<Limited<pb::SpawnWorkerRequest>> for SpawnRequest {
             wait: r.wait,
             request_id: (!r.request_id.is_empty()).then_some(r.request_id),
             timeout,
+            isolation,
         })
     }
 }

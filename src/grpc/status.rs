@@ -233,6 +233,9 @@ impl From<WorkerError> for Status {
                 &[("worker_id", &id), ("state", state.as_str())],
             ),
             WorkerError::ShuttingDown => with_info(Code::Unavailable, "SHUTTING_DOWN", msg, &[]),
+            WorkerError::Worktree(_) => {
+                with_info(Code::FailedPrecondition, "WORKTREE_UNAVAILABLE", msg, &[])
+            }
             WorkerError::Unrunnable(_) => {
                 with_info(Code::FailedPrecondition, "EXECUTOR_UNAVAILABLE", msg, &[])
             }

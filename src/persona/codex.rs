@@ -34,6 +34,7 @@ pub(super) fn read(text: &str, path: &str, diags: &mut Vec<Diagnostic>) -> Optio
         temperature: None,
         timeout_mins: None,
         remote: false,
+        worktree: None,
         format: Format::Toml,
         extra: serde_json::Map::new(),
     };

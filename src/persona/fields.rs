@@ -259,11 +259,14 @@ fn finish(
         temperature: None,
         timeout_mins: None,
         remote: false,
+        worktree: None,
         format: Format::Markdown,
         extra: serde_json::Map::new(),
     };
     let mut name = None;
     let mut description = None;
+    let mut thinking_given = false;
+    let mut tools_line = None;
     // Keys already read, to warn about repeats: the entries' own, moved here once read.
     let mut seen: hashbrown::HashSet<Cow<'static, str>> =
         hashbrown::HashSet::with_capacity(entries.len());
@@ -283,12 +286,19 @@ fn finish(
             "name" => name = r.take_string(&mut e),
             "description" => description = r.take_string(&mut e),
             "when_to_use" => p.when_to_use = r.take_string(&mut e),
-            "tools" => p.tools = r.take_list(&mut e),
             "disallowed_tools" => p.disallowed_tools = r.take_list(&mut e),
             "spawns" => p.spawns = r.spawns(&e),
             "model" => p.model = r.take_list(&mut e),
             "thinking_level" | "thinking" => {
                 if let Some(t) = r.thinking(&e) {
+                    p.thinking_level = Some(t);
+                    thinking_given = true;
+                }
+            }
+            "effort" => {
+                if let Some(t) = r.effort(&e)
+                    && !thinking_given
+                {
                     p.thinking_level = Some(t);
                 }
             }
@@ -299,13 +309,54 @@ fn finish(
                     Err(why) => r.error(&e, "invalid_output_schema", why.to_string()),
                 }
             }
-            "permission_mode" => p.permission_mode = r.take_string(&mut e),
+            "permission_mode" => {
+                p.permission_mode = r.take_string(&mut e);
+                if let Some(m) = &p.permission_mode
+                    && !super::PERMISSION_MODES.contains(&m.as_str())
+                {
+                    r.warn(
+                        &e,
+                        "unknown_permission_mode",
+                        format!(
+                            "permission mode {m:?} is none of {}; it is passed through as written",
+                            super::PERMISSION_MODES.join(", ")
+                        ),
+                    );
+                }
+            }
+            "tools" => {
+                tools_line = r.line(&e);
+                p.tools = r.take_list(&mut e);
+            }
             "max_turns" => p.max_turns = r.positive(&e, "invalid_max_turns"),
             "critical_reminder" => p.critical_reminder = r.take_string(&mut e),
             "temperature" => p.temperature = r.temperature(&e),
             "timeout_mins" => p.timeout_mins = r.positive(&e, "invalid_timeout_mins"),
             "kind" => p.remote = r.remote(&e),
+            "isolation" => match r.string(&e).as_deref().map(str::trim) {
+                Some("worktree") => p.worktree = Some(true),
+                Some("none") => p.worktree = Some(false),
+                Some(other) => r.warn(
+                    &e,
+                    "invalid_isolation",
+                    format!(
+                        "`{}` must be worktree or none, got {other:?}; ignored",
+                        e.raw_key
+                    ),
+                ),
+                None => {}
+            },
             _ => {
+                if super::UNSUPPORTED_FIELDS.contains(&&*e.key) {
+                    r.warn(
+                        &e,
+                        "unsupported_field",
+                        format!(
+                            "`{}` is not honoured by agentry: workers of this agent run without it",
+                            e.raw_key
+                        ),
+                    );
+                }
                 p.extra
                     .insert(e.raw_key.into_owned(), yaml_to_json(e.value));
             }
@@ -372,6 +423,38 @@ fn finish(
         );
     }
 
+    // `Agent(a, b)` / `Task(a, b)` in the tool lists: the spawn tool, with those spawn rights.
+    if let Some(granted) = p
+        .tools
+        .as_mut()
+        .and_then(|t| spawn_entries(t, &opts.spawn_tool))
+    {
+        p.spawns = Some(match p.spawns.take() {
+            None => granted,
+            Some(declared) => {
+                let both = intersect(&declared, &granted);
+                (r.diag)(
+                    tools_line,
+                    Severity::Warning,
+                    "spawns_intersected",
+                    format!(
+                        "`spawns` and the Agent(…) entry of `tools` both say which agents may be spawned; the worker may spawn only those both allow: {}",
+                        match &both {
+                            Spawns::Any => "*".to_owned(),
+                            Spawns::Only(n) if n.is_empty() => "none".to_owned(),
+                            Spawns::Only(n) => n.join(", "),
+                        }
+                    ),
+                );
+                both
+            }
+        });
+    }
+    if let Some(d) = p.disallowed_tools.as_mut() {
+        // Disallowing `Agent` (in any form) disallows the spawn tool.
+        let _ = spawn_entries(d, &opts.spawn_tool);
+    }
+
     // Implicit tools, then the compatibility rule for `spawns`.
     if let Some(tools) = &mut p.tools {
         for t in &opts.implicit_tools {
@@ -384,6 +467,49 @@ fn finish(
         }
     }
     Some(p)
+}
+
+/// Replaces every `Agent` / `Task` (with or without an agent list) in `tools` by the spawn tool,
+/// once, and returns the union of the rights they grant; `None` when there is none.
+fn spawn_entries(tools: &mut Vec<String>, spawn_tool: &str) -> Option<Spawns> {
+    let mut granted: Option<Spawns> = None;
+    let mut at = None;
+    let mut i = 0;
+    while i < tools.len() {
+        let Some(s) = super::spawn_entry(&tools[i]) else {
+            i += 1;
+            continue;
+        };
+        granted = Some(match (granted.take(), s) {
+            (None, s) => s,
+            (Some(Spawns::Any), _) | (_, Spawns::Any) => Spawns::Any,
+            (Some(Spawns::Only(mut a)), Spawns::Only(b)) => {
+                for n in b {
+                    if !a.contains(&n) {
+                        a.push(n);
+                    }
+                }
+                Spawns::Only(a)
+            }
+        });
+        tools.remove(i);
+        at.get_or_insert(i);
+    }
+    let at = at?;
+    if !tools.iter().any(|t| t == spawn_tool) {
+        tools.insert(at.min(tools.len()), spawn_tool.to_owned());
+    }
+    granted
+}
+
+/// The agents both policies allow.
+fn intersect(a: &Spawns, b: &Spawns) -> Spawns {
+    match (a, b) {
+        (Spawns::Any, x) | (x, Spawns::Any) => x.clone(),
+        (Spawns::Only(x), Spawns::Only(y)) => {
+            Spawns::Only(x.iter().filter(|n| y.contains(n)).cloned().collect())
+        }
+    }
 }
 
 /// The block through YAML (tabs replaced by two spaces): the mapping's entries, or the line and
@@ -791,6 +917,34 @@ impl<'a, 'd> Reader<'a, 'd> {
             return Some(Spawns::Any);
         }
         Some(Spawns::Only(names))
+    }
+
+    /// Claude Code's `effort`: `low|medium|high|xhigh` as thinking levels of the same name, and
+    /// `max` as `xhigh`, the highest level there is (docs/personas.md §2.7).
+    fn effort(&mut self, e: &Entry) -> Option<ThinkingLevel> {
+        let text = match &e.value {
+            Yaml::String(s) => s.trim().to_owned(),
+            Yaml::Null => return None,
+            _ => String::new(),
+        };
+        let level = match text.as_str() {
+            "low" => ThinkingLevel::Low,
+            "medium" => ThinkingLevel::Medium,
+            "high" => ThinkingLevel::High,
+            "xhigh" | "max" => ThinkingLevel::Xhigh,
+            _ => {
+                self.warn(
+                    e,
+                    "invalid_effort",
+                    format!(
+                        "`{}` must be one of low, medium, high, xhigh, max; ignored",
+                        e.raw_key
+                    ),
+                );
+                return None;
+            }
+        };
+        Some(level)
     }
 
     fn thinking(&mut self, e: &Entry) -> Option<ThinkingLevel> {

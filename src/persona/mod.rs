@@ -169,12 +169,73 @@ impl Spawns {
 
 /// Splits a CSV value: split on `,`, trim, drop empties.
 pub fn split_csv(s: &str) -> Vec<String> {
-    s.split(',')
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .map(str::to_owned)
-        .collect()
+    // Commas inside parentheses belong to the entry: `Agent(explore, plan)` and
+    // `Bash(git diff:*, git log:*)` are one entry each (docs/personas.md §2.3).
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0usize, 0);
+    let mut push = |piece: &str| {
+        let piece = piece.trim();
+        if !piece.is_empty() {
+            out.push(piece.to_owned());
+        }
+    };
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    push(&s[start..]);
+    out
 }
+
+/// The spawn rights a tool-list entry grants in the Claude Code syntax: bare `Agent` / `Task`
+/// any agent, `Agent(a, b)` / `Task(a, b)` exactly those; `None` for every other entry.
+pub fn spawn_entry(entry: &str) -> Option<Spawns> {
+    let e = entry.trim();
+    if e == "Agent" || e == "Task" {
+        return Some(Spawns::Any);
+    }
+    let inner = e
+        .strip_prefix("Agent(")
+        .or_else(|| e.strip_prefix("Task("))?
+        .strip_suffix(')')?;
+    let names = split_csv(inner);
+    if names.is_empty() || names.iter().any(|n| n == "*") {
+        return Some(Spawns::Any);
+    }
+    Some(Spawns::Only(names))
+}
+
+/// The `permissionMode` values the dialects write (Claude Code's, and agentry's `read-only`);
+/// another value is passed through with an `unknown_permission_mode` warning.
+pub const PERMISSION_MODES: &[&str] = &[
+    "default",
+    "acceptEdits",
+    "auto",
+    "dontAsk",
+    "bypassPermissions",
+    "plan",
+    "manual",
+    "read-only",
+];
+
+/// Frontmatter fields agentry does not honour although they change what a worker may do: each
+/// is an `unsupported_field` warning naming the file, line and field, never silence
+/// (docs/personas.md §2.7).
+pub const UNSUPPORTED_FIELDS: &[&str] = &[
+    "hooks",
+    "skills",
+    "memory",
+    "mcp_servers",
+    "sandbox_mode",
+    "approval_policy",
+];
 
 /// One parsed persona (docs §2.3). Absent optional fields stay `None`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -213,6 +274,9 @@ pub struct Persona {
     /// Gemini CLI `kind: remote`: an A2A agent. Listed and resolvable, but not spawnable until
     /// an A2A executor exists.
     pub remote: bool,
+    /// Claude Code `isolation`: `Some(true)` for `worktree` (a git worktree per worker,
+    /// docs/workers.md §6.10), `Some(false)` for `none`.
+    pub worktree: Option<bool>,
     /// Markdown or TOML, so a reader knows which rules produced the fields.
     pub format: Format,
     /// Every key agentry does not know, verbatim, so nothing a file says is lost.

@@ -360,3 +360,175 @@ fn many_keys_parse_in_time_linear_in_the_file() {
         .unwrap_or_else(|| panic!("{:?}", r.diagnostics));
     assert_eq!(d.line, Some(1005), "{d:?}");
 }
+
+#[test]
+fn agent_entries_in_tools_are_the_spawn_tool_with_their_agents() {
+    let a = ok(
+        "---\nname: a\ndescription: d\ntools: Read, Grep, Edit, Bash(git diff:*, git log:*), Agent(explore, plan)\n---\nb\n",
+    );
+    assert_eq!(
+        a.tools.as_deref().unwrap(),
+        [
+            "Read",
+            "Grep",
+            "Edit",
+            "Bash(git diff:*, git log:*)",
+            "task",
+            "submit_result"
+        ]
+    );
+    assert_eq!(
+        a.spawns,
+        Some(Spawns::Only(vec!["explore".into(), "plan".into()]))
+    );
+    // Bare Agent / Task: any agent; a list item works the same as the CSV.
+    let b = ok("---\nname: b\ndescription: d\ntools: [Read, Task]\n---\nb\n");
+    assert_eq!(b.spawns, Some(Spawns::Any));
+    assert!(b.tools.unwrap().contains(&"task".to_owned()));
+    // With `spawns` too: the intersection, and a warning on the tools line.
+    let r = p(
+        "---\nname: c\ndescription: d\nspawns: plan, review\ntools: Agent(explore, plan)\n---\nb\n",
+    );
+    let c = r.persona.as_ref().unwrap();
+    assert_eq!(c.spawns, Some(Spawns::Only(vec!["plan".into()])));
+    let d = r
+        .diagnostics
+        .iter()
+        .find(|d| d.code == "spawns_intersected")
+        .unwrap();
+    assert_eq!(d.line, Some(5));
+    assert!(d.message.ends_with("allow: plan"), "{}", d.message);
+    // Disallowing Agent disallows the spawn tool.
+    let e = ok("---\nname: e\ndescription: d\ndisallowedTools: Agent, Write\n---\nb\n");
+    assert_eq!(e.disallowed_tools.unwrap(), ["task", "Write"]);
+}
+
+#[test]
+fn effort_and_permission_modes() {
+    for (effort, level) in [
+        ("low", ThinkingLevel::Low),
+        ("high", ThinkingLevel::High),
+        ("xhigh", ThinkingLevel::Xhigh),
+        ("max", ThinkingLevel::Xhigh),
+    ] {
+        let a = ok(&format!(
+            "---\nname: a\ndescription: d\neffort: {effort}\n---\nb\n"
+        ));
+        assert_eq!(a.thinking_level, Some(level), "{effort}");
+    }
+    let r = p("---\nname: a\ndescription: d\neffort: extreme\npermissionMode: yolo\n---\nb\n");
+    assert_eq!(codes(&r), ["invalid_effort", "unknown_permission_mode"]);
+    assert_eq!(r.persona.unwrap().permission_mode.as_deref(), Some("yolo"));
+    let r = p(
+        "---\nname: a\ndescription: d\npermissionMode: acceptEdits\nthinking: low\neffort: high\n---\nb\n",
+    );
+    assert!(r.diagnostics.is_empty(), "{:?}", r.diagnostics);
+    assert_eq!(
+        r.persona.unwrap().thinking_level,
+        Some(ThinkingLevel::Low),
+        "thinking_level wins"
+    );
+}
+
+#[test]
+fn fields_that_change_a_worker_and_are_not_honoured_are_warnings() {
+    let r = p(
+        "---\nname: a\ndescription: d\nhooks: {PreToolUse: []}\nskills: [lint]\nmemory: project\nmcpServers: [github]\ncolor: blue\n---\nb\n",
+    );
+    let warned: Vec<(&str, Option<u32>)> = r.diagnostics.iter().map(|d| (d.code, d.line)).collect();
+    assert_eq!(
+        warned,
+        [
+            ("unsupported_field", Some(4)),
+            ("unsupported_field", Some(5)),
+            ("unsupported_field", Some(6)),
+            ("unsupported_field", Some(7))
+        ]
+    );
+    assert!(
+        r.diagnostics[3]
+            .message
+            .starts_with("`mcpServers` is not honoured")
+    );
+    let a = r.persona.unwrap();
+    assert!(a.extra.contains_key("color") && a.extra.contains_key("hooks"));
+}
+
+/// docs/personas.md §2.7 lists every field of the dialects as honoured or not; a field the
+/// parser reads, warns about or that the dialects define must be in one of the two tables.
+#[test]
+fn the_dialect_tables_name_every_field() {
+    let doc = include_str!("../../docs/personas.md");
+    let section = &doc[doc.find("## 2.7").expect("§2.7")..];
+    let listed: Vec<String> = section
+        .lines()
+        .filter(|l| l.starts_with("| `") || l.starts_with("| body"))
+        .flat_map(|l| {
+            let first = l.split('|').nth(1).unwrap_or_default().to_owned();
+            first
+                .split(['`', ',', '/'])
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let dialects = [
+        // Claude Code subagents
+        "name",
+        "description",
+        "tools",
+        "disallowedTools",
+        "model",
+        "permissionMode",
+        "mcpServers",
+        "hooks",
+        "maxTurns",
+        "skills",
+        "initialPrompt",
+        "memory",
+        "effort",
+        "background",
+        "isolation",
+        "color",
+        // Codex TOML agents
+        "developer_instructions",
+        "model_reasoning_effort",
+        "sandbox_mode",
+        "mcp_servers",
+        "nickname_candidates",
+        "approval_policy",
+        // Gemini CLI agents
+        "kind",
+        "temperature",
+        "max_turns",
+        "timeout_mins",
+        "agent_card_url",
+        "agent_card_json",
+        // xcsh
+        "when_to_use",
+        "spawns",
+        "thinking_level",
+        "output",
+        "critical_reminder",
+    ];
+    for field in dialects
+        .iter()
+        .copied()
+        .chain(UNSUPPORTED_FIELDS.iter().copied())
+    {
+        assert!(
+            listed.iter().any(|l| l == field),
+            "{field} is in neither table of docs/personas.md §2.7"
+        );
+    }
+    for field in UNSUPPORTED_FIELDS {
+        let row = section
+            .lines()
+            .find(|l| l.contains(&format!("`{field}`")))
+            .unwrap();
+        assert!(
+            row.contains("**warning**"),
+            "{field} must be reported as a warning: {row}"
+        );
+    }
+}

@@ -301,6 +301,7 @@ pub async fn run_reviewer(
         wait: true,
         request_id: None,
         timeout: None,
+        isolation: Some(false),
     };
     let purpose = Purpose::Review {
         summarise: Arc::new(summarise),

@@ -13,3 +13,4 @@ pub mod runners;
 pub mod spec;
 pub mod store;
 pub mod supervisor;
+pub mod worktree;

@@ -242,6 +242,9 @@ pub struct WorkerRecord {
     /// Token usage of a model-executor run as JSON text (docs/model.md §11.8), recorded with
     /// the terminal state; `None` for other executors.
     pub usage: Option<String>,
+    /// The worker's git worktree as JSON text ([`crate::workers::worktree::Worktree`]), when it
+    /// runs isolated; `changed` is set with the terminal state.
+    pub worktree: Option<String>,
 }
 
 /// What a progress report is about (docs/workers.md §6.9).
@@ -286,6 +289,7 @@ impl WorkerRecord {
             token_hash,
             last_activity_ms: spec.create_time_ms,
             usage: None,
+            worktree: None,
             spec,
         }
     }

@@ -391,3 +391,62 @@ async fn entries_that_are_not_files_and_names_that_are_not_utf8() {
     let everything = format!("{r:?}");
     assert!(!everything.contains('\u{fffd}'), "a replacement character");
 }
+
+/// A Claude Code subagent file as its documentation shows it today (docs §2.7): the spawn tool
+/// syntax, effort, permission mode, and the fields agentry does not honour reported by name.
+#[tokio::test]
+async fn claude_code_2026_subagents_are_read_as_written_or_reported() {
+    let s = start().await;
+    let ws = s.ws("proj");
+    persona(
+        &ws.join(".claude/agents"),
+        "builder.md",
+        "name: builder\ndescription: builds\ntools: Read, Grep, Edit, Bash(git diff:*), Agent(explore, plan)\npermissionMode: acceptEdits\neffort: max\nskills: [lint]\nmcpServers:\n  - github\nmemory: project\nisolation: worktree\nbackground: true\nhooks: {PreToolUse: []}",
+        "Build it.",
+    );
+    let r = list_all(&s, &ws, false).await;
+    let unsupported: Vec<(String, Option<u32>)> = diag(&r, "builder.md")
+        .iter()
+        .filter(|d| d.code == "unsupported_field")
+        .map(|d| (d.message.split('`').nth(1).unwrap().to_owned(), d.line))
+        .collect();
+    assert_eq!(
+        unsupported,
+        [
+            ("skills".to_owned(), Some(7)),
+            ("mcpServers".to_owned(), Some(8)),
+            ("memory".to_owned(), Some(10)),
+            ("hooks".to_owned(), Some(13))
+        ]
+    );
+    let eff = s
+        .client
+        .clone()
+        .resolve_agent(pb::ResolveAgentRequest {
+            name: "builder".into(),
+            workspace: ws.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .effective
+        .unwrap();
+    let Some(pb::effective_tools::Kind::Only(tools)) = eff.tools.unwrap().kind else {
+        panic!("an explicit tool list")
+    };
+    assert_eq!(
+        tools.values,
+        [
+            "Read",
+            "Grep",
+            "Edit",
+            "Bash(git diff:*)",
+            "task",
+            "submit_result"
+        ]
+    );
+    assert_eq!(eff.spawns, "explore,plan");
+    assert_eq!(eff.thinking_level, pb::ThinkingLevel::Xhigh as i32);
+    assert_eq!(eff.permission_mode.as_deref(), Some("acceptEdits"));
+}

@@ -19,3 +19,4 @@ mod restart;
 mod review;
 mod runners;
 mod workers;
+mod worktrees;

@@ -189,9 +189,11 @@ pub enum Notice {
 }
 
 /// The event a backend writes for [`WorkerStore::create`]: `rec` as a new worker (pending,
-/// sequence 1, no outcome, latest activity = creation), whatever lifecycle fields it carried.
+/// sequence 1, no outcome, latest activity = creation), whatever lifecycle fields it carried;
+/// its worktree, made before the row, is kept.
 pub(crate) fn creation_event(rec: &WorkerRecord) -> WorkerEvent {
-    let worker = WorkerRecord::new(rec.id.clone(), rec.spec.clone(), rec.token_hash.clone());
+    let mut worker = WorkerRecord::new(rec.id.clone(), rec.spec.clone(), rec.token_hash.clone());
+    worker.worktree = rec.worktree.clone();
     WorkerEvent {
         worker_id: worker.id.clone(),
         sequence: 1,
@@ -216,6 +218,8 @@ pub struct Patch {
     pub exit_code: Option<i32>,
     /// Token usage (JSON text), from the model executor.
     pub usage: Option<String>,
+    /// The worktree record (JSON text) once the worker ended.
+    pub worktree: Option<String>,
 }
 
 impl Patch {
@@ -235,6 +239,9 @@ impl Patch {
         }
         if let Some(usage) = self.usage {
             rec.usage = Some(usage);
+        }
+        if let Some(worktree) = self.worktree {
+            rec.worktree = Some(worktree);
         }
     }
 }

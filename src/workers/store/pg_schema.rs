@@ -82,6 +82,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );"#,
     // 2: token usage of model-executor runs (docs/model.md §11.8).
     "ALTER TABLE workers ADD COLUMN usage TEXT;",
+    // 3: the git worktree of an isolated worker (docs/workers.md §6.10).
+    "ALTER TABLE workers ADD COLUMN worktree TEXT;",
 ];
 
 /// Brings the schema up to date under the migration advisory lock, or refuses a newer one.

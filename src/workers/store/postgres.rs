@@ -313,7 +313,7 @@ impl PostgresStore {
                 &format!(
                     "INSERT INTO workers ({COLUMNS}, replica_id) VALUES
                      ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-                      $17, $18, $19, $20, $21, $22, $23)"
+                      $17, $18, $19, $20, $21, $22, $23, $24)"
                 ),
                 &[
                     &w.id.as_str(),
@@ -338,6 +338,7 @@ impl PostgresStore {
                     &effective,
                     &w.last_activity_ms,
                     &w.usage,
+                    &w.worktree,
                     &self.replica_id,
                 ],
             )
@@ -570,6 +571,7 @@ fn read_record(row: &Row) -> Result<WorkerRecord, StoreError> {
         token_hash: row.try_get(18).map_err(get)?,
         last_activity_ms: row.try_get(20).map_err(get)?,
         usage: row.try_get(21).map_err(get)?,
+        worktree: row.try_get(22).map_err(get)?,
     })
 }
 
@@ -690,7 +692,8 @@ async fn apply_in(
             "UPDATE workers SET state = $2, sequence = $3, start_time_ms = $4,
                  close_time_ms = $5, result = $6, structured_result = $7, error = $8,
                  exit_code = $9, token_hash = $10, last_activity_ms = $12,
-                 stop_reason = CASE WHEN $13 THEN NULL ELSE stop_reason END, usage = $14
+                 stop_reason = CASE WHEN $13 THEN NULL ELSE stop_reason END, usage = $14,
+                 worktree = $15
              WHERE id = $1 AND sequence = $11",
             &[
                 &next.id.as_str(),
@@ -707,6 +710,7 @@ async fn apply_in(
                 &next.last_activity_ms,
                 &next.state.is_terminal(),
                 &next.usage,
+                &next.worktree,
             ],
         )
         .await

@@ -110,7 +110,8 @@ pub(super) fn apply_in(
         .prepare_cached(
             "UPDATE workers SET state = ?2, sequence = ?3, start_time_ms = ?4,
                  close_time_ms = ?5, result = ?6, structured_result = ?7, error = ?8,
-                 exit_code = ?9, token_hash = ?10, last_activity_ms = ?12, usage = ?13
+                 exit_code = ?9, token_hash = ?10, last_activity_ms = ?12, usage = ?13,
+                 worktree = ?14
              WHERE id = ?1 AND sequence = ?11",
         )
         .and_then(|mut stmt| {
@@ -128,6 +129,7 @@ pub(super) fn apply_in(
                 to_sql_sequence(previous_sequence),
                 next.last_activity_ms,
                 next.usage,
+                next.worktree,
             ])
         })
         .context("update worker")?;
@@ -254,7 +256,7 @@ pub(super) fn insert_worker(conn: &Connection, rec: &WorkerRecord) -> Result<(),
     conn.prepare_cached(&format!(
         "INSERT INTO workers ({COLUMNS}) VALUES
              (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-              ?19, ?20, ?21, ?22)"
+              ?19, ?20, ?21, ?22, ?23)"
     ))
     .and_then(|mut stmt| {
         stmt.execute(params![
@@ -280,6 +282,7 @@ pub(super) fn insert_worker(conn: &Connection, rec: &WorkerRecord) -> Result<(),
             effective,
             rec.last_activity_ms,
             rec.usage,
+            rec.worktree,
         ])
     })
     .context("insert worker")?;
@@ -305,6 +308,8 @@ pub(super) struct Snapshot {
     token_hash: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     usage: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    worktree: Option<String>,
 }
 
 impl Snapshot {
@@ -320,6 +325,7 @@ impl Snapshot {
             exit_code: w.exit_code,
             token_hash: w.token_hash.clone(),
             usage: w.usage.clone(),
+            worktree: w.worktree.clone(),
         }
     }
 
@@ -343,6 +349,7 @@ impl Snapshot {
             exit_code: self.exit_code,
             token_hash: self.token_hash,
             usage: self.usage,
+            worktree: self.worktree,
             last_activity_ms: self.last_activity_ms.unwrap_or(time_ms),
             ..current.clone()
         }
@@ -407,6 +414,7 @@ pub(super) fn read_record(row: &Row<'_>) -> rusqlite::Result<WorkerRecord> {
         token_hash: row.get(18)?,
         last_activity_ms: row.get(20)?,
         usage: row.get(21)?,
+        worktree: row.get(22)?,
     })
 }
 

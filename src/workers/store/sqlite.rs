@@ -981,14 +981,14 @@ mod tests {
                 err,
                 StoreError::SchemaTooNew {
                     found: 999,
-                    known: 4
+                    known: 5
                 }
             ),
             "{err:?}"
         );
         let message = err.to_string();
         assert!(
-            message.contains("version 999") && message.contains("(version 4)"),
+            message.contains("version 999") && message.contains("(version 5)"),
             "{message}"
         );
     }

@@ -21,6 +21,7 @@ use crate::{
         executor::{Assignment, Job},
         model::{SpawnSpec, WorkerId, WorkerRecord, WorkerState, generate_token, hash_token},
         spec::WorkerSpec,
+        worktree,
     },
 };
 
@@ -173,17 +174,50 @@ impl Supervisor {
             .map(|p| p.spec.effective.model.clone())
             .unwrap_or_default();
         if let Err(why) = self.executor.admit(&eff, &inherited) {
-            if let Some(key) = key {
-                self.dedupe.forget(key, new_id.as_str());
-                let _ = self.store.release_dedupe(&key.to_string(), &new_id).await;
-            }
+            self.forget_claim(key, &new_id).await;
             self.metrics.worker_spawned(&req.agent, "denied_executor");
             return Err(WorkerError::Unrunnable(why));
         }
+        // A git worktree of its own (docs/workers.md §6.10), made before the row so that a
+        // workspace that cannot have one refuses the spawn.
+        let isolate = matches!(purpose, Purpose::Spawn)
+            && req
+                .isolation
+                .or(def.persona.worktree)
+                .unwrap_or(self.settings.worktree_default);
+        let worktree = if isolate {
+            match worktree::create(
+                &self.settings.worktrees_dir,
+                new_id.as_str(),
+                &req.workspace,
+                self.settings.worktree_base,
+            )
+            .await
+            {
+                Ok(w) => Some(w),
+                Err(why) => {
+                    self.forget_claim(key, &new_id).await;
+                    self.metrics.worker_spawned(&req.agent, "denied_worktree");
+                    return Err(WorkerError::Worktree(why));
+                }
+            }
+        } else {
+            None
+        };
         let started = self
-            .create(id, &req, &purpose, lineage, def, eff, new_id, key, pending)
+            .create(
+                id, &req, &purpose, lineage, def, eff, new_id, key, pending, worktree,
+            )
             .await?;
         Ok(Admitted::Started(started))
+    }
+
+    /// Gives up this dispatch's dedupe claim on `key` (its worker will not be created).
+    async fn forget_claim(&self, key: Option<DedupeKey>, new_id: &WorkerId) {
+        if let Some(key) = key {
+            self.dedupe.forget(key, new_id.as_str());
+            let _ = self.store.release_dedupe(&key.to_string(), new_id).await;
+        }
     }
 
     /// The same `request_id` names the same dispatch: agent, prompt, mode, workspace and
@@ -324,14 +358,19 @@ impl Supervisor {
         new_id: WorkerId,
         key: Option<DedupeKey>,
         pending: tokio::sync::OwnedSemaphorePermit,
+        worktree: Option<worktree::Worktree>,
     ) -> Result<Started, WorkerError> {
         let token = generate_token();
         let created_at = now_ms();
+        let workspace = match &worktree {
+            Some(w) => Some(w.workspace.clone()),
+            None => (!req.workspace.is_empty()).then(|| req.workspace.clone()),
+        };
         let spec = Arc::new(SpawnSpec {
             agent: req.agent.clone(),
             description: req.description.clone(),
             prompt: req.prompt.clone(),
-            workspace: (!req.workspace.is_empty()).then(|| req.workspace.clone()),
+            workspace,
             parent_id: lineage.parent.as_ref().map(|p| p.id.clone()),
             depth: eff.depth,
             create_time_ms: created_at,
@@ -340,7 +379,10 @@ impl Supervisor {
             effective: eff,
         });
         let eff = &spec.effective;
-        let record = WorkerRecord::new(new_id.clone(), spec.clone(), Some(hash_token(&token)));
+        let mut record = WorkerRecord::new(new_id.clone(), spec.clone(), Some(hash_token(&token)));
+        record.worktree = worktree
+            .as_ref()
+            .and_then(|w| serde_json::to_string(w).ok());
         let (created_tx, created_rx) = watch::channel(false);
         self.creating_lock().insert(new_id.clone(), created_rx);
         // Whatever happens below, waiters on the creation are released and the entry goes.
@@ -352,9 +394,9 @@ impl Supervisor {
         let created = match self.store.create(&record).await {
             Ok(ev) => ev,
             Err(e) => {
-                if let Some(key) = key {
-                    self.dedupe.forget(key, new_id.as_str());
-                    let _ = self.store.release_dedupe(&key.to_string(), &new_id).await;
+                self.forget_claim(key, &new_id).await;
+                if let Some(w) = worktree {
+                    worktree::finish(w).await;
                 }
                 return Err(e.into());
             }
@@ -525,12 +567,17 @@ impl Supervisor {
 /// The dedupe key a stored worker was admitted under, from its own record.
 fn dispatch_key(rec: &WorkerRecord) -> DedupeKey {
     let spec = &rec.spec;
+    // An isolated worker's workspace is its worktree; the dispatch named the caller's.
+    let origin = worktree::origin(rec.worktree.as_deref());
     DedupeKey::new(&Dispatch {
         caller_scope: &spec.caller_scope,
         parent_worker_id: spec.parent_id.as_ref().map_or("", WorkerId::as_str),
         agent: &spec.agent,
         mode: spec.effective.mode.as_str(),
-        workspace: spec.workspace.as_deref().unwrap_or(""),
+        workspace: origin
+            .as_deref()
+            .or(spec.workspace.as_deref())
+            .unwrap_or(""),
         output_schema: spec.effective.output_schema.as_ref(),
         prompt: &spec.prompt,
     })

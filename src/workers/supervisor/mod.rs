@@ -82,6 +82,12 @@ pub struct Settings {
     pub replica_lease: Duration,
     /// Events one worker may have (`limits.max_events_per_worker`).
     pub max_events_per_worker: u64,
+    /// `workers.isolation: worktree`.
+    pub worktree_default: bool,
+    /// `workers.worktree_base`.
+    pub worktree_base: crate::workers::worktree::Base,
+    /// Where worktrees are made.
+    pub worktrees_dir: std::path::PathBuf,
 }
 
 impl Settings {
@@ -100,6 +106,9 @@ impl Settings {
             review_timeout: cfg.review.timeout,
             replica_lease: cfg.replica.lease,
             max_events_per_worker: cfg.limits.max_events_per_worker,
+            worktree_default: cfg.workers.isolation == crate::config::IsolationKind::Worktree,
+            worktree_base: cfg.workers.worktree_base,
+            worktrees_dir: cfg.worktrees_dir(),
         }
     }
 }
@@ -152,6 +161,9 @@ pub struct SpawnRequest {
     pub request_id: Option<String>,
     /// Requested run-time bound.
     pub timeout: Option<Duration>,
+    /// `Some(true)`: a git worktree; `Some(false)`: none; `None`: the persona's, else the
+    /// configured default (docs/workers.md §6.10).
+    pub isolation: Option<bool>,
 }
 
 /// What a spawn returned.
@@ -211,6 +223,9 @@ pub enum WorkerError {
         /// Its state.
         state: WorkerState,
     },
+    /// The worker's git worktree could not be made (docs/workers.md §6.10).
+    #[error("{0}")]
+    Worktree(String),
     /// No executor can run the agent (none configured, an unknown model, a missing key): the
     /// spawn is refused before any row is written (docs/model.md §11.1, §11.2).
     #[error("{0}")]
@@ -775,6 +790,7 @@ mod tests {
                 wait: true,
                 request_id: None,
                 timeout: None,
+                isolation: None,
             };
             let w = sup.spawn(&id, req).await.unwrap().worker;
             assert_eq!(w.state, WorkerState::Completed, "run {i}: {w:?}");

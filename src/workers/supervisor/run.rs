@@ -16,6 +16,7 @@ use crate::workers::{
     lifecycle::Event,
     model::{WorkerEvent, WorkerId, WorkerRecord, WorkerState},
     store::{Applied, Patch, StoreError},
+    worktree::{self, Worktree},
 };
 
 /// How often an outcome the store could not record (its database away for longer than
@@ -205,6 +206,12 @@ impl Supervisor {
         drop(slot);
         let (event, mut patch) = outcome::settle(outcome, output, || self.kill_reason(id));
         patch.usage = meter.to_json();
+        // Nothing of the run is left: its worktree is removed, or kept when it changed.
+        let recorded = self.live().get(id).and_then(|l| l.record.worktree.clone());
+        if let Some(w) = recorded.and_then(|t| serde_json::from_str::<Worktree>(&t).ok()) {
+            let done = worktree::finish(w).await;
+            patch.worktree = serde_json::to_string(&done).ok();
+        }
         (event, patch)
     }
 

@@ -1,0 +1,252 @@
+//! A git worktree per worker (`isolation: worktree`, docs/workers.md §6.10) through gRPC, with a
+//! real git repository made by each test and the exec executor's real processes.
+
+use std::{path::Path, process::Command};
+
+use agentry::grpc::pb;
+use tonic::Code;
+
+use crate::{
+    helpers::*,
+    workers::{spawn, spawn_req, with_runtime},
+};
+
+/// `git args…` in `dir`, which must succeed.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.com")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.com")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A repository with one commit (`README.md`) and a subdirectory `src`.
+fn repo(dir: &Path) -> std::path::PathBuf {
+    let r = dir.join("repo");
+    std::fs::create_dir_all(r.join("src")).unwrap();
+    git(&r, &["init", "-q", "-b", "main"]);
+    std::fs::write(r.join("README.md"), "hello\n").unwrap();
+    std::fs::write(r.join("src/lib.rs"), "// lib\n").unwrap();
+    git(&r, &["add", "."]);
+    git(&r, &["commit", "-q", "-m", "first"]);
+    r
+}
+
+fn isolated(agent: &str, prompt: &str, workspace: &Path) -> pb::SpawnWorkerRequest {
+    pb::SpawnWorkerRequest {
+        workspace: workspace.display().to_string(),
+        isolation: pb::Isolation::Worktree as i32,
+        ..spawn_req(agent, prompt, true)
+    }
+}
+
+/// The runtime prints its working directory; a prompt `edit` also writes a file there.
+const RUNTIME: &str = "pwd\nif grep -q '\"prompt\":\"edit' \"$OUT/$AGENTRY_WORKER_ID.json\"; then echo changed > NEW.txt; fi";
+
+#[tokio::test]
+async fn a_worker_runs_in_its_own_worktree_removed_when_clean_and_kept_when_changed() {
+    let s = with_runtime(RUNTIME, |_| {}).await;
+    let repo = repo(s.dir.path());
+    let head = git(&repo, &["rev-parse", "HEAD"]);
+
+    // Clean: it ran in the worktree (the caller's subdirectory, moved into it), which is gone.
+    let w = spawn(&s, isolated("task", "look", &repo.join("src")))
+        .await
+        .unwrap()
+        .worker
+        .unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    let wt = w.worktree.clone().expect("the worktree is reported");
+    assert_eq!(wt.branch, format!("agentry/{}", w.id));
+    assert_eq!(wt.base_commit, head);
+    assert!(!wt.changed);
+    assert!(wt.path.ends_with(&format!("worktrees/{}", w.id)), "{wt:?}");
+    assert_eq!(
+        w.result.as_deref().map(str::trim),
+        Some(format!("{}/src", wt.path).as_str())
+    );
+    assert_eq!(w.workspace, format!("{}/src", wt.path));
+    assert!(!Path::new(&wt.path).exists(), "a clean worktree is removed");
+    assert!(
+        !git(&repo, &["branch", "--list", &wt.branch]).contains("agentry/"),
+        "and its branch"
+    );
+
+    // Changed: kept, with its branch; the caller's checkout is untouched.
+    let w = spawn(&s, isolated("task", "edit", &repo))
+        .await
+        .unwrap()
+        .worker
+        .unwrap();
+    let wt = w.worktree.clone().unwrap();
+    assert!(wt.changed, "{wt:?}");
+    assert_eq!(
+        std::fs::read_to_string(Path::new(&wt.path).join("NEW.txt")).unwrap(),
+        "changed\n"
+    );
+    assert!(
+        !repo.join("NEW.txt").exists(),
+        "the caller's checkout is never touched"
+    );
+    assert!(git(&repo, &["branch", "--list", &wt.branch]).contains(&wt.branch));
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+
+    // `agentry worktrees prune` removes kept ones older than the bound, with their branches.
+    let config = s.dir.path().join("prune.yaml");
+    let dir = Path::new(&wt.path).parent().unwrap();
+    std::fs::write(
+        &config,
+        format!("workers: {{worktrees_dir: {}}}\n", dir.display()),
+    )
+    .unwrap();
+    let prune = |older: &str| {
+        Command::new(env!("CARGO_BIN_EXE_agentry"))
+            .args(["worktrees", "prune", "--older-than", older, "--config"])
+            .arg(&config)
+            .output()
+            .unwrap()
+    };
+    let kept = prune("1h");
+    assert!(kept.status.success());
+    assert!(
+        String::from_utf8_lossy(&kept.stdout).starts_with("0 worktrees removed"),
+        "{kept:?}"
+    );
+    let out = prune("0s");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text.contains(&format!("removed {}", wt.path)) && text.contains("1 worktrees removed"),
+        "{text}"
+    );
+    assert!(!Path::new(&wt.path).exists());
+    assert!(!git(&repo, &["branch", "--list", &wt.branch]).contains("agentry/"));
+}
+
+#[tokio::test]
+async fn two_workers_of_one_repository_get_two_worktrees() {
+    let s = with_runtime("pwd; sleep 1", |_| {}).await;
+    let repo = repo(s.dir.path());
+    let (a, b) = tokio::join!(
+        spawn(&s, isolated("task", "one", &repo)),
+        spawn(&s, isolated("task", "two", &repo)),
+    );
+    let (a, b) = (a.unwrap().worker.unwrap(), b.unwrap().worker.unwrap());
+    assert_eq!(
+        (a.state, b.state),
+        (
+            pb::WorkerState::Completed as i32,
+            pb::WorkerState::Completed as i32
+        )
+    );
+    assert_ne!(a.result, b.result);
+    assert_eq!(
+        git(&repo, &["worktree", "list"]).lines().count(),
+        1,
+        "both removed"
+    );
+}
+
+#[tokio::test]
+async fn the_persona_field_and_the_config_default_ask_for_a_worktree() {
+    let s = with_runtime(RUNTIME, |c| {
+        let agents = c.agent_dirs[0].path.clone();
+        persona(
+            &agents,
+            "iso.md",
+            "name: iso\ndescription: isolated\nisolation: worktree",
+            "Iso.",
+        );
+    })
+    .await;
+    let repo = repo(s.dir.path());
+    let w = spawn(
+        &s,
+        pb::SpawnWorkerRequest {
+            workspace: repo.display().to_string(),
+            ..spawn_req("iso", "look", true)
+        },
+    )
+    .await
+    .unwrap()
+    .worker
+    .unwrap();
+    assert!(w.worktree.is_some(), "{w:?}");
+    // The request can say no.
+    let w = spawn(
+        &s,
+        pb::SpawnWorkerRequest {
+            workspace: repo.display().to_string(),
+            isolation: pb::Isolation::None as i32,
+            ..spawn_req("iso", "look again", true)
+        },
+    )
+    .await
+    .unwrap()
+    .worker
+    .unwrap();
+    assert!(w.worktree.is_none());
+    assert_eq!(
+        w.result.as_deref().map(str::trim),
+        Some(repo.display().to_string().as_str())
+    );
+}
+
+#[tokio::test]
+async fn a_workspace_that_is_no_repository_or_has_no_commit_is_refused() {
+    let s = with_runtime(RUNTIME, |_| {}).await;
+    let plain = s.ws("plain");
+    let e = spawn(&s, isolated("task", "x", &plain)).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(
+        e.message().starts_with(&format!(
+            "workspace {} is not in a git repository: git rev-parse --show-toplevel failed",
+            plain.display()
+        )),
+        "{}",
+        e.message()
+    );
+    let empty = s.ws("empty");
+    git(&empty, &["init", "-q"]);
+    let e = spawn(&s, isolated("task", "x", &empty)).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition);
+    assert!(
+        e.message().contains("has no commit at HEAD"),
+        "{}",
+        e.message()
+    );
+    let e = spawn(
+        &s,
+        pb::SpawnWorkerRequest {
+            isolation: pb::Isolation::Worktree as i32,
+            ..spawn_req("task", "x", true)
+        },
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        e.message(),
+        "isolation: worktree needs a workspace (the directory of a git repository)"
+    );
+    // Nothing was created.
+    let listed = s
+        .client
+        .clone()
+        .list_workers(pb::ListWorkersRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .workers;
+    assert!(listed.is_empty());
+}
