@@ -81,6 +81,7 @@ pub fn agent(a: &AgentDef) -> pb::Agent {
         temperature: p.temperature,
         timeout_mins: p.timeout_mins,
         remote: p.remote,
+        background: p.background,
     }
 }
 

@@ -35,6 +35,7 @@ pub(super) fn read(text: &str, path: &str, diags: &mut Vec<Diagnostic>) -> Optio
         timeout_mins: None,
         remote: false,
         worktree: None,
+        background: false,
         format: Format::Toml,
         extra: serde_json::Map::new(),
     };

@@ -260,6 +260,7 @@ fn finish(
         timeout_mins: None,
         remote: false,
         worktree: None,
+        background: false,
         format: Format::Markdown,
         extra: serde_json::Map::new(),
     };
@@ -333,6 +334,14 @@ fn finish(
             "temperature" => p.temperature = r.temperature(&e),
             "timeout_mins" => p.timeout_mins = r.positive(&e, "invalid_timeout_mins"),
             "kind" => p.remote = r.remote(&e),
+            "background" => match &e.value {
+                Yaml::Bool(b) => p.background = *b,
+                _ => r.warn(
+                    &e,
+                    "invalid_field",
+                    format!("`{}` must be true or false; ignored", e.raw_key),
+                ),
+            },
             "isolation" => match r.string(&e).as_deref().map(str::trim) {
                 Some("worktree") => p.worktree = Some(true),
                 Some("none") => p.worktree = Some(false),

@@ -274,6 +274,9 @@ pub struct Persona {
     /// Gemini CLI `kind: remote`: an A2A agent. Listed and resolvable, but not spawnable until
     /// an A2A executor exists.
     pub remote: bool,
+    /// Claude Code `background: true`: the agent is meant to run in the background; surfaced
+    /// for the coordinator (`Agent.background`), which decides how it waits.
+    pub background: bool,
     /// Claude Code `isolation`: `Some(true)` for `worktree` (a git worktree per worker,
     /// docs/workers.md §6.10), `Some(false)` for `none`.
     pub worktree: Option<bool>,

@@ -200,6 +200,13 @@ pub fn effective(
     rules: &Rules,
 ) -> Effective {
     let p = &def.persona;
+    // `permissionMode: plan` is plan mode (docs/personas.md §2.7): the worker gets exactly the
+    // plan-mode agent, whatever mode the request asked for.
+    let mode = if p.permission_mode.as_deref() == Some("plan") {
+        Mode::Plan
+    } else {
+        mode
+    };
     let depth = caller.depth.saturating_add(1);
     let at_max = rules.at_max(depth);
     let own_spawns = match &p.spawns {

@@ -449,4 +449,44 @@ async fn claude_code_2026_subagents_are_read_as_written_or_reported() {
     assert_eq!(eff.spawns, "explore,plan");
     assert_eq!(eff.thinking_level, pb::ThinkingLevel::Xhigh as i32);
     assert_eq!(eff.permission_mode.as_deref(), Some("acceptEdits"));
+    let builder = r.agents.iter().find(|a| a.name == "builder").unwrap();
+    assert!(
+        builder.background,
+        "background: true is surfaced on the agent"
+    );
+
+    // permissionMode: plan is plan mode: the plan-mode tools and prompt, no spawning.
+    persona(
+        &ws.join(".claude/agents"),
+        "planner.md",
+        "name: planner\ndescription: plans\ntools: Read, Edit, Agent\npermissionMode: plan",
+        "Plan it.",
+    );
+    s.client
+        .clone()
+        .reload_agents(pb::ReloadAgentsRequest {
+            workspace: ws.display().to_string(),
+        })
+        .await
+        .unwrap();
+    let eff = s
+        .client
+        .clone()
+        .resolve_agent(pb::ResolveAgentRequest {
+            name: "planner".into(),
+            workspace: ws.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .effective
+        .unwrap();
+    assert_eq!(eff.mode, pb::Mode::Plan as i32);
+    assert_eq!(eff.spawns, "");
+    assert!(
+        eff.system_prompt.starts_with("You are in plan mode."),
+        "{}",
+        eff.system_prompt
+    );
 }
