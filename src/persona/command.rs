@@ -57,8 +57,10 @@ pub struct CommandName {
 }
 
 /// Derives a command's names from its path relative to the commands directory. `Err` says why
-/// the path cannot name a command: a segment that is not UTF-8, empty, or holds anything but
-/// letters, digits, `-`, `_` and `.`, or a name over [`MAX_NAME_BYTES`].
+/// the path cannot name a command: a segment that is not UTF-8, empty, or holds `\`, NUL or a
+/// control character, or a name over [`MAX_NAME_BYTES`]. A segment may hold `:`
+/// (`svelte/svelte:a11y.md` is `/svelte:a11y` to its users), as the tools that read these files
+/// allow; a name two files would give is a `duplicate_name` like any other.
 pub fn name_from_path(rel: &Path) -> Result<CommandName, String> {
     let mut segments = Vec::new();
     for c in rel.components() {
@@ -82,13 +84,10 @@ pub fn name_from_path(rel: &Path) -> Result<CommandName, String> {
         if s.is_empty() {
             return Err("a path segment is empty".to_owned());
         }
-        if let Some(c) = s
-            .chars()
-            .find(|c| !(c.is_alphanumeric() || matches!(c, '-' | '_' | '.')))
-        {
+        if let Some(c) = s.chars().find(|c| *c == '\\' || c.is_control()) {
             return Err(format!(
-                "{s:?} contains {c:?}; a command name segment may hold only letters, digits, \
-                 `-`, `_` and `.`"
+                "{s:?} contains {c:?}; a command name segment may not hold `\\`, NUL or a \
+                 control character"
             ));
         }
     }
@@ -177,8 +176,8 @@ fn markdown(text: &str, path: &str, diags: &mut Vec<Diagnostic>) -> Option<Comma
             let mut r = Reader::new(&block, &mut diag);
             for e in entries {
                 match &*e.key {
-                    "description" => description = r.string(&e),
-                    "argument_hint" => c.argument_hint = r.string(&e),
+                    "description" => description = describing(&mut r, &e),
+                    "argument_hint" => c.argument_hint = describing(&mut r, &e),
                     "model" => c.model = r.string(&e).map(|m| m.trim().to_owned()),
                     "allowed_tools" => c.allowed_tools = r.list(&e),
                     _ => {
@@ -193,6 +192,41 @@ fn markdown(text: &str, path: &str, diags: &mut Vec<Diagnostic>) -> Option<Comma
         }
     }
     finish(c, description, path, diags)
+}
+
+/// A field that only describes (`description`, `argument-hint`): a string as it is; a list, as
+/// YAML readers turn `[project-name]` into one, rendered back as its source text; anything
+/// else a warning, and the file still loads (only fields that change behaviour may skip it).
+fn describing(r: &mut Reader<'_, '_>, e: &fields::Entry) -> Option<String> {
+    use serde_yaml::Value as Yaml;
+    match &e.value {
+        Yaml::String(s) => Some(s.clone()),
+        Yaml::Null => None,
+        Yaml::Sequence(items) => Some(format!(
+            "[{}]",
+            items
+                .iter()
+                .map(|i| match i {
+                    Yaml::String(s) => s.clone(),
+                    other => serde_yaml::to_string(other)
+                        .unwrap_or_default()
+                        .trim()
+                        .to_owned(),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        Yaml::Bool(_) | Yaml::Number(_) => Some(
+            serde_yaml::to_string(&e.value)
+                .unwrap_or_default()
+                .trim()
+                .to_owned(),
+        ),
+        _ => {
+            r.warn_describing(e);
+            None
+        }
+    }
 }
 
 /// Fills the description (given or from the template) and warns about an empty template.
@@ -282,6 +316,14 @@ fn toml_command(text: &str, path: &str, diags: &mut Vec<Diagnostic>) -> Option<C
     if failed {
         return None;
     }
+    // Gemini CLI's own fallback for a command without one.
+    let description = description.or_else(|| {
+        let file = std::path::Path::new(path)
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Some(format!("Custom command from {file}"))
+    });
     finish(c, description, path, diags)
 }
 
@@ -354,9 +396,19 @@ mod tests {
             name_from_path(Path::new("über_ß.md")).unwrap().full,
             "über_ß"
         );
-        for bad in ["my command.md", "a:b.md", "x/$y.md", ".md", "a\u{7}.md"] {
+        for bad in ["a\\b.md", ".md", "a\u{7}.md", "x/\u{0}y.md"] {
             assert!(name_from_path(Path::new(bad)).is_err(), "{bad}");
         }
+        // `:` (and other punctuation, spaces) may be part of a segment, as users name them.
+        let n = name_from_path(Path::new("svelte/svelte:a11y.md")).unwrap();
+        assert_eq!(
+            (n.full.as_str(), n.base.as_deref()),
+            ("svelte:svelte:a11y", Some("svelte:a11y"))
+        );
+        assert_eq!(
+            name_from_path(Path::new("my command.md")).unwrap().full,
+            "my command"
+        );
         let long = format!("{}.md", "x".repeat(129));
         assert!(
             name_from_path(Path::new(&long))
@@ -436,7 +488,8 @@ mod tests {
         let c = parse_toml(b"prompt = \"Explain {{args}}\"", "c.toml")
             .command
             .unwrap();
-        assert_eq!(c.description, "Explain {{args}}");
+        // Gemini CLI's fallback, not the template's first line.
+        assert_eq!(c.description, "Custom command from c.toml");
         let r = parse_toml(b"description = \"d\"", "c.toml");
         assert_eq!(codes(&r), ["missing_prompt"]);
         let r = parse_toml(b"prompt = 3", "c.toml");

@@ -822,6 +822,18 @@ impl<'a, 'd> Reader<'a, 'd> {
     }
 
     /// A string field; numbers and booleans are taken as their text, null as absent.
+    /// The warning for a field that only describes and has an unusable type (a mapping).
+    pub(super) fn warn_describing(&mut self, e: &Entry) {
+        self.warn(
+            e,
+            "invalid_field",
+            format!(
+                "`{}` should be text; ignored, the file still loads",
+                e.raw_key
+            ),
+        );
+    }
+
     pub(super) fn string(&mut self, e: &Entry) -> Option<String> {
         match &e.value {
             Yaml::String(s) => Some(s.clone()),

@@ -199,7 +199,7 @@ async fn bundled_init_and_file_shapes() {
     assert!(commit.template.contains("{{args}}"));
     assert_eq!(
         by("explain").description,
-        "Explain {{args}} to someone new to this code base."
+        "Custom command from explain.toml"
     );
     assert_eq!(by("explain").source, pb::Source::User as i32);
 
@@ -299,7 +299,7 @@ async fn bad_files_are_diagnostics_and_bad_requests_name_the_field() {
     let claude = ws.join(".claude/commands");
     let gemini = ws.join(".gemini/commands");
     command(&claude, "ok.md", "say $ARGUMENTS $ARGUMENTS");
-    command(&claude, "has space.md", "x");
+    command(&claude, "back\\slash.md", "x");
     command(&claude, "huge.md", &"x".repeat((1 << 20) + 1));
     command(&claude, "open.md", "---\ndescription: never closed\n");
     command(
@@ -327,9 +327,9 @@ async fn bad_files_are_diagnostics_and_bad_requests_name_the_field() {
     assert_eq!(
         got,
         [
+            own("back\\slash.md", "invalid_command_name", None),
             own("broken.toml", "toml_syntax", Some(2)),
             own("empty.toml", "missing_prompt", None),
-            own("has space.md", "invalid_command_name", None),
             own("huge.md", "too_large", None),
             own("open.md", "unclosed_frontmatter", Some(1)),
             own("typed.toml", "invalid_field", Some(1)),
@@ -563,7 +563,7 @@ async fn agentry_check_lists_agents_and_commands() {
     let home = dir.path().join("home");
     copy_tree(&fixture("claude-commands"), &home.join(".claude/commands"));
     copy_tree(&fixture("codex"), &home.join(".codex/agents"));
-    command(&home.join(".claude/commands"), "bad name.md", "x");
+    command(&home.join(".claude/commands"), "bad\\name.md", "x");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentry"))
         .arg("check")
         .env("HOME", &home)
@@ -597,4 +597,46 @@ async fn agentry_check_lists_agents_and_commands() {
         "no commands are read from DIRs: {text}"
     );
     assert!(text.contains("diagnostics (3, 3 errors):"), "{text}");
+}
+
+/// Command files as their own tools read them (docs §3.6): a descriptive field of an unexpected
+/// type never drops the file, and a name segment may hold `:`.
+#[tokio::test]
+async fn command_files_as_their_tools_read_them() {
+    let s = start().await;
+    let ws = s.ws("proj");
+    let claude = ws.join(".claude/commands");
+    command(
+        &claude,
+        "new.md",
+        "---\ndescription: Start a project\nargument-hint: [project-name]\n---\nCreate $ARGUMENTS",
+    );
+    command(
+        &claude,
+        "svelte/svelte:a11y.md",
+        "Check accessibility of $ARGUMENTS",
+    );
+    command(&claude, "odd.md", "---\ndescription: {a: 1}\n---\nOdd");
+    let r = list_commands_all(&s, &ws, false).await;
+    let by = |n: &str| {
+        r.commands
+            .iter()
+            .find(|c| c.name == n)
+            .unwrap_or_else(|| panic!("{n}: {:?}", r.commands))
+    };
+    assert_eq!(by("new").argument_hint.as_deref(), Some("[project-name]"));
+    assert!(
+        by("svelte:svelte:a11y")
+            .aliases
+            .contains(&"svelte:a11y".to_owned())
+    );
+    assert_eq!(by("odd").description, "Odd");
+    let d: Vec<_> = r
+        .diagnostics
+        .iter()
+        .map(|d| (d.code.as_str(), d.severity))
+        .collect();
+    assert_eq!(d, [("invalid_field", pb::Severity::Warning as i32)]);
+    let resolved = resolve(&s, &ws, "svelte:a11y", "App.svelte").await.unwrap();
+    assert_eq!(resolved.expanded, "Check accessibility of App.svelte");
 }
