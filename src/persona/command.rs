@@ -327,6 +327,103 @@ fn toml_command(text: &str, path: &str, diags: &mut Vec<Diagnostic>) -> Option<C
     finish(c, description, path, diags)
 }
 
+/// Expands a command as its own tool does (docs §3.6): the placeholders of [`expand`]; in a
+/// Gemini TOML command, `{{args}}` inside a `!{…}` shell block is shell-quoted (one single-quoted
+/// word); and when the template has no placeholder at all and arguments are given, they are not
+/// lost: Gemini CLI appends two newlines and the invocation as typed (`/name arguments`), Claude
+/// Code two newlines and `ARGUMENTS: <arguments>`.
+pub fn expand_command(
+    name: &str,
+    format: Format,
+    template: &str,
+    arguments: &str,
+    limit: usize,
+) -> Result<String, TooLarge> {
+    let gemini = format == Format::Toml;
+    let mut out = if gemini && template.contains("!{") {
+        expand_shell_blocks(template, arguments, limit)?
+    } else {
+        expand(template, arguments, limit)?
+    };
+    let args = arguments.trim();
+    if !args.is_empty() && !has_placeholder(template) {
+        let tail = if gemini {
+            format!("\n\n/{name} {args}")
+        } else {
+            format!("\n\nARGUMENTS: {args}")
+        };
+        if out.len() + tail.len() > limit {
+            return Err(TooLarge { limit });
+        }
+        out.push_str(&tail);
+    }
+    Ok(out)
+}
+
+/// Whether `template` has any placeholder [`expand`] fills.
+fn has_placeholder(template: &str) -> bool {
+    template.contains("$ARGUMENTS")
+        || template.contains("$@")
+        || template.contains("{{args}}")
+        || template
+            .as_bytes()
+            .windows(2)
+            .any(|w| w[0] == b'$' && (b'1'..=b'9').contains(&w[1]))
+}
+
+/// `arguments` as one POSIX shell word.
+fn shell_quote(arguments: &str) -> String {
+    format!("'{}'", arguments.replace('\'', "'\\''"))
+}
+
+/// [`expand`] with `{{args}}` quoted inside `!{…}` blocks (braces inside a block nest).
+fn expand_shell_blocks(template: &str, arguments: &str, limit: usize) -> Result<String, TooLarge> {
+    let quoted = shell_quote(arguments);
+    let mut out = String::new();
+    let mut rest = template;
+    while let Some(start) = rest.find("!{") {
+        out.push_str(&expand(
+            &rest[..start],
+            arguments,
+            limit.saturating_sub(out.len()),
+        )?);
+        let block = &rest[start + 2..];
+        let mut depth = 1usize;
+        let mut end = None;
+        for (i, c) in block.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = Some(i);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let Some(end) = end else {
+            // An unclosed block is text.
+            out.push_str(&expand(
+                &rest[start..],
+                arguments,
+                limit.saturating_sub(out.len()),
+            )?);
+            return Ok(out);
+        };
+        let inner = block[..end].replace("{{args}}", &quoted);
+        let piece = format!("!{{{inner}}}");
+        if out.len() + piece.len() > limit {
+            return Err(TooLarge { limit });
+        }
+        out.push_str(&piece);
+        rest = &block[end + 1..];
+    }
+    out.push_str(&expand(rest, arguments, limit.saturating_sub(out.len()))?);
+    Ok(out)
+}
+
 /// The expansion was bigger than the caller's bound.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("the expanded command exceeds {limit} bytes")]
@@ -569,6 +666,33 @@ mod tests {
             assert!(out.len() <= 1 << 16);
             let _ = expand(&text, &text, 7);
         }
+    }
+
+    #[test]
+    fn expansion_as_each_tool_does_it() {
+        let md =
+            |t: &str, a: &str| expand_command("review", Format::Markdown, t, a, 1 << 20).unwrap();
+        let gem =
+            |t: &str, a: &str| expand_command("git:commit", Format::Toml, t, a, 1 << 20).unwrap();
+        assert_eq!(
+            md("Review the change.", "src/lib.rs"),
+            "Review the change.\n\nARGUMENTS: src/lib.rs"
+        );
+        assert_eq!(md("Review $1.", "src/lib.rs"), "Review src/lib.rs.");
+        assert_eq!(md("Review the change.", "  "), "Review the change.");
+        assert_eq!(
+            gem("Write a commit.", "fix it"),
+            "Write a commit.\n\n/git:commit fix it"
+        );
+        assert_eq!(
+            gem("Diff: !{git diff {{args}}} for {{args}}", "it's; rm -rf /"),
+            "Diff: !{git diff 'it'\\''s; rm -rf /'} for it's; rm -rf /"
+        );
+        assert_eq!(gem("!{echo {a}} {{args}}", "x"), "!{echo {a}} x");
+        assert_eq!(
+            expand_command("n", Format::Markdown, "x", "abc", 5),
+            Err(TooLarge { limit: 5 })
+        );
     }
 
     #[test]

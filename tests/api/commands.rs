@@ -639,4 +639,24 @@ async fn command_files_as_their_tools_read_them() {
     assert_eq!(d, [("invalid_field", pb::Severity::Warning as i32)]);
     let resolved = resolve(&s, &ws, "svelte:a11y", "App.svelte").await.unwrap();
     assert_eq!(resolved.expanded, "Check accessibility of App.svelte");
+
+    // Arguments given to a template without a placeholder are appended as each tool does, and
+    // Gemini's {{args}} inside a shell block is one quoted word.
+    command(&claude, "plain.md", "Review the change.");
+    let gemini = ws.join(".gemini/commands");
+    command(
+        &gemini,
+        "diff.toml",
+        "prompt = \"Diff: !{git diff {{args}}}\"\n",
+    );
+    command(&gemini, "hello.toml", "prompt = \"Say hello.\"\n");
+    let plain = resolve(&s, &ws, "plain", "src/lib.rs").await.unwrap();
+    assert_eq!(
+        plain.expanded,
+        "Review the change.\n\nARGUMENTS: src/lib.rs"
+    );
+    let hello = resolve(&s, &ws, "hello", "to all").await.unwrap();
+    assert_eq!(hello.expanded, "Say hello.\n\n/hello to all");
+    let diff = resolve(&s, &ws, "diff", "a b; rm -rf ~").await.unwrap();
+    assert_eq!(diff.expanded, "Diff: !{git diff 'a b; rm -rf ~'}");
 }
