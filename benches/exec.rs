@@ -58,6 +58,7 @@ fn job() -> Job {
         max_output_bytes: 1 << 20,
         assignment: None,
         meter: Default::default(),
+        stop_reason: Default::default(),
     }
 }
 

@@ -130,6 +130,7 @@ fn job(i: usize) -> Job {
             review: false,
         })),
         meter: Meter::default(),
+        stop_reason: Default::default(),
     }
 }
 

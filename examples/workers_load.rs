@@ -424,6 +424,7 @@ fn executor_job(i: usize) -> Job {
         max_output_bytes: 1 << 20,
         assignment: None,
         meter: Default::default(),
+        stop_reason: Default::default(),
     }
 }
 

@@ -593,7 +593,11 @@ async fn stop_cancels_on_the_runner_answered_or_not() {
         })
     };
     match r.next().await {
-        Out::Cancel(c) => assert_eq!(c.worker_id, w.id),
+        // The cancel carries the StopWorker reason.
+        Out::Cancel(c) => assert_eq!(
+            (c.worker_id.as_str(), c.reason.as_str()),
+            (w.id.as_str(), "enough")
+        ),
         other => panic!("expected cancel, got {other:?}"),
     }
     r.finish(&a.worker_id, &a.lease_token, canceled()).await;

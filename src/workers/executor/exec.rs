@@ -678,6 +678,7 @@ mod tests {
             max_output_bytes: 1 << 20,
             assignment: None,
             meter: Default::default(),
+            stop_reason: Default::default(),
         }
     }
 

@@ -99,6 +99,26 @@ pub struct Job {
     /// Where an executor that calls a model counts its tokens; the supervisor records them
     /// with the terminal state.
     pub meter: Meter,
+    /// Why the run is being stopped, set by the supervisor before it cancels (a runner's
+    /// `cancel` carries it, docs/runners.md).
+    pub stop_reason: StopReason,
+}
+
+/// The reason of a stop, shared between the supervisor (which sets it before cancelling) and the
+/// run (which reads it when the cancel arrives).
+#[derive(Debug, Clone, Default)]
+pub struct StopReason(Arc<std::sync::Mutex<Option<String>>>);
+
+impl StopReason {
+    /// Records why the run is stopped.
+    pub fn set(&self, reason: &str) {
+        *self.0.lock().expect("stop reason poisoned") = Some(reason.to_owned());
+    }
+
+    /// The recorded reason, if a stop gave one.
+    pub fn get(&self) -> Option<String> {
+        self.0.lock().expect("stop reason poisoned").clone()
+    }
 }
 
 impl fmt::Debug for Job {

@@ -129,7 +129,10 @@ impl Executor for RunnerExecutor {
                         None => return failed("the runner hub dropped the worker".to_owned(), None),
                     },
                     () = cancel.cancelled() => {
-                        stop_on_runner(&hub, &id, &mut rx, "stop requested", job.kill_grace).await;
+                        // The StopWorker reason when a stop gave one (shutdown and a caller
+                        // leaving give none).
+                        let reason = job.stop_reason.get().unwrap_or_else(|| "stop requested".to_owned());
+                        stop_on_runner(&hub, &id, &mut rx, &reason, job.kill_grace).await;
                         return Outcome::Killed;
                     }
                     () = &mut expiry => {

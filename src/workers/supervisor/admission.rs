@@ -408,6 +408,7 @@ impl Supervisor {
         let cancel = self.shutdown.child_token();
         // A waiting caller binds the worker's life; a background run belongs to the service.
         let (binding, hold) = Binding::new(&cancel, req.wait);
+        let stop_reason = crate::workers::executor::StopReason::default();
         self.live().insert(
             new_id.clone(),
             Live {
@@ -418,6 +419,7 @@ impl Supervisor {
                 token_hash: hash_token(&token),
                 binding,
                 lineage: resolve::lineage::of_worker(&req.agent, eff),
+                stop_reason: stop_reason.clone(),
             },
         );
         drop(creation);
@@ -427,7 +429,8 @@ impl Supervisor {
 
         let timeout = self.run_timeout(purpose, req, def);
         let review = matches!(purpose, Purpose::Review { .. });
-        let job = self.job(id, &record, &lineage, token, timeout, review);
+        let mut job = self.job(id, &record, &lineage, token, timeout, review);
+        job.stop_reason = stop_reason;
         let ctx = RunCtx {
             id: new_id.clone(),
             output: match purpose {
@@ -538,6 +541,7 @@ impl Supervisor {
             max_output_bytes: self.settings.max_output_bytes,
             assignment: Some(assignment),
             meter: crate::workers::executor::Meter::default(),
+            stop_reason: crate::workers::executor::StopReason::default(),
         }
     }
 

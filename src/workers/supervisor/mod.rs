@@ -366,6 +366,8 @@ struct Live {
     /// What the service knows about it as a caller, from its typed effective agent at spawn:
     /// a call with its token starts from this (before metadata narrows it).
     lineage: Caller,
+    /// Told to the run before a stop cancels it.
+    stop_reason: crate::workers::executor::StopReason,
 }
 
 /// The supervisor. Cheap to share (`Arc`).

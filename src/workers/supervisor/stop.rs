@@ -34,8 +34,8 @@ impl Supervisor {
         let handles = self
             .live()
             .get(id)
-            .map(|l| (l.cancel.clone(), l.done.clone()));
-        let Some((cancel, done)) = handles else {
+            .map(|l| (l.cancel.clone(), l.done.clone(), l.stop_reason.clone()));
+        let Some((cancel, done, told)) = handles else {
             // Run by another replica: record the request for its owner and wait until the row
             // is terminal (the owner kills it, or the sweeper closes it if the owner is lost).
             let rec =
@@ -48,8 +48,10 @@ impl Supervisor {
             return killed(id, rec);
         };
         let reason = if reason.trim().is_empty() {
+            told.set("stopped by StopWorker");
             "killed: stopped by StopWorker".to_owned()
         } else {
+            told.set(reason.trim());
             format!("killed: {}", reason.trim())
         };
         self.stop_reasons
