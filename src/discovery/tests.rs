@@ -231,7 +231,7 @@ fn command_merge_names_aliases_and_precedence() {
     w(user.join("review.md"), "user review");
     w(user.join("x/review.md"), "nested review");
     w(user.join("README.md"), "not a command");
-    w(user.join("bad name.md"), "x");
+    w(user.join("bad\\name.md"), "x");
     w(
         gemini.join("git/commit.toml"),
         "prompt = \"Commit {{args}}\"",
