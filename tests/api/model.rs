@@ -15,6 +15,7 @@
 //! | §11.9 stop cancels the request | `stop_cancels_the_request_in_flight` |
 //! | §11.1, §11.2 preconditions | `unknown_models_and_no_executor_are_refused_at_spawn` |
 //! | §11.6, §11.7 MCP and review | `mcp_filesystem_reads_pass_and_writes_are_reviewed`, `mcp_time_over_python` |
+//! | §11.6 streamable HTTP, §11.9 a stop cancels the MCP call | `mcp_over_streamable_http_and_a_stop_cancels_the_call` |
 
 use std::{
     path::{Path, PathBuf},
@@ -765,4 +766,122 @@ async fn mcp_time_over_python() {
             .tools_of(0)
             .contains(&"mcp__time__convert_time".to_owned())
     );
+}
+
+/// The MCP server of `tests/support/mcp_http_server.py` over streamable HTTP, started with the
+/// Python that has the MCP SDK (`AGENTRY_TEST_MCP_PYTHON`, set by `.ci/run`): its URL and the
+/// process (killed when dropped).
+async fn http_mcp(python: &str, marker: &Path) -> (String, tokio::process::Child) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/mcp_http_server.py");
+    let mut child = tokio::process::Command::new(python)
+        .arg(script)
+        .arg("--marker")
+        .arg(marker)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let url = line.strip_prefix("listening ").unwrap().to_owned();
+    // Listening is printed just before uvicorn binds: wait until it accepts.
+    let addr = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    eventually("the MCP server accepts", Duration::from_secs(20), || {
+        let addr = addr.clone();
+        async move { tokio::net::TcpStream::connect(addr).await.ok().map(drop) }
+    })
+    .await;
+    (url, child)
+}
+
+#[tokio::test]
+async fn mcp_over_streamable_http_and_a_stop_cancels_the_call() {
+    let Some(python) = mcp_program("AGENTRY_TEST_MCP_PYTHON") else {
+        return;
+    };
+    let marker_dir = tempfile::tempdir().unwrap();
+    let marker = marker_dir.path().join("slow.txt");
+    let (url, _server) = http_mcp(&python, &marker).await;
+    let scripted = Scripted::start(json!([
+        {"match": "value of alpha", "tool_calls": [submit(json!("found it"))]},
+        {"match": "LOOKUP", "tool_calls": [{"name": "mcp__notes__lookup", "arguments": {"key": "alpha"}}]},
+        {"match": "SLOW", "tool_calls": [{"name": "mcp__notes__slow", "arguments": {"seconds": 60}}]},
+    ]))
+    .await;
+    let s = start_with(|c| {
+        on_model(c, &scripted);
+        c.mcp_servers.insert(
+            "notes".into(),
+            McpServer {
+                url: Some(url.clone()),
+                headers: [("X-Test".to_owned(), "yes".to_owned())].into(),
+                ..McpServer::default()
+            },
+        );
+        persona(
+            &agents(c),
+            "reader.md",
+            "name: reader\ndescription: reads\ntools: mcp__notes",
+            "Read.",
+        );
+    })
+    .await;
+    let w = spawn(&s, "reader", "LOOKUP alpha").await.unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    assert_eq!(tool_messages(&scripted.requests()[1]), ["value of alpha"]);
+    let mut offered = scripted.tools_of(0);
+    offered.sort();
+    assert_eq!(
+        offered,
+        ["mcp__notes__lookup", "mcp__notes__slow", "submit_result"]
+    );
+
+    // A stop while the tool runs: the worker is killed at once and the server's call cancelled.
+    let w = s
+        .client
+        .clone()
+        .spawn_worker(pb::SpawnWorkerRequest {
+            agent: "reader".into(),
+            prompt: "SLOW please".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    eventually("the slow tool runs", Duration::from_secs(20), || async {
+        (std::fs::read_to_string(&marker).ok()? == "started").then_some(())
+    })
+    .await;
+    let t0 = Instant::now();
+    let stopped = s
+        .client
+        .clone()
+        .stop_worker(pb::StopWorkerRequest {
+            worker_id: w.id.clone(),
+            reason: "enough".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    assert_eq!(stopped.state, pb::WorkerState::Killed as i32);
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    eventually(
+        "the server's call is cancelled",
+        Duration::from_secs(10),
+        || async { (std::fs::read_to_string(&marker).ok()? == "cancelled").then_some(()) },
+    )
+    .await;
 }
