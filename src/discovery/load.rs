@@ -469,7 +469,10 @@ fn walk(d: &SourceDir) -> Listing {
         }
         for (name, e) in read_dir_sorted(&dir, diags) {
             let nb = name.as_bytes();
-            let md = nb.ends_with(b".md") && (top || d.recursive);
+            // `.gemini/commands/` holds `**/*.toml` only: Gemini CLI ignores a `.md` there (often a
+            // file other commands include with `@{…}`), so it is not a command (docs §3.6).
+            let md =
+                nb.ends_with(b".md") && (top || d.recursive) && !(d.toml && d.family == ".gemini");
             let toml = d.toml && nb.ends_with(b".toml");
             // A flat directory reads every `*.md` at its top level, hidden or not.
             if nb.starts_with(b".") && (d.recursive || !(top && md)) {

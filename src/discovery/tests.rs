@@ -236,7 +236,12 @@ fn command_merge_names_aliases_and_precedence() {
         gemini.join("git/commit.toml"),
         "prompt = \"Commit {{args}}\"",
     );
-    w(gemini.join("init.md"), "project init");
+    w(gemini.join("init.toml"), "prompt = \"project init\"");
+    // A `.md` file in a Gemini commands dir is not a command (Gemini CLI ignores it).
+    w(
+        gemini.join("included.md"),
+        "a fragment other commands include",
+    );
     let s = Registry::new(&cfg(&home), false)
         .unwrap()
         .build_once(Some(&ws.canonicalize().unwrap()));
@@ -280,7 +285,8 @@ fn command_merge_names_aliases_and_precedence() {
             )
         })
         .collect();
-    assert_eq!(shadowed, [("apply", "apply.md"), ("init", "init.md")]);
+    assert_eq!(shadowed, [("apply", "apply.md"), ("init", "init.toml")]);
+    assert!(s.command("included").is_none());
     assert_eq!(s.shadowed_commands[1].source, SourceKind::Bundled);
     let codes: Vec<_> = s.command_diagnostics.iter().map(|d| d.code).collect();
     assert_eq!(codes, ["invalid_command_name"]);

@@ -65,7 +65,12 @@ async fn precedence_across_all_sources_with_bundled_init_last() {
         extra.clone(),
     ];
     for (i, s) in sources.iter().enumerate() {
-        command(s, "dup.md", &format!("from source {i}"));
+        // A Gemini commands dir holds TOML commands only.
+        if s.to_string_lossy().contains(".gemini") {
+            command(s, "dup.toml", &format!("prompt = \"from source {i}\""));
+        } else {
+            command(s, "dup.md", &format!("from source {i}"));
+        }
     }
     command(
         &extra,
