@@ -57,6 +57,7 @@ fn record(i: usize) -> WorkerRecord {
                 mode: Mode::Default,
                 depth: 1,
                 at_max_depth: false,
+                memory_dir: None,
             },
         }),
         Some(hash_token(&generate_token())),

@@ -36,6 +36,7 @@ pub(super) fn read(text: &str, path: &str, diags: &mut Vec<Diagnostic>) -> Optio
         remote: false,
         worktree: None,
         background: false,
+        memory: None,
         format: Format::Toml,
         extra: serde_json::Map::new(),
     };

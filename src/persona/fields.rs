@@ -261,6 +261,7 @@ fn finish(
         remote: false,
         worktree: None,
         background: false,
+        memory: None,
         format: Format::Markdown,
         extra: serde_json::Map::new(),
     };
@@ -334,6 +335,18 @@ fn finish(
             "temperature" => p.temperature = r.temperature(&e),
             "timeout_mins" => p.timeout_mins = r.positive(&e, "invalid_timeout_mins"),
             "kind" => p.remote = r.remote(&e),
+            "memory" => match r.string(&e).as_deref().map(str::trim) {
+                Some(scope @ ("user" | "project" | "local")) => p.memory = Some(scope.to_owned()),
+                Some(other) => r.warn(
+                    &e,
+                    "invalid_memory",
+                    format!(
+                        "`{}` must be user, project or local, got {other:?}; ignored",
+                        e.raw_key
+                    ),
+                ),
+                None => {}
+            },
             "background" => match &e.value {
                 Yaml::Bool(b) => p.background = *b,
                 _ => r.warn(

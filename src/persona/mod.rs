@@ -231,7 +231,6 @@ pub const PERMISSION_MODES: &[&str] = &[
 pub const UNSUPPORTED_FIELDS: &[&str] = &[
     "hooks",
     "skills",
-    "memory",
     "mcp_servers",
     "sandbox_mode",
     "approval_policy",
@@ -274,6 +273,9 @@ pub struct Persona {
     /// Gemini CLI `kind: remote`: an A2A agent. Listed and resolvable, but not spawnable until
     /// an A2A executor exists.
     pub remote: bool,
+    /// Claude Code `memory`: `user`, `project` or `local`, the scope of the agent's memory
+    /// directory (docs/personas.md §2.7).
+    pub memory: Option<String>,
     /// Claude Code `background: true`: the agent is meant to run in the background; surfaced
     /// for the coordinator (`Agent.background`), which decides how it waits.
     pub background: bool,

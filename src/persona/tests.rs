@@ -441,12 +441,11 @@ fn fields_that_change_a_worker_and_are_not_honoured_are_warnings() {
         [
             ("unsupported_field", Some(4)),
             ("unsupported_field", Some(5)),
-            ("unsupported_field", Some(6)),
             ("unsupported_field", Some(7))
         ]
     );
     assert!(
-        r.diagnostics[3]
+        r.diagnostics[2]
             .message
             .starts_with("`mcpServers` is not honoured")
     );

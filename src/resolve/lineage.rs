@@ -39,6 +39,7 @@ mod tests {
             mode: Mode::Default,
             depth,
             at_max_depth: false,
+            memory_dir: None,
         }
     }
 

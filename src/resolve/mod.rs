@@ -188,6 +188,9 @@ pub struct Effective {
     pub depth: u32,
     /// Whether the worker is at the depth limit.
     pub at_max_depth: bool,
+    /// The agent's memory directory, when its persona has `memory` (set at spawn).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_dir: Option<String>,
 }
 
 /// Computes the effective agent for `def` spawned by `caller`.
@@ -300,6 +303,7 @@ pub fn effective(
         mode,
         depth,
         at_max_depth: at_max,
+        memory_dir: None,
     }
 }
 

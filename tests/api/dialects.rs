@@ -415,7 +415,6 @@ async fn claude_code_2026_subagents_are_read_as_written_or_reported() {
         [
             ("skills".to_owned(), Some(7)),
             ("mcpServers".to_owned(), Some(8)),
-            ("memory".to_owned(), Some(10)),
             ("hooks".to_owned(), Some(13))
         ]
     );

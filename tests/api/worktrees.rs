@@ -250,3 +250,62 @@ async fn a_workspace_that_is_no_repository_or_has_no_commit_is_refused() {
         .workers;
     assert!(listed.is_empty());
 }
+
+/// `memory: project` (docs/personas.md §2.7): the directory is made in the workspace, named in the
+/// prompt with its MEMORY.md, and handed to the worker.
+#[tokio::test]
+async fn a_persona_with_memory_gets_its_directory_and_notes() {
+    let s = with_runtime("echo ok", |c| {
+        let agents = c.agent_dirs[0].path.clone();
+        persona(
+            &agents,
+            "keeper.md",
+            "name: keeper\ndescription: remembers\nmemory: project",
+            "Keep notes.",
+        );
+    })
+    .await;
+    let ws = s.ws("proj");
+    let dir = ws.join(".claude/agent-memory/keeper");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("MEMORY.md"), "- the build needs protox\n").unwrap();
+    let w = spawn(
+        &s,
+        pb::SpawnWorkerRequest {
+            workspace: ws.display().to_string(),
+            ..spawn_req("keeper", "go", true)
+        },
+    )
+    .await
+    .unwrap()
+    .worker
+    .unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    let out = crate::workers::out(&s);
+    let spec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join(format!("{}.json", w.id))).unwrap())
+            .unwrap();
+    let prompt = spec["agent"]["system_prompt"].as_str().unwrap();
+    assert!(
+        prompt.starts_with("Keep notes.\n\nYour persistent memory directory is "),
+        "{prompt}"
+    );
+    assert!(
+        prompt.ends_with("MEMORY.md:\n- the build needs protox"),
+        "{prompt}"
+    );
+    let env = std::fs::read_to_string(out.join(format!("{}.env", w.id))).unwrap();
+    assert!(
+        env.contains(&format!("AGENTRY_MEMORY_DIR={}", dir.display())),
+        "{env}"
+    );
+    // Without a workspace a project memory has nowhere to live.
+    let e = spawn(&s, spawn_req("keeper", "again", true))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition);
+    assert_eq!(
+        e.message(),
+        "agent keeper: memory: project needs a workspace (its memory lives in the project)"
+    );
+}

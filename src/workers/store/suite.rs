@@ -160,6 +160,7 @@ fn effective(depth: u32) -> Effective {
         mode: Mode::Default,
         depth,
         at_max_depth: false,
+        memory_dir: None,
     }
 }
 

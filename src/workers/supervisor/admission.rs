@@ -160,7 +160,7 @@ impl Supervisor {
         {
             return Ok(Admitted::Reused(reused));
         }
-        let eff = resolve::effective(
+        let mut eff = resolve::effective(
             def,
             &snap,
             &lineage.caller,
@@ -168,6 +168,23 @@ impl Supervisor {
             req.output_schema.as_ref(),
             &self.rules,
         );
+        if let Some(scope) = &def.persona.memory
+            && matches!(purpose, Purpose::Spawn)
+        {
+            let dir = match memory_dir(
+                scope,
+                &def.persona.name,
+                &req.workspace,
+                self.settings.home.as_deref(),
+            ) {
+                Ok(d) => d,
+                Err(why) => {
+                    self.forget_claim(key, &new_id).await;
+                    return Err(WorkerError::Unrunnable(why));
+                }
+            };
+            compose_memory(&mut eff, &dir);
+        }
         let inherited: Vec<String> = lineage
             .parent
             .as_ref()
@@ -529,6 +546,10 @@ impl Supervisor {
                 ("AGENTRY_SPAWNS".into(), eff.spawns.clone()),
                 ("AGENTRY_BLOCKED_AGENT".into(), blocked.join(",")),
                 (
+                    "AGENTRY_MEMORY_DIR".into(),
+                    eff.memory_dir.clone().unwrap_or_default(),
+                ),
+                (
                     "TRACEPARENT".into(),
                     crate::telemetry::current_traceparent()
                         .or_else(|| id.traceparent.clone())
@@ -566,6 +587,60 @@ impl Supervisor {
             .get(id)
             .filter(|r| r.state == WorkerState::Completed)
     }
+}
+
+/// How many lines of an agent's `MEMORY.md` go into its prompt.
+const MEMORY_LINES: usize = 200;
+
+/// The memory directory of agent `name` (docs/personas.md §2.7), created if missing:
+/// `~/.claude/agent-memory/<name>/` (`user`), `<workspace>/.claude/agent-memory/<name>/`
+/// (`project`) or `<workspace>/.claude/agent-memory-local/<name>/` (`local`).
+fn memory_dir(
+    scope: &str,
+    name: &str,
+    workspace: &str,
+    home: Option<&std::path::Path>,
+) -> Result<std::path::PathBuf, String> {
+    let base = match scope {
+        "user" => home
+            .map(|h| h.join(".claude/agent-memory"))
+            .ok_or_else(|| format!("agent {name}: memory: user needs a home directory (home)"))?,
+        _ if workspace.is_empty() => {
+            return Err(format!(
+                "agent {name}: memory: {scope} needs a workspace (its memory lives in the project)"
+            ));
+        }
+        "local" => std::path::Path::new(workspace).join(".claude/agent-memory-local"),
+        _ => std::path::Path::new(workspace).join(".claude/agent-memory"),
+    };
+    let dir = base.join(name);
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        format!(
+            "agent {name}: cannot create its memory directory {}: {e}",
+            dir.display()
+        )
+    })?;
+    Ok(dir)
+}
+
+/// Puts the memory directory, and the first [`MEMORY_LINES`] lines of its `MEMORY.md`, into the
+/// worker's prompt, after the persona body.
+fn compose_memory(eff: &mut Effective, dir: &std::path::Path) {
+    let notes = std::fs::read_to_string(dir.join("MEMORY.md")).unwrap_or_default();
+    let head: Vec<&str> = notes.lines().take(MEMORY_LINES).collect();
+    let mut part = format!(
+        "Your persistent memory directory is {}; keep what you learn in its MEMORY.md.",
+        dir.display()
+    );
+    if !head.is_empty() {
+        part.push_str(&format!("\n\nMEMORY.md:\n{}", head.join("\n")));
+    }
+    eff.system_prompt = if eff.system_prompt.trim().is_empty() {
+        part
+    } else {
+        format!("{}\n\n{part}", eff.system_prompt)
+    };
+    eff.memory_dir = Some(dir.display().to_string());
 }
 
 /// The dedupe key a stored worker was admitted under, from its own record.

@@ -88,6 +88,8 @@ pub struct Settings {
     pub worktree_base: crate::workers::worktree::Base,
     /// Where worktrees are made.
     pub worktrees_dir: std::path::PathBuf,
+    /// The home directory (user memory directories live under it).
+    pub home: Option<std::path::PathBuf>,
 }
 
 impl Settings {
@@ -109,6 +111,7 @@ impl Settings {
             worktree_default: cfg.workers.isolation == crate::config::IsolationKind::Worktree,
             worktree_base: cfg.workers.worktree_base,
             worktrees_dir: cfg.worktrees_dir(),
+            home: cfg.home.clone(),
         }
     }
 }
