@@ -331,6 +331,11 @@ fn main() {
                 if extra <= 0.5 { "met" } else { "NOT MET" }
             );
         }
+        _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!(
+                "AGENTRY_TEST_MCP_TIME is not set under CI=true: .ci/run installs mcp-server-time"
+            )
+        }
         _ => println!("MCP tool call: skipped (AGENTRY_TEST_MCP_TIME is not set)"),
     }
 
