@@ -269,37 +269,11 @@ fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     if let Ok(secs) = v.parse::<f64>() {
         return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
     }
-    let at = httpdate_parse(v)?;
+    let at = httpdate::parse_http_date(v).ok()?;
     Some(
         at.duration_since(std::time::SystemTime::now())
             .unwrap_or(Duration::ZERO),
     )
-}
-
-/// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the form servers send in `Retry-After`.
-fn httpdate_parse(v: &str) -> Option<std::time::SystemTime> {
-    humantime::parse_rfc3339(&rfc3339_of_imf(v)?).ok()
-}
-
-/// `Sun, 06 Nov 1994 08:49:37 GMT` → `1994-11-06T08:49:37Z`.
-fn rfc3339_of_imf(v: &str) -> Option<String> {
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let rest = v.split_once(", ")?.1;
-    let mut parts = rest.split(' ');
-    let (day, month, year, time, zone) = (
-        parts.next()?,
-        parts.next()?,
-        parts.next()?,
-        parts.next()?,
-        parts.next()?,
-    );
-    if zone != "GMT" || parts.next().is_some() {
-        return None;
-    }
-    let month = MONTHS.iter().position(|m| *m == month)? + 1;
-    Some(format!("{year}-{month:02}-{day:0>2}T{time}Z"))
 }
 
 /// The provider's `error.message`, else the body's first 512 characters.
