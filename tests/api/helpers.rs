@@ -328,6 +328,21 @@ pub async fn get_on(c: &AgentRegistryServiceClient<Channel>, id: &str) -> pb::Wo
         .unwrap()
 }
 
+/// StopWorker of `id` with `reason`, unwrapped: the stopped worker.
+pub async fn stop_worker(s: &TestServer, id: &str, reason: &str) -> pb::Worker {
+    s.client
+        .clone()
+        .stop_worker(pb::StopWorkerRequest {
+            worker_id: id.into(),
+            reason: reason.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap()
+}
+
 /// SpawnWorker of the bundled `task` agent with `prompt` through any client, unwrapped.
 pub async fn spawn_task(
     c: &AgentRegistryServiceClient<Channel>,

@@ -16,6 +16,7 @@
 //! | §11.1, §11.2 preconditions | `unknown_models_and_no_executor_are_refused_at_spawn` |
 //! | §11.6, §11.7 MCP and review | `mcp_filesystem_reads_pass_and_writes_are_reviewed`, `mcp_time_over_python` |
 //! | §11.6 streamable HTTP, §11.9 a stop cancels the MCP call | `mcp_over_streamable_http_and_a_stop_cancels_the_call` |
+//! | §11.9 5xx retried, §11.4 tool timeout | `a_5xx_is_retried_like_a_429`, `a_tool_call_past_the_tool_timeout_goes_back_to_the_model` |
 
 use std::{
     path::{Path, PathBuf},
@@ -31,7 +32,10 @@ use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 use tonic::Code;
 
-use crate::helpers::*;
+use crate::{
+    helpers::*,
+    workers::{self, spawn_req},
+};
 
 /// The scripted OpenAI-compatible server, killed when dropped.
 pub(crate) struct Scripted {
@@ -116,17 +120,11 @@ fn agents(c: &Config) -> PathBuf {
     c.home.clone().unwrap().join(".claude/agents")
 }
 
+/// `SpawnWorker(wait)` of `agent` on `prompt`: the finished worker.
 async fn spawn(s: &TestServer, agent: &str, prompt: &str) -> Result<pb::Worker, tonic::Status> {
-    s.client
-        .clone()
-        .spawn_worker(pb::SpawnWorkerRequest {
-            agent: agent.into(),
-            prompt: prompt.into(),
-            wait: true,
-            ..Default::default()
-        })
+    workers::spawn(s, spawn_req(agent, prompt, true))
         .await
-        .map(|r| r.into_inner().worker.unwrap())
+        .map(|r| r.worker.unwrap())
 }
 
 fn submit(result: Value) -> Value {
@@ -514,17 +512,9 @@ async fn stop_cancels_the_request_in_flight() {
     ]))
     .await;
     let s = start_with(|c| on_model(c, &scripted)).await;
-    let w = s
-        .client
-        .clone()
-        .spawn_worker(pb::SpawnWorkerRequest {
-            agent: "task".into(),
-            prompt: "think forever".into(),
-            ..Default::default()
-        })
+    let w = workers::spawn(&s, spawn_req("task", "think forever", false))
         .await
         .unwrap()
-        .into_inner()
         .worker
         .unwrap();
     eventually(
@@ -534,18 +524,7 @@ async fn stop_cancels_the_request_in_flight() {
     )
     .await;
     let t0 = Instant::now();
-    let stopped = s
-        .client
-        .clone()
-        .stop_worker(pb::StopWorkerRequest {
-            worker_id: w.id.clone(),
-            reason: "no longer needed".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .worker
-        .unwrap();
+    let stopped = stop_worker(&s, &w.id, "no longer needed").await;
     assert_eq!(stopped.state, pb::WorkerState::Killed as i32);
     assert!(
         t0.elapsed() < Duration::from_secs(1),
@@ -655,21 +634,11 @@ async fn mcp_filesystem_reads_pass_and_writes_are_reviewed() {
         persona(&agents(c), "editor.md", "name: editor\ndescription: edits\ntools: mcp__fs__read_text_file, mcp__fs__write_file, mcp__fs__list_directory", "Edit files.");
     })
     .await;
-    let w = s
-        .client
-        .clone()
-        .spawn_worker(pb::SpawnWorkerRequest {
-            agent: "editor".into(),
-            prompt: "FILES: read notes.txt, then write".into(),
-            workspace: ws.display().to_string(),
-            wait: true,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .worker
-        .unwrap();
+    let request = pb::SpawnWorkerRequest {
+        workspace: ws.display().to_string(),
+        ..spawn_req("editor", "FILES: read notes.txt, then write", true)
+    };
+    let w = workers::spawn(&s, request).await.unwrap().worker.unwrap();
     assert_eq!(
         w.state,
         pb::WorkerState::Completed as i32,
@@ -849,17 +818,9 @@ async fn mcp_over_streamable_http_and_a_stop_cancels_the_call() {
     );
 
     // A stop while the tool runs: the worker is killed at once and the server's call cancelled.
-    let w = s
-        .client
-        .clone()
-        .spawn_worker(pb::SpawnWorkerRequest {
-            agent: "reader".into(),
-            prompt: "SLOW please".into(),
-            ..Default::default()
-        })
+    let w = workers::spawn(&s, spawn_req("reader", "SLOW please", false))
         .await
         .unwrap()
-        .into_inner()
         .worker
         .unwrap();
     eventually("the slow tool runs", Duration::from_secs(20), || async {
@@ -867,18 +828,7 @@ async fn mcp_over_streamable_http_and_a_stop_cancels_the_call() {
     })
     .await;
     let t0 = Instant::now();
-    let stopped = s
-        .client
-        .clone()
-        .stop_worker(pb::StopWorkerRequest {
-            worker_id: w.id.clone(),
-            reason: "enough".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .worker
-        .unwrap();
+    let stopped = stop_worker(&s, &w.id, "enough").await;
     assert_eq!(stopped.state, pb::WorkerState::Killed as i32);
     assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
     eventually(
@@ -887,4 +837,61 @@ async fn mcp_over_streamable_http_and_a_stop_cancels_the_call() {
         || async { (std::fs::read_to_string(&marker).ok()? == "cancelled").then_some(()) },
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_5xx_is_retried_like_a_429() {
+    let scripted = Scripted::start(json!([
+        {"match": "flaky", "status": 503},
+        {"match": "flaky", "content": "served on the second try"},
+    ]))
+    .await;
+    let s = start_with(|c| on_model(c, &scripted)).await;
+    let w = spawn(&s, "task", "flaky provider").await.unwrap();
+    assert_eq!(
+        w.result.as_deref(),
+        Some("served on the second try"),
+        "{w:?}"
+    );
+    assert_eq!(scripted.requests().len(), 2);
+}
+
+#[tokio::test]
+async fn a_tool_call_past_the_tool_timeout_goes_back_to_the_model() {
+    let Some(python) = mcp_program("AGENTRY_TEST_MCP_PYTHON") else {
+        return;
+    };
+    let marker_dir = tempfile::tempdir().unwrap();
+    let (url, _server) = http_mcp(&python, &marker_dir.path().join("slow.txt")).await;
+    let scripted = Scripted::start(json!([
+        {"match": "model.tool_timeout", "tool_calls": [submit(json!("gave up on it"))]},
+        {"tool_calls": [{"name": "mcp__notes__slow", "arguments": {"seconds": 60}}]},
+    ]))
+    .await;
+    let s = start_with(|c| {
+        on_model(c, &scripted);
+        c.model.tool_timeout = Duration::from_millis(500);
+        c.mcp_servers.insert(
+            "notes".into(),
+            McpServer {
+                url: Some(url.clone()),
+                ..McpServer::default()
+            },
+        );
+        persona(
+            &agents(c),
+            "reader.md",
+            "name: reader\ndescription: reads\ntools: mcp__notes",
+            "Read.",
+        );
+    })
+    .await;
+    let w = spawn(&s, "reader", "slow please").await.unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    assert_eq!(
+        tool_messages(&scripted.requests()[1]),
+        [
+            "mcp__notes__slow did not answer within 500ms (model.tool_timeout). Do not repeat the same call unchanged; fix the arguments or take another approach."
+        ]
+    );
 }
