@@ -607,7 +607,12 @@ fn warm_reload(tree: &Tree, iters: usize) -> Reload {
 
             let t = Instant::now();
             let bytes = fs::read(&file).expect("read persona");
-            let parsed = persona::parse(&bytes, &file.display().to_string(), &opts);
+            let parsed = persona::parse(
+                &bytes,
+                &file.display().to_string(),
+                &opts,
+                persona::Comments::Keep,
+            );
             floor.push(t.elapsed());
             assert!(parsed.persona.is_some(), "the rewritten file parses");
         }
@@ -689,7 +694,12 @@ fn hostile(iters: usize) {
             let base = rss();
             reset_peak();
             let t = Instant::now();
-            let parsed = std::hint::black_box(persona::parse(text.as_bytes(), "hostile.md", &opts));
+            let parsed = std::hint::black_box(persona::parse(
+                text.as_bytes(),
+                "hostile.md",
+                &opts,
+                persona::Comments::Strip,
+            ));
             times.push(t.elapsed());
             peak = peak.max(peak_rss().saturating_sub(base));
             assert!(
@@ -869,7 +879,11 @@ fn main() {
             Box::new(
                 contents
                     .par_iter()
-                    .map(|(p, b)| persona::parse(b, p, &opts).diagnostics.len())
+                    .map(|(p, b)| {
+                        persona::parse(b, p, &opts, persona::Comments::Keep)
+                            .diagnostics
+                            .len()
+                    })
                     .sum::<usize>(),
             )
         }),

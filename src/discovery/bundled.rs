@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use crate::persona::{self, ParseOptions, command};
+use crate::persona::{self, Comments, ParseOptions, command};
 
 use super::{AgentDef, CommandDef, DiscoveryError, SourceKind};
 
@@ -34,7 +34,7 @@ pub(super) fn commands() -> Result<Vec<CommandDef>, DiscoveryError> {
                 message,
             };
             let name = command::name_from_path(std::path::Path::new(file)).map_err(invalid)?;
-            let parsed = command::parse_markdown(text.as_bytes(), &path);
+            let parsed = command::parse_markdown(text.as_bytes(), &path, Comments::Strip);
             match (parsed.command, parsed.diagnostics.is_empty()) {
                 (Some(c), true) => Ok(CommandDef {
                     name: name.full,
@@ -66,7 +66,7 @@ pub(super) fn load(opts: &ParseOptions) -> Result<Vec<Arc<AgentDef>>, DiscoveryE
         .iter()
         .map(|(file, text)| {
             let path = format!("bundled:{file}");
-            let parsed = persona::parse(text.as_bytes(), &path, opts);
+            let parsed = persona::parse(text.as_bytes(), &path, opts, Comments::Strip);
             match (parsed.persona, parsed.diagnostics.is_empty()) {
                 (Some(p), true) => Ok(Arc::new(AgentDef {
                     persona: p,

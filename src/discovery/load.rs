@@ -22,7 +22,7 @@ use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
 use crate::persona::{
-    self, Diagnostic, MAX_FILE_BYTES, ParseOptions, Persona, Severity,
+    self, Comments, Diagnostic, MAX_FILE_BYTES, ParseOptions, Persona, Severity,
     command::{self, Command, CommandName},
 };
 
@@ -567,7 +567,7 @@ pub fn parse_all(
                 let parsed = if is_toml(f.path) {
                     persona::parse_toml(bytes, &file_path)
                 } else {
-                    persona::parse(bytes, &file_path, opts)
+                    persona::parse(bytes, &file_path, opts, Comments::for_family(&d.family))
                 };
                 ParsedAgent {
                     def: parsed.persona.map(|persona: Persona| {
@@ -609,6 +609,7 @@ pub fn parse_all(
 /// `invalid_command_name` error and the file is not read.
 pub fn parse_commands(
     files: Vec<FoundFile<'_>>,
+    dirs: &[SourceDir],
     cache: &ParseCache<ParsedCommand>,
 ) -> Vec<LoadedCommand> {
     let build = cache.begin();
@@ -641,7 +642,11 @@ pub fn parse_commands(
                 let parsed = if is_toml(f.path) {
                     command::parse_toml(bytes, &loaded.file_path)
                 } else {
-                    command::parse_markdown(bytes, &loaded.file_path)
+                    command::parse_markdown(
+                        bytes,
+                        &loaded.file_path,
+                        Comments::for_family(&dirs[f.dir].family),
+                    )
                 };
                 ParsedCommand {
                     command: parsed.command,

@@ -341,7 +341,7 @@ fn assemble(
                 &mut command_diagnostics,
                 parsed.command_listings,
             );
-            load::parse_commands(found.files(), parsed.commands)
+            load::parse_commands(found.files(), &plan.commands, parsed.commands)
         },
     );
 

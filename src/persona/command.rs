@@ -8,7 +8,7 @@
 use std::path::{Component, Path};
 
 use super::{
-    Diagnostic, Format, MAX_NAME_BYTES, Severity, decode,
+    Comments, Diagnostic, Format, MAX_NAME_BYTES, Severity, decode,
     fields::{self, Reader},
     split, tomlread,
 };
@@ -127,17 +127,23 @@ fn empty_template(path: &str) -> Diagnostic {
 
 /// Parses a markdown command: optional frontmatter (`description`, `argument_hint`, `model`,
 /// `allowed_tools`, the rest in `extra`), then the template. Never panics on any input.
-pub fn parse_markdown(bytes: &[u8], path: &str) -> Parsed {
+pub fn parse_markdown(bytes: &[u8], path: &str, comments: Comments) -> Parsed {
     let mut diags = Vec::new();
-    let command = decode(bytes, path, &mut diags).and_then(|t| markdown(t, path, &mut diags));
+    let command =
+        decode(bytes, path, &mut diags).and_then(|t| markdown(t, path, comments, &mut diags));
     Parsed {
         command,
         diagnostics: diags,
     }
 }
 
-fn markdown(text: &str, path: &str, diags: &mut Vec<Diagnostic>) -> Option<Command> {
-    let doc = split::split(text);
+fn markdown(
+    text: &str,
+    path: &str,
+    comments: Comments,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<Command> {
+    let doc = split::split(text, comments);
     let mut c = Command {
         description: String::new(),
         template: doc.body,
@@ -473,7 +479,7 @@ mod tests {
     use super::*;
 
     fn md(text: &str) -> Parsed {
-        parse_markdown(text.as_bytes(), "c.md")
+        parse_markdown(text.as_bytes(), "c.md", Comments::Strip)
     }
 
     fn codes(r: &Parsed) -> Vec<&'static str> {
@@ -566,7 +572,7 @@ mod tests {
         let r = md("---\ndescription: d\n---\n");
         assert_eq!(codes(&r), ["empty_template"]);
         assert_eq!(r.command.unwrap().description, "d");
-        let r = parse_markdown(b"caf\xe9", "c.md");
+        let r = parse_markdown(b"caf\xe9", "c.md", Comments::Keep);
         assert_eq!(codes(&r), ["not_utf8"]);
     }
 
@@ -659,7 +665,7 @@ mod tests {
                 seed ^= seed << 17;
                 text.push_str(parts[(seed % parts.len() as u64) as usize]);
             }
-            let _ = parse_markdown(text.as_bytes(), "c.md");
+            let _ = parse_markdown(text.as_bytes(), "c.md", Comments::Strip);
             let _ = parse_toml(text.as_bytes(), "c.toml");
             let _ = super::super::parse_toml(text.as_bytes(), "a.toml");
             let out = expand(&text, &text, 1 << 16).unwrap();

@@ -16,6 +16,7 @@ use std::fmt;
 use serde::Serialize;
 
 pub use fields::{ModelCheck, ParseOptions};
+pub use split::Comments;
 
 /// Largest persona file read, in bytes (docs §2.4 `too_large`).
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
@@ -297,11 +298,12 @@ pub struct Parsed {
     pub diagnostics: Vec<Diagnostic>,
 }
 
-/// Parses a markdown persona's bytes. `path` only labels diagnostics. Never panics on any input.
-pub fn parse(bytes: &[u8], path: &str, opts: &ParseOptions) -> Parsed {
+/// Parses a markdown persona's bytes; `comments` says whether its family's HTML comments are
+/// removed (docs §2.1). `path` only labels diagnostics. Never panics on any input.
+pub fn parse(bytes: &[u8], path: &str, opts: &ParseOptions, comments: Comments) -> Parsed {
     let mut diags = Vec::new();
-    let persona =
-        decode(bytes, path, &mut diags).and_then(|t| parse_text(t, path, opts, &mut diags));
+    let persona = decode(bytes, path, &mut diags)
+        .and_then(|t| parse_text(t, path, opts, comments, &mut diags));
     Parsed {
         persona,
         diagnostics: diags,
@@ -351,9 +353,10 @@ fn parse_text(
     text: &str,
     path: &str,
     opts: &ParseOptions,
+    comments: Comments,
     diags: &mut Vec<Diagnostic>,
 ) -> Option<Persona> {
-    let doc = split::split(text);
+    let doc = split::split(text, comments);
     let mut diag = |line: Option<u32>, severity, code, message: String| {
         diags.push(Diagnostic {
             path: path.to_owned(),

@@ -1,7 +1,12 @@
 use super::*;
 
 fn p(text: &str) -> Parsed {
-    parse(text.as_bytes(), "t.md", &ParseOptions::default())
+    parse(
+        text.as_bytes(),
+        "t.md",
+        &ParseOptions::default(),
+        Comments::Strip,
+    )
 }
 
 fn ok(text: &str) -> Persona {
@@ -72,7 +77,12 @@ fn invalid_names() {
 
 #[test]
 fn not_utf8() {
-    let r = parse(b"---\nname: \xff\n---\n", "t.md", &ParseOptions::default());
+    let r = parse(
+        b"---\nname: \xff\n---\n",
+        "t.md",
+        &ParseOptions::default(),
+        Comments::Keep,
+    );
     assert_eq!(codes(&r), ["not_utf8"]);
     assert_eq!(r.diagnostics[0].line, Some(2));
 }

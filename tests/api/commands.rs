@@ -665,3 +665,47 @@ async fn command_files_as_their_tools_read_them() {
     let diff = resolve(&s, &ws, "diff", "a b; rm -rf ~").await.unwrap();
     assert_eq!(diff.expanded, "Diff: !{git diff 'a b; rm -rf ~'}");
 }
+
+#[tokio::test]
+async fn html_comments_are_removed_only_where_the_reference_reader_removes_them() {
+    let s = start().await;
+    let ws = s.ws("proj");
+    let body = "Review <!-- internal note --> it.\n\nKeep `<!-- inline -->` and:\n\n```html\n<!-- fenced -->\n<p>x</p>\n```";
+    persona(
+        &ws.join(".xcsh/agents"),
+        "native.md",
+        "name: native\ndescription: native <!-- hidden -->",
+        body,
+    );
+    persona(
+        &ws.join(".claude/agents"),
+        "claude.md",
+        "name: claude\ndescription: as written",
+        body,
+    );
+    command(&ws.join(".xcsh/commands"), "x.md", body);
+    command(&ws.join(".claude/commands"), "c.md", body);
+    let r = list_all(&s, &ws, false).await;
+    let prompt = |n: &str| {
+        r.agents
+            .iter()
+            .find(|a| a.name == n)
+            .unwrap_or_else(|| panic!("{n}: {:?}", r.diagnostics))
+            .system_prompt
+            .clone()
+    };
+    let stripped =
+        "Review  it.\n\nKeep `<!-- inline -->` and:\n\n```html\n<!-- fenced -->\n<p>x</p>\n```";
+    assert_eq!(prompt("native"), stripped);
+    assert_eq!(
+        r.agents
+            .iter()
+            .find(|a| a.name == "native")
+            .unwrap()
+            .description,
+        "native"
+    );
+    assert_eq!(prompt("claude"), body);
+    assert_eq!(resolve(&s, &ws, "x", "").await.unwrap().expanded, stripped);
+    assert_eq!(resolve(&s, &ws, "c", "").await.unwrap().expanded, body);
+}
