@@ -34,7 +34,8 @@ async fn run(sup: Arc<Supervisor>, lease: Duration) {
     let store = sup.store().clone();
     let shutdown = sup.shutdown_token();
     let renew_every = lease / 3;
-    let mut tick = tokio::time::interval(renew_every.min(MAX_TICK));
+    let period = renew_every.min(MAX_TICK);
+    let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut notices = store.notices();
     let mut last_renewal = tokio::time::Instant::now();
@@ -76,11 +77,14 @@ async fn run(sup: Arc<Supervisor>, lease: Duration) {
             }
             None => {}
         }
-        if last_renewal.elapsed() >= renew_every {
+        // Half a tick of slack: a tick fires a little less than `renew_every` after the last
+        // renewal ended, and skipping it would stretch the interval to two ticks.
+        if last_renewal.elapsed() + period / 2 >= renew_every {
+            let started = tokio::time::Instant::now();
             match store.renew_lease().await {
-                Ok(Lease::Renewed) => last_renewal = tokio::time::Instant::now(),
+                Ok(Lease::Renewed) => last_renewal = started,
                 Ok(Lease::Lapsed) => {
-                    last_renewal = tokio::time::Instant::now();
+                    last_renewal = started;
                     tracing::error!(
                         "this replica's lease had expired before it was renewed; other replicas \
                          may have closed its workers as orphans"

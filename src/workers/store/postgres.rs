@@ -298,6 +298,45 @@ impl PostgresStore {
         }
     }
 
+    /// One attempt at [`WorkerStore::renew_lease`].
+    async fn renew_lease_once(&self) -> Result<Lease, StoreError> {
+        let client = self.client().await?;
+        // Both sides of the comparison are the database's clock.
+        let row = client
+            .query_opt(
+                "WITH before AS (SELECT expires_at > now() AS alive FROM replicas WHERE id = $1)
+                 UPDATE replicas
+                    SET renewed_at = now(),
+                        expires_at = now() + $2::BIGINT * interval '1 millisecond'
+                  WHERE id = $1
+                 RETURNING (SELECT alive FROM before)",
+                &[&self.replica_id, &lease_ms(self.replica.lease)],
+            )
+            .await
+            .pg("renew replica lease")?;
+        match row {
+            Some(row) if row.get::<_, Option<bool>>(0) == Some(true) => Ok(Lease::Renewed),
+            Some(_) => Ok(Lease::Lapsed),
+            None => {
+                // Someone removed the row: register again under the same id.
+                client
+                    .execute(
+                        "INSERT INTO replicas (id, name, expires_at)
+                         VALUES ($1, $2, now() + $3::BIGINT * interval '1 millisecond')
+                         ON CONFLICT (id) DO UPDATE SET expires_at = EXCLUDED.expires_at",
+                        &[
+                            &self.replica_id,
+                            &self.replica.name,
+                            &lease_ms(self.replica.lease),
+                        ],
+                    )
+                    .await
+                    .pg("register replica again")?;
+                Ok(Lease::Lapsed)
+            }
+        }
+    }
+
     async fn create_once(
         &self,
         event: &WorkerEvent,
@@ -951,41 +990,10 @@ impl WorkerStore for PostgresStore {
     }
 
     async fn renew_lease(&self) -> Result<Lease, StoreError> {
-        let client = self.client().await?;
-        // Both sides of the comparison are the database's clock.
-        let row = client
-            .query_opt(
-                "WITH before AS (SELECT expires_at > now() AS alive FROM replicas WHERE id = $1)
-                 UPDATE replicas
-                    SET renewed_at = now(),
-                        expires_at = now() + $2::BIGINT * interval '1 millisecond'
-                  WHERE id = $1
-                 RETURNING (SELECT alive FROM before)",
-                &[&self.replica_id, &lease_ms(self.replica.lease)],
-            )
+        // Retried on a lost connection like a write: a renewal missed for one killed backend
+        // must not let the lease lapse while this replica is alive (renewing twice is harmless).
+        self.retrying("renew replica lease", |_| self.renew_lease_once())
             .await
-            .pg("renew replica lease")?;
-        match row {
-            Some(row) if row.get::<_, Option<bool>>(0) == Some(true) => Ok(Lease::Renewed),
-            Some(_) => Ok(Lease::Lapsed),
-            None => {
-                // Someone removed the row: register again under the same id.
-                client
-                    .execute(
-                        "INSERT INTO replicas (id, name, expires_at)
-                         VALUES ($1, $2, now() + $3::BIGINT * interval '1 millisecond')
-                         ON CONFLICT (id) DO UPDATE SET expires_at = EXCLUDED.expires_at",
-                        &[
-                            &self.replica_id,
-                            &self.replica.name,
-                            &lease_ms(self.replica.lease),
-                        ],
-                    )
-                    .await
-                    .pg("register replica again")?;
-                Ok(Lease::Lapsed)
-            }
-        }
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
