@@ -6,6 +6,7 @@
 
 mod bundled;
 mod load;
+mod skills;
 pub mod sources;
 mod watch;
 
@@ -27,6 +28,7 @@ use crate::{
     persona::{Diagnostic, ParseOptions, Persona, Severity, command::Command},
 };
 
+pub use skills::SkillDef;
 pub use sources::SourceDir;
 
 /// Reads one definition file exactly as discovery does (`open` with `O_NONBLOCK`, the type and
@@ -160,6 +162,8 @@ pub struct Snapshot {
     pub shadowed_commands: Vec<Arc<CommandDef>>,
     /// Every problem found while building the commands (the plugin registry's too, first).
     pub command_diagnostics: Vec<Diagnostic>,
+    /// The skills the winning agents name, by name (docs/personas.md §2.8).
+    skills: HashMap<String, Arc<SkillDef>>,
     /// How many leading entries both diagnostic lists share (the plugin registry's).
     shared_diagnostics: usize,
     /// sha256 over the winning agents and commands (name, source, content).
@@ -220,6 +224,14 @@ impl Snapshot {
                 agents[i].persona.name == name
             })
             .map(|&i| &agents[i])
+    }
+
+    /// The skills of `def` that were found, in the order its `skills` names them.
+    pub fn skills_of<'a>(&'a self, def: &'a AgentDef) -> impl Iterator<Item = &'a Arc<SkillDef>> {
+        def.persona
+            .skills
+            .iter()
+            .filter_map(|name| self.skills.get(name))
     }
 
     /// Looks up a winning command by exact name, or by the base name it also answers to.
@@ -312,6 +324,7 @@ fn build(
     if let Some(w) = watcher {
         w.register(&plan.agents, &plan.watch);
         w.register(&plan.commands, &sources::WatchPlan::default());
+        w.register(&plan.skills, &sources::WatchPlan::default());
     }
     assemble(&plan, diagnostics, opts, bundled, parsed, generation)
 }
@@ -397,7 +410,8 @@ fn assemble(
             }
         }
     }
-    let version = version_of(&winners.agents, &commands.winners);
+    let skills = skills::load(&plan.skills, &winners.agents, &mut diagnostics);
+    let version = version_of(&winners.agents, &commands.winners, &skills);
     let Winners {
         agents,
         index,
@@ -414,6 +428,7 @@ fn assemble(
         command_index: commands.index,
         shadowed_commands: commands.shadowed.into_iter().map(Arc::new).collect(),
         command_diagnostics,
+        skills,
         shared_diagnostics,
         version,
         generation,
@@ -596,7 +611,11 @@ impl Winners {
 
 /// sha256 over (name, source, content hash) of the winning agents, then of the winning commands
 /// (one version covers both registries).
-fn version_of(agents: &[Arc<AgentDef>], commands: &[CommandDef]) -> String {
+fn version_of(
+    agents: &[Arc<AgentDef>],
+    commands: &[CommandDef],
+    skills: &HashMap<String, Arc<SkillDef>>,
+) -> String {
     // The lines are gathered first and hashed in one call: tens of thousands of small updates
     // cost more than the hashing itself.
     let mut buf: Vec<u8> = Vec::with_capacity((agents.len() + commands.len() + 1) * 112);
@@ -615,6 +634,16 @@ fn version_of(agents: &[Arc<AgentDef>], commands: &[CommandDef]) -> String {
     add("/commands", SourceKind::Bundled, "");
     for c in commands {
         add(&c.name, c.source, &c.content_sha256);
+    }
+    // A skill's content is part of its agents' prompts: editing it is a new version. Sorted,
+    // since the map has no order.
+    if !skills.is_empty() {
+        add("/skills", SourceKind::Bundled, "");
+        let mut named: Vec<&Arc<SkillDef>> = skills.values().collect();
+        named.sort_by(|a, b| a.name.cmp(&b.name));
+        for s in named {
+            add(&s.name, s.source, &s.content_sha256);
+        }
     }
     hex::encode(Sha256::digest(&buf))
 }

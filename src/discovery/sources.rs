@@ -32,6 +32,8 @@ pub struct Plan {
     pub agents: Vec<SourceDir>,
     /// Workflow-command directories (§3.6).
     pub commands: Vec<SourceDir>,
+    /// Skill directories (`<family>/skills`, docs/personas.md §2.8), in the agents' order.
+    pub skills: Vec<SourceDir>,
     /// Paths whose appearance or change matters besides the directories read.
     pub watch: WatchPlan,
 }
@@ -41,6 +43,7 @@ pub struct Plan {
 enum Registry {
     Agents,
     Commands,
+    Skills,
 }
 
 impl Registry {
@@ -49,12 +52,14 @@ impl Registry {
         match self {
             Self::Agents => "agents",
             Self::Commands => "commands",
+            Self::Skills => "skills",
         }
     }
 
-    /// Commands are always read recursively (§3.6); agents only from recursive `agent_dirs`.
+    /// Commands are always read recursively (§3.6), and skills (`<name>/SKILL.md`); agents only
+    /// from recursive `agent_dirs`.
     fn recursive(self) -> bool {
-        self == Self::Commands
+        self != Self::Agents
     }
 
     /// The family whose dirs also hold TOML definitions: Codex agents, Gemini commands.
@@ -62,6 +67,7 @@ impl Registry {
         match self {
             Self::Agents => ".codex",
             Self::Commands => ".gemini",
+            Self::Skills => "",
         }
     }
 }
@@ -126,6 +132,14 @@ pub fn plan(cfg: &SourceConfig, workspace: Option<&Path>, diags: &mut Vec<Diagno
         Registry::Commands,
         &plugins,
         extra_commands,
+        &mut plan.watch,
+    );
+    plan.skills = plan_one(
+        cfg,
+        workspace,
+        Registry::Skills,
+        &plugins,
+        std::iter::empty(),
         &mut plan.watch,
     );
     plan

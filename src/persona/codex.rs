@@ -37,6 +37,8 @@ pub(super) fn read(text: &str, path: &str, diags: &mut Vec<Diagnostic>) -> Optio
         worktree: None,
         background: false,
         memory: None,
+        skills: Vec::new(),
+        skills_line: None,
         format: Format::Toml,
         extra: serde_json::Map::new(),
     };

@@ -262,6 +262,8 @@ fn finish(
         worktree: None,
         background: false,
         memory: None,
+        skills: Vec::new(),
+        skills_line: None,
         format: Format::Markdown,
         extra: serde_json::Map::new(),
     };
@@ -347,6 +349,10 @@ fn finish(
                 ),
                 None => {}
             },
+            "skills" => {
+                p.skills_line = r.line(&e);
+                p.skills = r.take_list(&mut e).unwrap_or_default();
+            }
             "background" => match &e.value {
                 Yaml::Bool(b) => p.background = *b,
                 _ => r.warn(

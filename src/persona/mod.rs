@@ -229,13 +229,8 @@ pub const PERMISSION_MODES: &[&str] = &[
 /// Frontmatter fields agentry does not honour although they change what a worker may do: each
 /// is an `unsupported_field` warning naming the file, line and field, never silence
 /// (docs/personas.md §2.7).
-pub const UNSUPPORTED_FIELDS: &[&str] = &[
-    "hooks",
-    "skills",
-    "mcp_servers",
-    "sandbox_mode",
-    "approval_policy",
-];
+pub const UNSUPPORTED_FIELDS: &[&str] =
+    &["hooks", "mcp_servers", "sandbox_mode", "approval_policy"];
 
 /// One parsed persona (docs §2.3). Absent optional fields stay `None`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -277,6 +272,12 @@ pub struct Persona {
     /// Claude Code `memory`: `user`, `project` or `local`, the scope of the agent's memory
     /// directory (docs/personas.md §2.7).
     pub memory: Option<String>,
+    /// Claude Code `skills`: names of skills whose bodies are composed into the prompt after
+    /// the persona body, in this order (docs/personas.md §2.8).
+    pub skills: Vec<String>,
+    /// Line of the `skills` key, for diagnostics about the skills it names.
+    #[serde(skip)]
+    pub skills_line: Option<u32>,
     /// Claude Code `background: true`: the agent is meant to run in the background; surfaced
     /// for the coordinator (`Agent.background`), which decides how it waits.
     pub background: bool,
@@ -308,6 +309,55 @@ pub fn parse(bytes: &[u8], path: &str, opts: &ParseOptions, comments: Comments) 
         persona,
         diagnostics: diags,
     }
+}
+
+/// A skill file's parts (docs/personas.md §2.8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkillText {
+    /// Its frontmatter's `description` (empty when absent).
+    pub description: String,
+    /// The instructions: the body after the frontmatter, or the whole text without one.
+    pub body: String,
+}
+
+/// Parses a `SKILL.md`: an optional frontmatter (its `description` is kept; the rest is the
+/// skill tool's business), then the body. An error says why the file cannot be used.
+pub fn parse_skill(bytes: &[u8], comments: Comments) -> Result<SkillText, String> {
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        format!(
+            "not valid UTF-8 (invalid byte at offset {})",
+            e.valid_up_to()
+        )
+    })?;
+    let doc = split::split(text, comments);
+    let description = match doc.front {
+        split::Front::None => String::new(),
+        split::Front::Unclosed { open_line } => {
+            return Err(format!(
+                "the frontmatter opened on line {open_line} is never closed with `---`"
+            ));
+        }
+        split::Front::Block(block) => {
+            let yaml = block.text.replace('\t', "  ");
+            match serde_yaml::from_str::<serde_yaml::Value>(&yaml) {
+                Ok(v) => v
+                    .get("description")
+                    .and_then(serde_yaml::Value::as_str)
+                    .map(|d| d.trim().to_owned())
+                    .unwrap_or_default(),
+                // Only the description is read from it: a frontmatter YAML cannot read is no
+                // reason to lose the instructions.
+                Err(_) => String::new(),
+            }
+        }
+    };
+    if doc.body.is_empty() {
+        return Err("the skill has no instructions (its body is empty)".to_owned());
+    }
+    Ok(SkillText {
+        description,
+        body: doc.body,
+    })
 }
 
 /// Parses a Codex TOML agent's bytes (docs §2.5). `path` only labels diagnostics. Never panics

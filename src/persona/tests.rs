@@ -450,17 +450,79 @@ fn fields_that_change_a_worker_and_are_not_honoured_are_warnings() {
         warned,
         [
             ("unsupported_field", Some(4)),
-            ("unsupported_field", Some(5)),
             ("unsupported_field", Some(7))
         ]
     );
     assert!(
-        r.diagnostics[2]
+        r.diagnostics[1]
             .message
             .starts_with("`mcpServers` is not honoured")
     );
     let a = r.persona.unwrap();
     assert!(a.extra.contains_key("color") && a.extra.contains_key("hooks"));
+    // Skills are honoured (docs/personas.md §2.8): read as a list, not kept in `extra`.
+    assert_eq!(a.skills, ["lint"]);
+    assert_eq!(a.skills_line, Some(5));
+    assert!(!a.extra.contains_key("skills"));
+}
+
+#[test]
+fn skill_files_keep_their_body_and_description() {
+    let s = parse_skill(
+        b"---
+name: lint
+description: Lints the code
+allowed-tools: Bash
+---
+
+Run the linter.
+",
+        Comments::Keep,
+    )
+    .unwrap();
+    assert_eq!(s.description, "Lints the code");
+    assert_eq!(s.body, "Run the linter.");
+    // No frontmatter: the whole text is the instructions.
+    assert_eq!(
+        parse_skill(b"Just do it.", Comments::Keep).unwrap().body,
+        "Just do it."
+    );
+    // A frontmatter YAML cannot read loses the description only.
+    let s = parse_skill(
+        b"---
+description: Use when: x
+---
+Body",
+        Comments::Keep,
+    )
+    .unwrap();
+    assert_eq!((s.description.as_str(), s.body.as_str()), ("", "Body"));
+    assert!(
+        parse_skill(
+            b"---
+name: x
+",
+            Comments::Keep
+        )
+        .unwrap_err()
+        .contains("never closed")
+    );
+    assert!(
+        parse_skill(
+            b"---
+name: x
+---
+",
+            Comments::Keep
+        )
+        .unwrap_err()
+        .contains("no instructions")
+    );
+    assert!(
+        parse_skill(b"\xff", Comments::Keep)
+            .unwrap_err()
+            .contains("UTF-8")
+    );
 }
 
 /// docs/personas.md §2.7 lists every field of the dialects as honoured or not; a field the

@@ -269,20 +269,22 @@ pub fn effective(
         .map(str::trim)
         .filter(|r| !r.is_empty())
         .map(|r| format!("<critical-reminder>\n{r}\n</critical-reminder>"));
+    // Each skill the persona names, after its body (docs/personas.md §2.8).
+    let skill_texts: Vec<String> = snapshot
+        .skills_of(def)
+        .map(|s| format!("## Skill: {}\n\n{}", s.name, s.body.trim()))
+        .collect();
     let catalog_text =
         (p.name == "default").then(|| catalog_markdown(&catalog(snapshot, caller, rules)));
-    let system_prompt = [
-        Some(rules.base_prompt.as_str()),
-        Some(&*body),
-        reminder.as_deref(),
-        catalog_text.as_deref(),
-    ]
-    .into_iter()
-    .flatten()
-    .map(str::trim)
-    .filter(|s| !s.is_empty())
-    .collect::<Vec<_>>()
-    .join("\n\n");
+    let system_prompt = [Some(rules.base_prompt.as_str()), Some(&*body)]
+        .into_iter()
+        .chain(skill_texts.iter().map(|s| Some(s.as_str())))
+        .chain([reminder.as_deref(), catalog_text.as_deref()])
+        .flatten()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n");
 
     let (output_schema, output_schema_source) = match output_schema(def, request_schema, caller) {
         Some((s, source)) => (Some(s.clone()), Some(source)),

@@ -413,7 +413,6 @@ async fn claude_code_2026_subagents_are_read_as_written_or_reported() {
     assert_eq!(
         unsupported,
         [
-            ("skills".to_owned(), Some(7)),
             ("mcpServers".to_owned(), Some(8)),
             ("hooks".to_owned(), Some(13))
         ]
@@ -488,4 +487,128 @@ async fn claude_code_2026_subagents_are_read_as_written_or_reported() {
         "{}",
         eff.system_prompt
     );
+}
+
+/// The effective prompt of `name` resolved in `ws`.
+async fn prompt_of(s: &TestServer, ws: &Path, name: &str) -> String {
+    s.client
+        .clone()
+        .resolve_agent(pb::ResolveAgentRequest {
+            name: name.into(),
+            workspace: ws.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .effective
+        .unwrap()
+        .system_prompt
+}
+
+fn skill(dir: &Path, name: &str, text: &str) {
+    std::fs::create_dir_all(dir.join(name)).unwrap();
+    std::fs::write(dir.join(name).join("SKILL.md"), text).unwrap();
+}
+
+#[tokio::test]
+async fn skills_are_found_like_agents_and_composed_after_the_body() {
+    let s = start().await;
+    let ws = s.ws("proj");
+    let sub = ws.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    // The nearest project dir wins over the user dir; a skill only the user has is found there.
+    skill(
+        &ws.join(".claude/skills"),
+        "lint",
+        "---\nname: lint\ndescription: Lints\n---\nRun the project linter.",
+    );
+    skill(&s.home().join(".claude/skills"), "lint", "User lint.");
+    skill(
+        &s.home().join(".claude/skills"),
+        "style",
+        "Follow the house style.",
+    );
+    persona(
+        &ws.join(".claude/agents"),
+        "builder.md",
+        "name: builder\ndescription: builds\nskills: [style, lint, nope, ../escape]",
+        "Build it.",
+    );
+    let r = list_all(&s, &sub, false).await;
+    assert_eq!(
+        prompt_of(&s, &sub, "builder").await,
+        "Build it.\n\n## Skill: style\n\nFollow the house style.\n\n## Skill: lint\n\nRun the project linter."
+    );
+    let missing: Vec<(Option<u32>, &str)> = diag(&r, "builder.md")
+        .iter()
+        .filter(|d| d.code == "missing_skill")
+        .map(|d| {
+            assert_eq!(d.severity, pb::Severity::Warning as i32);
+            (d.line, d.message.as_str())
+        })
+        .collect();
+    assert_eq!(missing.len(), 2, "{missing:?}");
+    assert_eq!(missing[0].0, Some(4));
+    assert!(
+        missing[0]
+            .1
+            .starts_with("skill \"nope\" not found: no nope/SKILL.md in ")
+            && missing[0].1.contains(".claude/skills"),
+        "{}",
+        missing[0].1
+    );
+    assert_eq!(
+        missing[1].1,
+        "skill \"../escape\" cannot name a directory (it holds a path separator); ignored"
+    );
+
+    // Editing a skill is seen by the watcher: a new prompt and a new registry version.
+    let before = r.registry_version.clone();
+    skill(&ws.join(".claude/skills"), "lint", "Run clippy.");
+    eventually("the edited skill", Duration::from_secs(10), || {
+        let (s, sub) = (&s, &sub);
+        async move {
+            let p = prompt_of(s, sub, "builder").await;
+            if p.ends_with("## Skill: lint\n\nRun clippy.") {
+                Ok(())
+            } else {
+                Err(p)
+            }
+        }
+    })
+    .await;
+    assert_ne!(list_all(&s, &sub, false).await.registry_version, before);
+
+    // A skill that cannot be used is a warning; the agent still loads.
+    skill(
+        &s.home().join(".claude/skills"),
+        "empty",
+        "---\nname: empty\n---\n",
+    );
+    persona(
+        &ws.join(".claude/agents"),
+        "other.md",
+        "name: other\ndescription: o\nskills: empty",
+        "Other.",
+    );
+    s.client
+        .clone()
+        .reload_agents(pb::ReloadAgentsRequest {
+            workspace: sub.display().to_string(),
+        })
+        .await
+        .unwrap();
+    let r = list_all(&s, &sub, false).await;
+    let d = diag(&r, "other.md");
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert!(
+        d[0].message.starts_with("skill \"empty\": ")
+            && d[0].message.ends_with(
+                "the skill has no instructions (its body is empty); the agent runs without it"
+            ),
+        "{}",
+        d[0].message
+    );
+    assert_eq!(prompt_of(&s, &sub, "other").await, "Other.");
 }
