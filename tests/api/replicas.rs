@@ -890,3 +890,75 @@ async fn replicas_an_outcome_waits_for_the_database_and_is_kept() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn replicas_a_restart_on_the_same_host_takes_over_its_predecessor_before_serving() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    script(root, "run-agent", AGENT);
+    // A lease far longer than the test: only the takeover can close the rows in time.
+    let config = |name: &str, file: &str| {
+        binary::config(
+            root,
+            file,
+            &format!(
+                "home: {root}\nstore: {{url: '{url}'}}\nreplica: {{name: {name}, lease: 60s}}\n\
+                 executor: {{command: [{root}/run-agent], kill_grace: 1s, env: {{OUT: {root}}}}}\n",
+                root = root.display(),
+                url = db.url,
+            ),
+        )
+    };
+    let first = binary::start(&config("a", "a1")).await;
+    let c = first.client().await;
+    let w = spawn(&c, "long job", false).await.worker.unwrap();
+    let pid = pid_of(root, &w.id).await;
+    first.kill_9();
+    assert!(
+        pid_alive(pid),
+        "the agent outlives a kill -9 of its replica"
+    );
+
+    // The same name on the same host: by the time it serves, the predecessor's worker is closed
+    // and its process is gone, without waiting 60 s for the lease.
+    let second = binary::start(&config("a", "a2")).await;
+    let c = second.client().await;
+    let closed = get(&c, &w.id).await;
+    assert_eq!(closed.state, FAILED, "{closed:?}");
+    assert_eq!(closed.error.as_deref(), Some("orphaned: replica a lost"));
+    assert!(
+        !pid_alive(pid),
+        "the predecessor's agent was killed before serving"
+    );
+    assert!(
+        second
+            .stderr()
+            .contains("took over the rows of this replica's previous run on this host")
+    );
+
+    // A live replica of the same name is left alone: its worker keeps running.
+    let w2 = spawn(&c, "long job", false).await.worker.unwrap();
+    let pid2 = pid_of(root, &w2.id).await;
+    let third = binary::start(&config("a", "a3")).await;
+    assert!(
+        third
+            .stderr()
+            .contains("another live replica of the same name runs on this host"),
+        "{}",
+        third.stderr()
+    );
+    let c3 = third.client().await;
+    assert_eq!(get(&c3, &w2.id).await.state, RUNNING);
+    assert!(pid_alive(pid2));
+    c.clone()
+        .stop_worker(pb::StopWorkerRequest {
+            worker_id: w2.id.clone(),
+            reason: "test over".into(),
+        })
+        .await
+        .unwrap();
+    assert!(!pid_alive(pid2));
+}

@@ -84,6 +84,9 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "ALTER TABLE workers ADD COLUMN usage TEXT;",
     // 3: the git worktree of an isolated worker (docs/workers.md §6.10).
     "ALTER TABLE workers ADD COLUMN worktree TEXT;",
+    // 4: where a replica runs (the kernel's boot id and its pid), so that a restart on the same
+    // host takes over the rows of its dead predecessor at once (docs §9).
+    "ALTER TABLE replicas ADD COLUMN boot_id TEXT; ALTER TABLE replicas ADD COLUMN pid BIGINT;",
 ];
 
 /// Brings the schema up to date under the migration advisory lock, or refuses a newer one.

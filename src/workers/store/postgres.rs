@@ -229,11 +229,19 @@ impl PostgresStore {
         })?;
         pg_schema::migrate(&mut client).await?;
         let replica_id = format!("r-{}", crate::workers::model::generate_token());
+        let host = Host::this();
+        take_over_predecessors(&client, &replica.name, &host).await?;
         client
             .execute(
-                "INSERT INTO replicas (id, name, expires_at)
-                 VALUES ($1, $2, now() + $3::BIGINT * interval '1 millisecond')",
-                &[&replica_id, &replica.name, &lease_ms(replica.lease)],
+                "INSERT INTO replicas (id, name, expires_at, boot_id, pid)
+                 VALUES ($1, $2, now() + $3::BIGINT * interval '1 millisecond', $4, $5)",
+                &[
+                    &replica_id,
+                    &replica.name,
+                    &lease_ms(replica.lease),
+                    &host.boot_id,
+                    &host.pid,
+                ],
             )
             .await
             .pg("register replica")?;
@@ -770,6 +778,80 @@ async fn apply_in(
     };
     insert_event(tx, &event).await?;
     Ok(Applied::Moved(event))
+}
+
+/// Where this process runs: the kernel's boot id (`None` off Linux) and its pid.
+struct Host {
+    boot_id: Option<String>,
+    pid: i64,
+}
+
+impl Host {
+    fn this() -> Self {
+        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .ok()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty());
+        Self {
+            boot_id,
+            pid: i64::from(std::process::id()),
+        }
+    }
+
+    /// Whether `pid` on this host is another live agentry process: it exists, is not this
+    /// process, and runs the same program name. (A pid of a previous container's namespace may
+    /// name an unrelated process here; only one that runs agentry keeps its rows.)
+    fn runs_another_agentry(&self, pid: i64) -> bool {
+        if pid == self.pid {
+            return false;
+        }
+        let comm = |p: &str| std::fs::read_to_string(format!("/proc/{p}/comm")).ok();
+        match (comm(&pid.to_string()), comm("self")) {
+            (Some(theirs), Some(ours)) => theirs == ours,
+            _ => false,
+        }
+    }
+}
+
+/// A replica restarting on the same host under the same `replica.name` takes over its dead
+/// predecessor (docs §9): that replica's lease is ended now instead of at its expiry, so this
+/// start-up kills the processes it left on this host (the supervisor's cookie sweep of open
+/// rows of lost replicas) and closes its rows before serving. "Same host" is the same kernel
+/// boot id; "dead" is a pid that runs no other agentry process here. A replica of the same
+/// name on another host, or alive here, is left to its lease.
+async fn take_over_predecessors(
+    client: &deadpool_postgres::Client,
+    name: &str,
+    host: &Host,
+) -> Result<(), StoreError> {
+    let Some(boot_id) = &host.boot_id else {
+        return Ok(());
+    };
+    let rows = client
+        .query(
+            "SELECT id, pid FROM replicas
+              WHERE name = $1 AND boot_id = $2 AND expires_at > now()",
+            &[&name, boot_id],
+        )
+        .await
+        .pg("find this host's earlier replicas")?;
+    for row in rows {
+        let id: &str = row.get(0);
+        let pid: Option<i64> = row.get(1);
+        if pid.is_some_and(|p| host.runs_another_agentry(p)) {
+            tracing::warn!(replica = %name, replica_id = %id, pid = ?pid, "another live replica of the same name runs on this host; its workers are left to it");
+            continue;
+        }
+        client
+            .execute(
+                "UPDATE replicas SET expires_at = now() - interval '1 millisecond' WHERE id = $1",
+                &[&id],
+            )
+            .await
+            .pg("end a dead predecessor's lease")?;
+        tracing::warn!(replica = %name, replica_id = %id, pid = ?pid, "took over the rows of this replica's previous run on this host");
+    }
+    Ok(())
 }
 
 /// The open rows of replicas whose lease has expired (or whose replica row is gone), oldest
