@@ -224,8 +224,17 @@ async fn parser_rules_through_the_api() {
     let ws = s.ws("p");
     let d = ws.join(".claude/agents");
     std::fs::create_dir_all(&d).unwrap();
+    // The .xcsh family loses its HTML comments (docs §2.1), so a comment above the frontmatter
+    // is no obstacle there; a .claude file keeps it, and then has no frontmatter.
+    let native = ws.join(".xcsh/agents");
+    std::fs::create_dir_all(&native).unwrap();
     std::fs::write(
-        d.join("bom.md"),
+        d.join("commented.md"),
+        "<!-- header -->\n---\nname: commented\ndescription: d\n---\nb\n",
+    )
+    .unwrap();
+    std::fs::write(
+        native.join("bom.md"),
         "\u{feff}\r\n<!-- header -->\r\n---\r\nname: bom\r\ndescription: crlf file\r\ntools: read, task\r\nthinking: high\r\n---\r\nBody line\r\n",
     )
     .unwrap();
@@ -301,6 +310,7 @@ async fn parser_rules_through_the_api() {
         [("unclosed_frontmatter".into(), e, Some(1))]
     );
     assert_eq!(diag("noname.md"), [("missing_name".into(), e, Some(1))]);
+    assert_eq!(diag("commented.md"), [("missing_name".into(), e, Some(1))]);
     assert_eq!(
         diag("badthink.md"),
         [("invalid_thinking_level".into(), w, Some(4))]
