@@ -55,8 +55,22 @@ async fn run(sup: Arc<Supervisor>, lease: Duration) {
         };
         match notice {
             // Another replica asked this one to stop a worker: look at the requests now.
-            Some(Ok(Notice::Stop { .. } | Notice::Resync) | Err(RecvError::Lagged(_))) => {
+            Some(Ok(Notice::Stop { .. })) => {
                 carry_out_stops(&sup, &stopping).await;
+                continue;
+            }
+            // Hold notices may have been missed: recount every run here, then the stops.
+            Some(Ok(Notice::Resync) | Err(RecvError::Lagged(_))) => {
+                for id in sup.live_ids() {
+                    sup.sync_remote_holds(&id).await;
+                }
+                carry_out_stops(&sup, &stopping).await;
+                continue;
+            }
+            // A caller of another replica began or ended waiting for a worker.
+            Some(Ok(Notice::Holds { worker_id })) => {
+                let sup = sup.clone();
+                tokio::spawn(async move { sup.sync_remote_holds(&worker_id).await });
                 continue;
             }
             // An event of a worker that may run here, committed by another replica (a
@@ -96,6 +110,9 @@ async fn run(sup: Arc<Supervisor>, lease: Duration) {
             }
         }
         sweep(&sup).await;
+        if let Err(e) = store.prune_holds().await {
+            tracing::warn!(error = %e, "cannot prune the holds of lost replicas");
+        }
         carry_out_stops(&sup, &stopping).await;
     }
 }

@@ -962,3 +962,104 @@ async fn replicas_a_restart_on_the_same_host_takes_over_its_predecessor_before_s
         .unwrap();
     assert!(!pid_alive(pid2));
 }
+
+/// Holds of callers waiting on any replica, read from the database.
+async fn holds_in(url: &str) -> i64 {
+    let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    c.query_one("SELECT count(*) FROM worker_holds", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test]
+async fn replicas_a_waiting_caller_on_b_binds_a_worker_run_on_a() {
+    let Some(p) = pair("").await else { return };
+    let url = p._db.url.clone();
+    let on_a = {
+        let a = p.a.client.clone();
+        tokio::spawn(async move { spawn(&a, "long bound job", true).await })
+    };
+    let id = eventually("the worker's row", Duration::from_secs(10), || {
+        let root = p.dir.path().to_owned();
+        async move {
+            let runs = std::fs::read_to_string(root.join("runs")).unwrap_or_default();
+            runs.lines()
+                .next()
+                .map(str::to_owned)
+                .ok_or("no run yet".to_owned())
+        }
+    })
+    .await;
+    let pid = pid_of(p.dir.path(), &id).await;
+    // The same dispatch on B reuses A's worker and waits for it there.
+    let on_b = {
+        let b = p.b.client.clone();
+        tokio::spawn(async move { spawn(&b, "long   bound job", true).await })
+    };
+    eventually("B's hold", Duration::from_secs(10), || {
+        let url = url.clone();
+        async move { (holds_in(&url).await == 1).then_some(()) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A's caller goes away: B's caller still waits, so the worker runs on.
+    on_a.abort();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(get(&p.a.client, &id).await.state, RUNNING);
+    assert!(pid_alive(pid));
+    // The last waiter, on B, goes away: the worker is stopped as on one replica.
+    on_b.abort();
+    let stopped_at = Instant::now();
+    let w = eventually("the worker stopped", Duration::from_secs(10), || {
+        let (a, id) = (p.a.client.clone(), id.clone());
+        async move {
+            let w = get(&a, &id).await;
+            if w.state == RUNNING {
+                Err(format!("{w:?}"))
+            } else {
+                Ok(w)
+            }
+        }
+    })
+    .await;
+    println!("stopped {:?} after B's caller left", stopped_at.elapsed());
+    assert_eq!(w.state, pb::WorkerState::Killed as i32, "{w:?}");
+    assert_eq!(
+        w.error.as_deref(),
+        Some("killed: the waiting caller went away")
+    );
+    assert!(!pid_alive(pid));
+    assert_eq!(holds_in(&url).await, 0, "the hold is released");
+
+    // A background worker belongs to the service: a waiter on B that leaves does not stop it.
+    let bg = spawn(&p.a.client, "long background job", false)
+        .await
+        .worker
+        .unwrap();
+    let bg_pid = pid_of(p.dir.path(), &bg.id).await;
+    let on_b = {
+        let b = p.b.client.clone();
+        tokio::spawn(async move { spawn(&b, "long  background job", true).await })
+    };
+    eventually("B's hold", Duration::from_secs(10), || {
+        let url = url.clone();
+        async move { (holds_in(&url).await == 1).then_some(()) }
+    })
+    .await;
+    on_b.abort();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(get(&p.a.client, &bg.id).await.state, RUNNING);
+    assert!(pid_alive(bg_pid));
+    p.a.client
+        .clone()
+        .stop_worker(pb::StopWorkerRequest {
+            worker_id: bg.id.clone(),
+            reason: "test over".into(),
+        })
+        .await
+        .unwrap();
+}

@@ -157,6 +157,34 @@ pub trait WorkerStore: Send + Sync + 'static {
         caller_scope: &str,
         request_id: &str,
     ) -> Result<Option<WorkerRecord>, StoreError>;
+
+    /// Records that a caller of this replica waits for `id`, a worker another replica runs
+    /// (docs §9, waiting across replicas), and notifies its owner, which keeps a worker bound
+    /// to its waiters alive while such holds exist. Returns the hold's id. A store nobody else
+    /// shares never has a remote worker: `None`.
+    async fn add_hold(&self, id: &WorkerId) -> Result<Option<String>, StoreError> {
+        let _ = id;
+        Ok(None)
+    }
+
+    /// Ends the hold [`add_hold`](Self::add_hold) returned, and notifies the worker's owner.
+    async fn release_hold(&self, id: &WorkerId, hold: &str) -> Result<(), StoreError> {
+        let _ = (id, hold);
+        Ok(())
+    }
+
+    /// How many holds of live replicas a worker has.
+    async fn holds(&self, id: &WorkerId) -> Result<u64, StoreError> {
+        let _ = id;
+        Ok(0)
+    }
+
+    /// Deletes the holds of replicas whose lease expired and of workers that ended, notifying
+    /// the owners of the workers they held; the sweeper's cleanup after a waiting replica is
+    /// lost.
+    async fn prune_holds(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// What [`WorkerStore::renew_lease`] found.
@@ -181,6 +209,12 @@ pub enum Notice {
     },
     /// Someone asked the owner of this worker to stop it.
     Stop {
+        /// The worker.
+        worker_id: WorkerId,
+    },
+    /// A replica began or ended waiting for the worker (docs §9): its owner recounts the
+    /// worker's holds.
+    Holds {
         /// The worker.
         worker_id: WorkerId,
     },

@@ -87,6 +87,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // 4: where a replica runs (the kernel's boot id and its pid), so that a restart on the same
     // host takes over the rows of its dead predecessor at once (docs §9).
     "ALTER TABLE replicas ADD COLUMN boot_id TEXT; ALTER TABLE replicas ADD COLUMN pid BIGINT;",
+    // 5: callers of one replica waiting for a worker another replica runs (docs §9).
+    r#"CREATE TABLE worker_holds (
+        id         TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+        worker_id  TEXT COLLATE "C" NOT NULL,
+        replica_id TEXT COLLATE "C" NOT NULL
+    );
+    CREATE INDEX worker_holds_by_worker ON worker_holds (worker_id);"#,
 ];
 
 /// Brings the schema up to date under the migration advisory lock, or refuses a newer one.

@@ -533,7 +533,9 @@ async fn listen(
                     }
                 });
                 if let Err(e) = client
-                    .batch_execute("LISTEN agentry_events; LISTEN agentry_stop")
+                    .batch_execute(
+                        "LISTEN agentry_events; LISTEN agentry_stop; LISTEN agentry_holds",
+                    )
                     .await
                 {
                     tracing::warn!(error = %e, "store listener cannot LISTEN");
@@ -569,6 +571,9 @@ fn parse_notice(channel: &str, payload: &str) -> Option<Notice> {
             })
         }
         "agentry_stop" => Some(Notice::Stop {
+            worker_id: WorkerId::parse(payload).ok()?,
+        }),
+        "agentry_holds" => Some(Notice::Holds {
             worker_id: WorkerId::parse(payload).ok()?,
         }),
         _ => None,
@@ -1069,6 +1074,70 @@ impl WorkerStore for PostgresStore {
 
     fn is_shared(&self) -> bool {
         true
+    }
+
+    async fn add_hold(&self, id: &WorkerId) -> Result<Option<String>, StoreError> {
+        let hold = format!("h-{}", crate::workers::model::generate_token());
+        let client = self.client().await?;
+        client
+            .execute(
+                "WITH added AS (INSERT INTO worker_holds (id, worker_id, replica_id)
+                                VALUES ($1, $2, $3) RETURNING worker_id)
+                 SELECT pg_notify('agentry_holds', worker_id) FROM added",
+                &[&hold, &id.as_str(), &self.replica_id],
+            )
+            .await
+            .pg("add a hold on a remote worker")?;
+        Ok(Some(hold))
+    }
+
+    async fn release_hold(&self, id: &WorkerId, hold: &str) -> Result<(), StoreError> {
+        self.retrying("release a hold on a remote worker", |_| async {
+            let client = self.client().await?;
+            client
+                .execute(
+                    "WITH gone AS (DELETE FROM worker_holds WHERE id = $1 RETURNING worker_id)
+                     SELECT pg_notify('agentry_holds', $2) FROM gone",
+                    &[&hold, &id.as_str()],
+                )
+                .await
+                .pg("release a hold on a remote worker")?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn holds(&self, id: &WorkerId) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM worker_holds h JOIN replicas r ON r.id = h.replica_id
+                  WHERE h.worker_id = $1 AND r.expires_at > now()",
+                &[&id.as_str()],
+            )
+            .await
+            .pg("count the holds on a worker")?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    }
+
+    async fn prune_holds(&self) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "WITH gone AS (
+                     DELETE FROM worker_holds h
+                      WHERE NOT EXISTS (SELECT 1 FROM replicas r
+                                         WHERE r.id = h.replica_id AND r.expires_at > now())
+                         OR NOT EXISTS (SELECT 1 FROM workers w
+                                         WHERE w.id = h.worker_id
+                                           AND w.state IN ('pending', 'running'))
+                     RETURNING worker_id)
+                 SELECT pg_notify('agentry_holds', worker_id) FROM (SELECT DISTINCT worker_id FROM gone) g",
+                &[],
+            )
+            .await
+            .pg("prune holds")?;
+        Ok(())
     }
 
     async fn renew_lease(&self) -> Result<Lease, StoreError> {

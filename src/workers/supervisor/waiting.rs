@@ -5,6 +5,11 @@
 //!
 //! The binding is tokio-util's [`DropGuard`] of the worker's cancellation token, shared: each
 //! waiting caller holds a strong reference, the worker keeps a weak one.
+//!
+//! Across replicas (docs §9) a caller of another replica that waits for a worker run here is a
+//! *hold* row in the store: while a bound worker has any, this replica keeps one more strong
+//! reference for them all ([`Binding::set_remote`]), recounted on every hold notice, so the
+//! worker is cancelled when the last waiter anywhere goes away.
 
 use std::{
     sync::{Arc, Weak},
@@ -14,7 +19,7 @@ use std::{
 use tokio::sync::watch;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::{Supervisor, Visibility, WorkerError};
+use super::{Supervisor, Visibility, WorkerError, WorkerStore};
 use crate::workers::model::{WorkerId, WorkerRecord};
 
 /// How often a caller waiting for another replica's worker re-reads it, between notices.
@@ -33,6 +38,8 @@ pub(super) struct Binding {
     bound: Weak<DropGuard>,
     /// Set when the service took the worker over: waiters no longer bind it.
     kept: Option<Hold>,
+    /// Held for the callers of other replicas waiting for it, while there are any.
+    remote: Option<Hold>,
 }
 
 impl Binding {
@@ -42,6 +49,7 @@ impl Binding {
             let unbound = Self {
                 bound: Weak::new(),
                 kept: None,
+                remote: None,
             };
             return (unbound, None);
         }
@@ -49,6 +57,7 @@ impl Binding {
         let binding = Self {
             bound: Arc::downgrade(&hold),
             kept: None,
+            remote: None,
         };
         (binding, Some(hold))
     }
@@ -67,6 +76,45 @@ impl Binding {
         if let Some(hold) = self.bound.upgrade() {
             self.kept = Some(hold);
         }
+    }
+
+    /// Whether callers of other replicas wait for the worker: while they do, it stays bound
+    /// (if it is bound at all). Returns the hold given up, for the caller to drop outside any
+    /// lock (dropping the last hold cancels the worker).
+    fn set_remote(&mut self, waited: bool) -> Option<Hold> {
+        if waited {
+            if self.remote.is_none() {
+                self.remote = self.join();
+            }
+            None
+        } else {
+            self.remote.take()
+        }
+    }
+}
+
+/// A caller's hold on a worker another replica runs: released when dropped (the caller got
+/// its answer or went away), which tells the owner to recount.
+struct RemoteHold {
+    store: Arc<dyn WorkerStore>,
+    worker: WorkerId,
+    id: String,
+}
+
+impl Drop for RemoteHold {
+    fn drop(&mut self) {
+        let (store, worker, id) = (
+            self.store.clone(),
+            self.worker.clone(),
+            std::mem::take(&mut self.id),
+        );
+        // Drop cannot wait; the release is retried by the store, and a hold that still cannot
+        // be deleted goes with this replica's lease (the sweeper prunes it).
+        tokio::spawn(async move {
+            if let Err(e) = store.release_hold(&worker, &id).await {
+                tracing::warn!(worker = %worker, error = %e, "cannot release a hold on a remote worker");
+            }
+        });
     }
 }
 
@@ -121,11 +169,40 @@ impl Supervisor {
                 Ok(rec)
             }
             Some(Reuse::Detached) => Ok(rec),
-            // Run by another replica (shared store): it belongs to that replica's service, so
-            // waiting never binds it; follow its row until it is terminal.
-            None if wait && self.store.is_shared() => self.wait_terminal(&rec.id).await,
+            // Run by another replica (shared store): follow its row until it is terminal,
+            // holding it there as a waiter here would (dropping this future releases it).
+            None if wait && self.store.is_shared() => {
+                let hold = self.store.add_hold(&rec.id).await?.map(|id| RemoteHold {
+                    store: self.store.clone(),
+                    worker: rec.id.clone(),
+                    id,
+                });
+                let rec = self.wait_terminal(&rec.id).await;
+                drop(hold);
+                rec
+            }
             None => self.get(&rec.id, &Visibility::All).await,
         }
+    }
+
+    /// Recounts the holds of callers of other replicas on `id`, if it runs here.
+    pub(crate) async fn sync_remote_holds(&self, id: &WorkerId) {
+        if self.live_mut(id, |_| ()).is_none() {
+            return;
+        }
+        let held = match self.store.holds(id).await {
+            Ok(n) => n > 0,
+            Err(e) => {
+                // Unknown: keep things as they are until the next notice or sweep.
+                tracing::warn!(worker = %id, error = %e, "cannot count the holds on a worker");
+                return;
+            }
+        };
+        let released = self.live_mut(id, |l| l.binding.set_remote(held)).flatten();
+        if released.is_some() {
+            tracing::debug!(worker = %id, "no caller of another replica waits for the worker any more");
+        }
+        drop(released);
     }
 
     /// Waits (reading the store, woken by its notices) until the worker's row is terminal.
