@@ -193,6 +193,7 @@ pub fn spec(s: &WorkerSpec) -> pb::WorkerSpec {
             permission_mode: a.permission_mode.clone(),
             output_schema: a.output_schema.as_ref().map(value),
         }),
+        memory_dir: s.memory_dir.clone(),
     }
 }
 

@@ -31,6 +31,10 @@ pub struct WorkerSpec {
     pub workspace: Option<String>,
     /// The effective agent (docs/lineage.md §5.3), never the raw file.
     pub agent: AgentSpec,
+    /// The agent's memory directory (persona `memory`, docs/personas.md §2.7), created at
+    /// spawn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_dir: Option<String>,
 }
 
 /// The effective agent as a runtime needs it.
@@ -86,6 +90,7 @@ impl WorkerSpec {
                 permission_mode: eff.permission_mode.clone(),
                 output_schema: eff.output_schema.clone(),
             },
+            memory_dir: eff.memory_dir.clone(),
         }
     }
 

@@ -858,3 +858,38 @@ async fn a_runner_is_offered_only_its_own_principals_workers() {
         .unwrap();
     assert_eq!(done.caller, "alice");
 }
+
+/// A persona's `memory` reaches a runner as the spec's `memory_dir` (docs/personas.md §2.7),
+/// created before the offer.
+#[tokio::test]
+async fn a_runner_is_told_the_memory_directory_of_its_agent() {
+    let s = start_with(|c| {
+        fast(c);
+        let agents = c.home.clone().unwrap().join(".claude/agents");
+        persona(
+            &agents,
+            "keeper.md",
+            "name: keeper\ndescription: remembers\nmemory: user",
+            "Keep notes.",
+        );
+    })
+    .await;
+    let mut r = Runner::any(&s, "py-1", 1).await;
+    let w = bg(&s, "keeper", "remember this").await;
+    let a = r.assignment().await;
+    assert_eq!(a.worker_id, w.id);
+    let dir = s.home().join(".claude/agent-memory/keeper");
+    assert!(dir.is_dir(), "created before the offer");
+    assert_eq!(
+        a.spec.unwrap().memory_dir.as_deref(),
+        Some(dir.to_str().unwrap())
+    );
+    s.client
+        .clone()
+        .stop_worker(pb::StopWorkerRequest {
+            worker_id: w.id,
+            reason: "test over".into(),
+        })
+        .await
+        .unwrap();
+}

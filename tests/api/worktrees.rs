@@ -285,6 +285,8 @@ async fn a_persona_with_memory_gets_its_directory_and_notes() {
     let spec: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join(format!("{}.json", w.id))).unwrap())
             .unwrap();
+    // The stdin spec names the directory (as the runner spec's `memory_dir` does).
+    assert_eq!(spec["memory_dir"].as_str(), Some(dir.to_str().unwrap()));
     let prompt = spec["agent"]["system_prompt"].as_str().unwrap();
     assert!(
         prompt.starts_with("Keep notes.\n\nYour persistent memory directory is "),

@@ -657,20 +657,22 @@ class ReviewResponse(_message.Message):
     def __init__(self, decision: _Optional[_Union[Decision, str]] = ..., reason: _Optional[str] = ..., reviewed: _Optional[bool] = ..., reviewer_worker_id: _Optional[str] = ...) -> None: ...
 
 class WorkerSpec(_message.Message):
-    __slots__ = ("worker_id", "depth", "prompt", "description", "workspace", "agent")
+    __slots__ = ("worker_id", "depth", "prompt", "description", "workspace", "agent", "memory_dir")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     DEPTH_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     WORKSPACE_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_DIR_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     depth: int
     prompt: str
     description: str
     workspace: str
     agent: AgentSpec
-    def __init__(self, worker_id: _Optional[str] = ..., depth: _Optional[int] = ..., prompt: _Optional[str] = ..., description: _Optional[str] = ..., workspace: _Optional[str] = ..., agent: _Optional[_Union[AgentSpec, _Mapping]] = ...) -> None: ...
+    memory_dir: str
+    def __init__(self, worker_id: _Optional[str] = ..., depth: _Optional[int] = ..., prompt: _Optional[str] = ..., description: _Optional[str] = ..., workspace: _Optional[str] = ..., agent: _Optional[_Union[AgentSpec, _Mapping]] = ..., memory_dir: _Optional[str] = ...) -> None: ...
 
 class AgentSpec(_message.Message):
     __slots__ = ("name", "system_prompt", "tools", "spawns", "model", "thinking_level", "max_turns", "permission_mode", "output_schema")
