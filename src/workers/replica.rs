@@ -136,6 +136,7 @@ async fn sweep(sup: &Supervisor) {
         Ok(closed) if !closed.is_empty() => {
             let ids: Vec<&str> = closed.iter().map(WorkerId::as_str).collect();
             tracing::warn!(count = closed.len(), workers = ?ids, "closed workers of a lost replica");
+            sup.finish_orphan_worktrees(&closed).await;
         }
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "orphan sweep failed"),

@@ -192,3 +192,69 @@ async fn a_config_with_an_unknown_key_or_bad_value_fails_start_up_naming_it() {
         assert!(stderr.contains(named), "{named} not named in: {stderr}");
     }
 }
+
+/// The orphan sweep ends the worktrees of the rows it closes as their runs would have
+/// (docs/workers.md §6.10): a clean one is removed with its branch, a changed one is kept and
+/// reported.
+#[tokio::test]
+async fn the_restart_sweep_finishes_the_worktrees_of_orphans() {
+    use crate::worktrees::{git, repo};
+    let f = fixture(
+        "input=$(cat)\necho $$ > \"$OUT/$AGENTRY_WORKER_ID.pid\"\ncase \"$input\" in\n  *edit*) echo changed > NEW.txt ;;\nesac\nexec sleep 30",
+        "",
+        "",
+    );
+    let root = f.dir.path();
+    let repo = repo(root);
+    let server = start(&f.config).await;
+    let mut c = server.client().await;
+    let mut isolated = |prompt: &str| {
+        let mut c = c.clone();
+        let req = pb::SpawnWorkerRequest {
+            agent: "task".into(),
+            prompt: prompt.into(),
+            workspace: repo.display().to_string(),
+            isolation: pb::Isolation::Worktree as i32,
+            ..Default::default()
+        };
+        async move {
+            c.spawn_worker(req)
+                .await
+                .unwrap()
+                .into_inner()
+                .worker
+                .unwrap()
+        }
+    };
+    let clean = isolated("look around").await;
+    let edited = isolated("edit a file").await;
+    for w in [&clean, &edited] {
+        pid_in(&root.join(format!("{}.pid", w.id))).await;
+    }
+    // The edit is on disk before the crash.
+    let edited_path = edited.worktree.clone().unwrap().path;
+    for _ in 0..100 {
+        if std::path::Path::new(&edited_path).join("NEW.txt").exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.kill_9();
+
+    let server = start(&f.config).await;
+    c = server.client().await;
+    let clean = get_on(&c, &clean.id).await;
+    assert_eq!(clean.error.as_deref(), Some("orphaned: service restarted"));
+    let wt = clean.worktree.unwrap();
+    assert!(!wt.changed, "{wt:?}");
+    assert!(!std::path::Path::new(&wt.path).exists(), "removed");
+    assert!(!git(&repo, &["branch", "--list", &wt.branch]).contains("agentry/"));
+    let edited = get_on(&c, &edited.id).await;
+    let wt = edited.worktree.unwrap();
+    assert!(wt.changed, "{wt:?}");
+    assert!(
+        std::path::Path::new(&wt.path).join("NEW.txt").exists(),
+        "kept"
+    );
+    assert!(git(&repo, &["branch", "--list", &wt.branch]).contains(&wt.branch));
+}

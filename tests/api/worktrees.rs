@@ -12,7 +12,7 @@ use crate::{
 };
 
 /// `git args…` in `dir`, which must succeed.
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)
@@ -32,7 +32,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 /// A repository with one commit (`README.md`) and a subdirectory `src`.
-fn repo(dir: &Path) -> std::path::PathBuf {
+pub(crate) fn repo(dir: &Path) -> std::path::PathBuf {
     let r = dir.join("repo");
     std::fs::create_dir_all(r.join("src")).unwrap();
     git(&r, &["init", "-q", "-b", "main"]);

@@ -158,6 +158,11 @@ pub trait WorkerStore: Send + Sync + 'static {
         request_id: &str,
     ) -> Result<Option<WorkerRecord>, StoreError>;
 
+    /// Replaces the worktree record (JSON text) of a worker that already ended: the orphan
+    /// sweep finishes the worktrees of the rows it closed (docs/workers.md §6.10) after closing
+    /// them. A row that is still open is left as it is.
+    async fn record_worktree(&self, id: &WorkerId, worktree: &str) -> Result<(), StoreError>;
+
     /// Records that a caller of this replica waits for `id`, a worker another replica runs
     /// (docs §9, waiting across replicas), and notifies its owner, which keeps a worker bound
     /// to its waiters alive while such holds exist. Returns the hold's id. A store nobody else

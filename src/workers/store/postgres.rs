@@ -1076,6 +1076,22 @@ impl WorkerStore for PostgresStore {
         true
     }
 
+    async fn record_worktree(&self, id: &WorkerId, worktree: &str) -> Result<(), StoreError> {
+        self.retrying("record a worktree", |_| async {
+            let client = self.client().await?;
+            client
+                .execute(
+                    "UPDATE workers SET worktree = $2
+                      WHERE id = $1 AND state NOT IN ('pending', 'running')",
+                    &[&id.as_str(), &worktree],
+                )
+                .await
+                .pg("record a worktree")?;
+            Ok(())
+        })
+        .await
+    }
+
     async fn add_hold(&self, id: &WorkerId) -> Result<Option<String>, StoreError> {
         let hold = format!("h-{}", crate::workers::model::generate_token());
         let client = self.client().await?;

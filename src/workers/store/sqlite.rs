@@ -617,6 +617,20 @@ impl WorkerStore for SqliteStore {
         .await
     }
 
+    async fn record_worktree(&self, id: &WorkerId, worktree: &str) -> Result<(), StoreError> {
+        let (id, worktree) = (id.clone(), worktree.to_owned());
+        self.write("record a worktree", move |tx| {
+            tx.execute(
+                "UPDATE workers SET worktree = ?2
+                  WHERE id = ?1 AND state NOT IN ('pending', 'running')",
+                params![id, worktree],
+            )
+            .context("record a worktree")?;
+            Ok(())
+        })
+        .await
+    }
+
     async fn close_orphans(&self, now_ms: i64) -> Result<Vec<WorkerId>, StoreError> {
         self.write("close orphaned workers", move |tx| {
             let open = open_ids(tx)?;

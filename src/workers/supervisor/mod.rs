@@ -437,6 +437,7 @@ impl Supervisor {
                 count = orphans.len(),
                 "closed workers orphaned by a restart"
             );
+            finish_orphan_worktrees(store.as_ref(), &orphans).await;
         }
         let sup = Arc::new(Self {
             remote_tokens: moka::sync::Cache::builder()
@@ -490,6 +491,11 @@ impl Supervisor {
     /// The ids of the workers live in this process.
     pub(crate) fn live_ids(&self) -> Vec<WorkerId> {
         self.live().values().map(|l| l.record.id.clone()).collect()
+    }
+
+    /// Finishes the worktrees of rows the orphan sweep closed (see [`finish_orphan_worktrees`]).
+    pub(crate) async fn finish_orphan_worktrees(&self, ids: &[WorkerId]) {
+        finish_orphan_worktrees(self.store.as_ref(), ids).await;
     }
 
     /// Kills this host's processes of workers whose runs are lost.
@@ -806,5 +812,38 @@ mod tests {
             sup.settings.max_pending,
             "every pending place was given back"
         );
+    }
+}
+
+/// Finishes the worktrees of workers whose rows the orphan sweep closed, as their run would
+/// have (docs/workers.md §6.10): removed when unchanged, else kept and reported with
+/// `changed`. Only a worktree this host can reach is finished; one on another host's disk is
+/// left as recorded (its `changed` stays unset) for that host's `agentry worktrees prune`.
+async fn finish_orphan_worktrees(store: &dyn WorkerStore, ids: &[WorkerId]) {
+    for id in ids {
+        let recorded = match store.get(id).await {
+            Ok(Some(rec)) => rec.worktree,
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(worker = %id, error = %e, "cannot read an orphan's worktree");
+                None
+            }
+        };
+        let Some(w) = recorded
+            .as_deref()
+            .and_then(|t| serde_json::from_str::<crate::workers::worktree::Worktree>(t).ok())
+        else {
+            continue;
+        };
+        if w.changed.is_some() || !std::path::Path::new(&w.path).exists() {
+            continue;
+        }
+        let done = crate::workers::worktree::finish(w).await;
+        tracing::info!(worker = %id, worktree = %done.path, kept = done.changed == Some(true), "finished an orphan's worktree");
+        if let Ok(text) = serde_json::to_string(&done)
+            && let Err(e) = store.record_worktree(id, &text).await
+        {
+            tracing::warn!(worker = %id, error = %e, "cannot record an orphan's worktree");
+        }
     }
 }
