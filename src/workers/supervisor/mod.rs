@@ -734,6 +734,39 @@ pub fn seconds(d: Duration) -> String {
     }
 }
 
+/// Finishes the worktrees of workers whose rows the orphan sweep closed, as their run would
+/// have (docs/workers.md §6.10): removed when unchanged, else kept and reported with
+/// `changed`. Only a worktree this host can reach is finished; one on another host's disk is
+/// left as recorded (its `changed` stays unset) for that host's `agentry worktrees prune`.
+async fn finish_orphan_worktrees(store: &dyn WorkerStore, ids: &[WorkerId]) {
+    for id in ids {
+        let recorded = match store.get(id).await {
+            Ok(Some(rec)) => rec.worktree,
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(worker = %id, error = %e, "cannot read an orphan's worktree");
+                None
+            }
+        };
+        let Some(w) = recorded
+            .as_deref()
+            .and_then(|t| serde_json::from_str::<crate::workers::worktree::Worktree>(t).ok())
+        else {
+            continue;
+        };
+        if w.changed.is_some() || !std::path::Path::new(&w.path).exists() {
+            continue;
+        }
+        let done = crate::workers::worktree::finish(w).await;
+        tracing::info!(worker = %id, worktree = %done.path, kept = done.changed == Some(true), "finished an orphan's worktree");
+        if let Ok(text) = serde_json::to_string(&done)
+            && let Err(e) = store.record_worktree(id, &text).await
+        {
+            tracing::warn!(worker = %id, error = %e, "cannot record an orphan's worktree");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -812,38 +845,5 @@ mod tests {
             sup.settings.max_pending,
             "every pending place was given back"
         );
-    }
-}
-
-/// Finishes the worktrees of workers whose rows the orphan sweep closed, as their run would
-/// have (docs/workers.md §6.10): removed when unchanged, else kept and reported with
-/// `changed`. Only a worktree this host can reach is finished; one on another host's disk is
-/// left as recorded (its `changed` stays unset) for that host's `agentry worktrees prune`.
-async fn finish_orphan_worktrees(store: &dyn WorkerStore, ids: &[WorkerId]) {
-    for id in ids {
-        let recorded = match store.get(id).await {
-            Ok(Some(rec)) => rec.worktree,
-            Ok(None) => None,
-            Err(e) => {
-                tracing::warn!(worker = %id, error = %e, "cannot read an orphan's worktree");
-                None
-            }
-        };
-        let Some(w) = recorded
-            .as_deref()
-            .and_then(|t| serde_json::from_str::<crate::workers::worktree::Worktree>(t).ok())
-        else {
-            continue;
-        };
-        if w.changed.is_some() || !std::path::Path::new(&w.path).exists() {
-            continue;
-        }
-        let done = crate::workers::worktree::finish(w).await;
-        tracing::info!(worker = %id, worktree = %done.path, kept = done.changed == Some(true), "finished an orphan's worktree");
-        if let Ok(text) = serde_json::to_string(&done)
-            && let Err(e) = store.record_worktree(id, &text).await
-        {
-            tracing::warn!(worker = %id, error = %e, "cannot record an orphan's worktree");
-        }
     }
 }
