@@ -111,6 +111,7 @@ fn job(i: usize) -> Job {
             permission_mode: None,
             output_schema: None,
         },
+        memory_dir: None,
     };
     Job {
         worker_id: spec.worker_id.clone(),

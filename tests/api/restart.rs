@@ -208,7 +208,7 @@ async fn the_restart_sweep_finishes_the_worktrees_of_orphans() {
     let repo = repo(root);
     let server = start(&f.config).await;
     let mut c = server.client().await;
-    let mut isolated = |prompt: &str| {
+    let isolated = |prompt: &str| {
         let mut c = c.clone();
         let req = pb::SpawnWorkerRequest {
             agent: "task".into(),
