@@ -536,6 +536,7 @@ fn warm_reload(tree: &Tree, iters: usize) -> Reload {
         implicit_tools: cfg.implicit_tools.clone(),
         spawn_tool: cfg.spawn_tool.clone(),
         model_check: None,
+        allow_inline_mcp: false,
     };
     // The first file of the project dir: the highest-precedence source, so it always wins.
     let mut project: Vec<PathBuf> = fs::read_dir(&tree.dirs[0].0)

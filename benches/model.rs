@@ -110,6 +110,7 @@ fn job(i: usize) -> Job {
             max_turns: None,
             permission_mode: None,
             output_schema: None,
+            mcp_servers: None,
         },
         memory_dir: None,
     };

@@ -58,6 +58,7 @@ fn record(i: usize) -> WorkerRecord {
                 depth: 1,
                 at_max_depth: false,
                 memory_dir: None,
+                mcp_servers: None,
             },
         }),
         Some(hash_token(&generate_token())),

@@ -290,6 +290,16 @@ impl Default for ReviewConfig {
     }
 }
 
+/// `mcp`: what persona files may say about MCP servers (docs/personas.md §2.9).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpConfig {
+    /// Whether a project persona file (one in the workspace, written by whoever can write
+    /// there) may define its own MCP servers, which start programs; user, plugin and
+    /// configured dirs always may. Default false.
+    pub allow_inline: bool,
+}
+
 /// `workers`: how workers are placed (docs/workers.md §6.10).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -407,6 +417,8 @@ pub struct Config {
     pub model: ModelLoop,
     /// MCP servers the model executor may start for a worker (§11.6).
     pub mcp_servers: BTreeMap<String, McpServer>,
+    /// What persona files may say about MCP servers.
+    pub mcp: McpConfig,
     /// True when the file gives no executor (`executor.kind`, `.command`, `.by_agent`) and the
     /// environment has no `OPENAI_API_KEY`: every spawn is refused, naming both ways to
     /// configure one (§11.1). Not a configuration key.
@@ -450,6 +462,7 @@ impl Default for Config {
             models: ModelsConfig::default(),
             model: ModelLoop::default(),
             mcp_servers: BTreeMap::new(),
+            mcp: McpConfig::default(),
             executor_unconfigured: false,
             state_home: None,
         }

@@ -26,7 +26,7 @@ use crate::persona::{
     command::{self, Command, CommandName},
 };
 
-use super::{AgentDef, sources::SourceDir};
+use super::{AgentDef, SourceKind, sources::SourceDir};
 
 /// One file found in a directory, in read order.
 #[derive(Debug, Clone, Copy)]
@@ -564,11 +564,14 @@ pub fn parse_all(
                     .is_none_or(|def| def.source == d.kind && def.family == d.family)
             };
             let parse = |bytes: &[u8], sha256: String| {
-                let parsed = if is_toml(f.path) {
+                let mut parsed = if is_toml(f.path) {
                     persona::parse_toml(bytes, &file_path)
                 } else {
                     persona::parse(bytes, &file_path, opts, Comments::for_family(&d.family))
                 };
+                if d.kind == SourceKind::Project && !opts.allow_inline_mcp {
+                    refuse_inline_mcp(&mut parsed, &file_path);
+                }
                 ParsedAgent {
                     def: parsed.persona.map(|persona: Persona| {
                         Arc::new(AgentDef {
@@ -602,6 +605,35 @@ pub fn parse_all(
         .collect();
     cache.sweep(build, HashMap::len, |e| e.seen.load(Ordering::Relaxed));
     loaded
+}
+
+/// A project file's own MCP server definitions start programs that whoever can write to the
+/// workspace chose: without `mcp.allow_inline` they are dropped, each with a warning
+/// `inline_mcp_refused` (docs/personas.md §2.9). Named servers stay.
+fn refuse_inline_mcp(parsed: &mut persona::Parsed, file_path: &str) {
+    let Some(p) = parsed.persona.as_mut() else {
+        return;
+    };
+    let Some(servers) = p.mcp_servers.as_mut() else {
+        return;
+    };
+    let line = p.mcp_servers_line;
+    servers.retain(|s| {
+        let persona::mcp::McpRef::Inline(def) = s else {
+            return true;
+        };
+        parsed.diagnostics.push(Diagnostic {
+            path: file_path.to_owned(),
+            line,
+            severity: Severity::Warning,
+            code: "inline_mcp_refused",
+            message: format!(
+                "MCP server {:?} is defined in a project file, and mcp.allow_inline is off: it is not started",
+                def.name
+            ),
+        });
+        false
+    });
 }
 
 /// Reads and parses every command file, in parallel, keeping the input order; files unchanged

@@ -678,6 +678,7 @@ impl Registry {
             implicit_tools: cfg.implicit_tools.clone(),
             spawn_tool: cfg.spawn_tool.clone(),
             model_check: model_check(cfg),
+            allow_inline_mcp: cfg.mcp.allow_inline,
         };
         let (bundled, bundled_commands) = if cfg.bundled_agents {
             (bundled::load(&opts)?, bundled::commands()?)

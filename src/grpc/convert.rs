@@ -144,6 +144,14 @@ pub fn effective(e: Effective) -> pb::EffectiveAgent {
         mode: mode(e.mode),
         depth: e.depth,
         at_max_depth: e.at_max_depth,
+        mcp_servers: e.mcp_servers.map(|list| {
+            super::runners::mcp_servers(&crate::workers::spec::McpServerList {
+                servers: list
+                    .iter()
+                    .map(crate::workers::spec::McpServerSpec::of)
+                    .collect(),
+            })
+        }),
     }
 }
 

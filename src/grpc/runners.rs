@@ -19,7 +19,7 @@ use crate::{
     resolve::Tools,
     workers::{
         runners::{self, Finish, Hello, Outbound, RunnerHub, Session},
-        spec::WorkerSpec,
+        spec::{McpServerList, WorkerSpec},
         supervisor::Supervisor,
     },
 };
@@ -192,8 +192,28 @@ pub fn spec(s: &WorkerSpec) -> pb::WorkerSpec {
             max_turns: a.max_turns,
             permission_mode: a.permission_mode.clone(),
             output_schema: a.output_schema.as_ref().map(value),
+            mcp_servers: a.mcp_servers.as_ref().map(mcp_servers),
         }),
         memory_dir: s.memory_dir.clone(),
+    }
+}
+
+/// A persona's MCP servers as the API shows them.
+pub fn mcp_servers(list: &McpServerList) -> pb::McpServerList {
+    pb::McpServerList {
+        servers: list
+            .servers
+            .iter()
+            .map(|s| pb::McpServerSpec {
+                name: s.name.clone(),
+                inline: s.inline,
+                command: s.command.clone(),
+                env: s.env.clone().into_iter().collect(),
+                cwd: s.cwd.clone(),
+                url: s.url.clone(),
+                headers: s.headers.clone().into_iter().collect(),
+            })
+            .collect(),
     }
 }
 

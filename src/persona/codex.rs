@@ -39,6 +39,8 @@ pub(super) fn read(text: &str, path: &str, diags: &mut Vec<Diagnostic>) -> Optio
         memory: None,
         skills: Vec::new(),
         skills_line: None,
+        mcp_servers: None,
+        mcp_servers_line: None,
         format: Format::Toml,
         extra: serde_json::Map::new(),
     };
@@ -89,7 +91,35 @@ pub(super) fn read(text: &str, path: &str, diags: &mut Vec<Diagnostic>) -> Optio
                     }
                 }
             }
+            // Codex's `[mcp_servers.<name>]` tables: the servers of this agent's workers
+            // (docs/personas.md §2.9).
+            "mcp_servers" => {
+                let yaml = serde_yaml::to_value(tomlread::to_json(e.value))
+                    .unwrap_or(serde_yaml::Value::Null);
+                let (servers, problems) = super::mcp::read(&yaml);
+                for why in problems {
+                    diag(
+                        line,
+                        Severity::Warning,
+                        "invalid_mcp_server",
+                        format!("`mcp_servers`: {why}; that entry is ignored"),
+                    );
+                }
+                p.mcp_servers_line = line;
+                p.mcp_servers = Some(servers);
+            }
             _ => {
+                if super::UNSUPPORTED_FIELDS.contains(&e.key.as_str()) {
+                    diag(
+                        line,
+                        Severity::Warning,
+                        "unsupported_field",
+                        format!(
+                            "`{}` is not honoured by agentry: workers of this agent run without it",
+                            e.key
+                        ),
+                    );
+                }
                 p.extra.insert(e.key, tomlread::to_json(e.value));
             }
         }
@@ -195,7 +225,8 @@ Be terse.
 [mcp_servers.docs]
 command = "docs-mcp"
 "#);
-        assert!(r.diagnostics.is_empty(), "{:?}", r.diagnostics);
+        assert_eq!(codes(&r), ["unsupported_field"], "{:?}", r.diagnostics);
+        assert_eq!(r.diagnostics[0].line, Some(6));
         let a = r.persona.unwrap();
         assert_eq!(a.name, "reviewer-rs");
         assert_eq!(a.system_prompt, "You review Rust.\nBe terse.");
@@ -204,8 +235,14 @@ command = "docs-mcp"
         assert_eq!(a.format, Format::Toml);
         assert_eq!(a.tools, None);
         let keys: Vec<_> = a.extra.keys().map(String::as_str).collect();
-        assert_eq!(keys, ["sandbox_mode", "nickname_candidates", "mcp_servers"]);
-        assert_eq!(a.extra["mcp_servers"]["docs"]["command"], "docs-mcp");
+        assert_eq!(keys, ["sandbox_mode", "nickname_candidates"]);
+        let Some([super::super::mcp::McpRef::Inline(docs)]) = a.mcp_servers.as_deref() else {
+            panic!("{:?}", a.mcp_servers)
+        };
+        assert_eq!(
+            (docs.name.as_str(), docs.command.as_slice()),
+            ("docs", &["docs-mcp".to_owned()][..])
+        );
     }
 
     #[test]

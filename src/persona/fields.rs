@@ -18,6 +18,8 @@ pub struct ParseOptions {
     pub implicit_tools: Vec<String>,
     /// The spawn tool; `tools` containing it implies `spawns: *` when `spawns` is absent.
     pub spawn_tool: String,
+    /// `mcp.allow_inline`: project persona files may define their own MCP servers.
+    pub allow_inline_mcp: bool,
     /// Says why an agent's models cannot run, for the `unknown_model` warning of agents on the
     /// model executor (docs/model.md §11.2); `None` checks nothing.
     pub model_check: Option<ModelCheck>,
@@ -42,6 +44,7 @@ impl Default for ParseOptions {
             implicit_tools: vec!["submit_result".to_owned()],
             spawn_tool: "task".to_owned(),
             model_check: None,
+            allow_inline_mcp: false,
         }
     }
 }
@@ -264,6 +267,8 @@ fn finish(
         memory: None,
         skills: Vec::new(),
         skills_line: None,
+        mcp_servers: None,
+        mcp_servers_line: None,
         format: Format::Markdown,
         extra: serde_json::Map::new(),
     };
@@ -349,6 +354,18 @@ fn finish(
                 ),
                 None => {}
             },
+            "mcp_servers" => {
+                let (servers, problems) = super::mcp::read(&e.value);
+                for why in problems {
+                    r.warn(
+                        &e,
+                        "invalid_mcp_server",
+                        format!("`{}`: {why}; that entry is ignored", e.raw_key),
+                    );
+                }
+                p.mcp_servers_line = r.line(&e);
+                p.mcp_servers = Some(servers);
+            }
             "skills" => {
                 p.skills_line = r.line(&e);
                 p.skills = r.take_list(&mut e).unwrap_or_default();

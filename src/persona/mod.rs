@@ -8,6 +8,7 @@
 mod codex;
 pub mod command;
 mod fields;
+pub mod mcp;
 mod split;
 mod tomlread;
 
@@ -229,8 +230,7 @@ pub const PERMISSION_MODES: &[&str] = &[
 /// Frontmatter fields agentry does not honour although they change what a worker may do: each
 /// is an `unsupported_field` warning naming the file, line and field, never silence
 /// (docs/personas.md §2.7).
-pub const UNSUPPORTED_FIELDS: &[&str] =
-    &["hooks", "mcp_servers", "sandbox_mode", "approval_policy"];
+pub const UNSUPPORTED_FIELDS: &[&str] = &["hooks", "sandbox_mode", "approval_policy"];
 
 /// One parsed persona (docs §2.3). Absent optional fields stay `None`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -278,6 +278,12 @@ pub struct Persona {
     /// Line of the `skills` key, for diagnostics about the skills it names.
     #[serde(skip)]
     pub skills_line: Option<u32>,
+    /// `mcpServers`: the MCP servers a worker of this agent gets, named or defined here
+    /// (docs/personas.md §2.9); `None` when the file does not say.
+    pub mcp_servers: Option<Vec<mcp::McpRef>>,
+    /// Line of the `mcp_servers` key.
+    #[serde(skip)]
+    pub mcp_servers_line: Option<u32>,
     /// Claude Code `background: true`: the agent is meant to run in the background; surfaced
     /// for the coordinator (`Agent.background`), which decides how it waits.
     pub background: bool,

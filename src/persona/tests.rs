@@ -446,19 +446,20 @@ fn fields_that_change_a_worker_and_are_not_honoured_are_warnings() {
         "---\nname: a\ndescription: d\nhooks: {PreToolUse: []}\nskills: [lint]\nmemory: project\nmcpServers: [github]\ncolor: blue\n---\nb\n",
     );
     let warned: Vec<(&str, Option<u32>)> = r.diagnostics.iter().map(|d| (d.code, d.line)).collect();
-    assert_eq!(
-        warned,
-        [
-            ("unsupported_field", Some(4)),
-            ("unsupported_field", Some(7))
-        ]
-    );
+    assert_eq!(warned, [("unsupported_field", Some(4))]);
     assert!(
-        r.diagnostics[1]
+        r.diagnostics[0]
             .message
-            .starts_with("`mcpServers` is not honoured")
+            .starts_with("`hooks` is not honoured")
     );
     let a = r.persona.unwrap();
+    // MCP servers are honoured (docs/personas.md §2.9).
+    assert_eq!(
+        a.mcp_servers,
+        Some(vec![super::mcp::McpRef::Named("github".into())])
+    );
+    assert_eq!(a.mcp_servers_line, Some(7));
+    assert!(!a.extra.contains_key("mcpServers"));
     assert!(a.extra.contains_key("color") && a.extra.contains_key("hooks"));
     // Skills are honoured (docs/personas.md §2.8): read as a list, not kept in `extra`.
     assert_eq!(a.skills, ["lint"]);

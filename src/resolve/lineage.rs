@@ -40,6 +40,7 @@ mod tests {
             depth,
             at_max_depth: false,
             memory_dir: None,
+            mcp_servers: None,
         }
     }
 

@@ -191,6 +191,9 @@ pub struct Effective {
     /// The agent's memory directory, when its persona has `memory` (set at spawn).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_dir: Option<String>,
+    /// The persona's MCP servers, when it names any (docs/personas.md §2.9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_servers: Option<Vec<crate::persona::mcp::McpRef>>,
 }
 
 /// Computes the effective agent for `def` spawned by `caller`.
@@ -306,6 +309,7 @@ pub fn effective(
         depth,
         at_max_depth: at_max,
         memory_dir: None,
+        mcp_servers: p.mcp_servers.clone(),
     }
 }
 

@@ -62,6 +62,64 @@ pub struct AgentSpec {
     /// The effective output schema (a JSON value), when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<serde_json::Value>,
+    /// The persona's MCP servers, when it names any (docs/personas.md §2.9).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mcp_servers: Option<McpServerList>,
+}
+
+/// The MCP servers a persona names.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct McpServerList {
+    /// In the persona's order.
+    pub servers: Vec<McpServerSpec>,
+}
+
+/// One MCP server a persona names (proto `agentry.v1.McpServerSpec`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct McpServerSpec {
+    /// Its name.
+    pub name: String,
+    /// Defined in the persona file (else: the configuration's server of this name).
+    pub inline: bool,
+    /// argv of a stdio server.
+    pub command: Vec<String>,
+    /// Extra environment of a stdio server.
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Working directory of a stdio server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// URL of a streamable-HTTP server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Headers sent to a streamable-HTTP server.
+    pub headers: std::collections::BTreeMap<String, String>,
+}
+
+impl McpServerSpec {
+    /// The spec of one server a persona names.
+    pub fn of(r: &crate::persona::mcp::McpRef) -> Self {
+        use crate::persona::mcp::McpRef;
+        match r {
+            McpRef::Named(name) => Self {
+                name: name.clone(),
+                inline: false,
+                command: Vec::new(),
+                env: Default::default(),
+                cwd: None,
+                url: None,
+                headers: Default::default(),
+            },
+            McpRef::Inline(d) => Self {
+                name: d.name.clone(),
+                inline: true,
+                command: d.command.clone(),
+                env: d.env.clone(),
+                cwd: d.cwd.clone(),
+                url: d.url.clone(),
+                headers: d.headers.clone(),
+            },
+        }
+    }
 }
 
 impl WorkerSpec {
@@ -89,6 +147,9 @@ impl WorkerSpec {
                 max_turns: eff.max_turns,
                 permission_mode: eff.permission_mode.clone(),
                 output_schema: eff.output_schema.clone(),
+                mcp_servers: eff.mcp_servers.as_ref().map(|list| McpServerList {
+                    servers: list.iter().map(McpServerSpec::of).collect(),
+                }),
             },
             memory_dir: eff.memory_dir.clone(),
         }

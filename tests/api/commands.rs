@@ -585,7 +585,11 @@ async fn agentry_check_lists_agents_and_commands() {
     assert!(text.contains("rust-reviewer"), "{text}");
     assert!(text.contains("broken.toml:3: error[toml_syntax]"), "{text}");
     assert!(text.contains("error[invalid_command_name]"), "{text}");
-    assert!(text.contains("diagnostics (4, 4 errors):"), "{text}");
+    assert!(text.contains("diagnostics (5, 4 errors):"), "{text}");
+    assert!(
+        text.contains("warning[unsupported_field]: `sandbox_mode`"),
+        "{text}"
+    );
 
     // Explicit directories are read like a Codex agents dir: TOML files count.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentry"))
@@ -601,7 +605,7 @@ async fn agentry_check_lists_agents_and_commands() {
         !text.contains("commands ("),
         "no commands are read from DIRs: {text}"
     );
-    assert!(text.contains("diagnostics (3, 3 errors):"), "{text}");
+    assert!(text.contains("diagnostics (4, 3 errors):"), "{text}");
 }
 
 /// Command files as their own tools read them (docs §3.6): a descriptive field of an unexpected
@@ -655,6 +659,14 @@ async fn command_files_as_their_tools_read_them() {
         "prompt = \"Diff: !{git diff {{args}}}\"\n",
     );
     command(&gemini, "hello.toml", "prompt = \"Say hello.\"\n");
+    // The watcher would see the new files soon; a reload makes the test not race it.
+    s.client
+        .clone()
+        .reload_agents(pb::ReloadAgentsRequest {
+            workspace: ws.display().to_string(),
+        })
+        .await
+        .unwrap();
     let plain = resolve(&s, &ws, "plain", "src/lib.rs").await.unwrap();
     assert_eq!(
         plain.expanded,

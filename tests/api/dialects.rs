@@ -70,7 +70,21 @@ async fn codex_toml_agents_are_read_beside_markdown() {
         extra["nickname_candidates"],
         serde_json::json!(["Ferris", "Borrowck"])
     );
-    assert_eq!(extra["mcp_servers"]["docs"]["args"][0], "--offline");
+    // Codex `[mcp_servers.*]` tables are the agent's own servers (docs §2.9), not `extra`.
+    assert!(extra.get("mcp_servers").is_none());
+    // In a project file, `sandbox_mode` (not enforced) and the inline server (not allowed by
+    // default) are said, at their lines.
+    let said: Vec<(&str, Option<u32>)> = diag(&r, "reviewer.toml")
+        .iter()
+        .map(|d| (d.code.as_str(), d.line))
+        .collect();
+    assert_eq!(
+        said,
+        [
+            ("unsupported_field", Some(6)),
+            ("inline_mcp_refused", Some(15))
+        ]
+    );
 
     // Nested TOML files are read; `none` effort is off. Byte order of the relative path puts
     // `explorer.md` before `team/explorer.toml`, so the markdown one wins in its own dir.
@@ -410,13 +424,8 @@ async fn claude_code_2026_subagents_are_read_as_written_or_reported() {
         .filter(|d| d.code == "unsupported_field")
         .map(|d| (d.message.split('`').nth(1).unwrap().to_owned(), d.line))
         .collect();
-    assert_eq!(
-        unsupported,
-        [
-            ("mcpServers".to_owned(), Some(8)),
-            ("hooks".to_owned(), Some(13))
-        ]
-    );
+    // `mcpServers` is honoured (docs §2.9); `hooks` is not, and says so.
+    assert_eq!(unsupported, [("hooks".to_owned(), Some(13))]);
     let eff = s
         .client
         .clone()
@@ -447,6 +456,12 @@ async fn claude_code_2026_subagents_are_read_as_written_or_reported() {
     assert_eq!(eff.spawns, "explore,plan");
     assert_eq!(eff.thinking_level, pb::ThinkingLevel::Xhigh as i32);
     assert_eq!(eff.permission_mode.as_deref(), Some("acceptEdits"));
+    let servers = eff.mcp_servers.expect("the persona's MCP servers").servers;
+    assert_eq!(servers.len(), 1);
+    assert_eq!(
+        (servers[0].name.as_str(), servers[0].inline),
+        ("github", false)
+    );
     let builder = r.agents.iter().find(|a| a.name == "builder").unwrap();
     assert!(
         builder.background,

@@ -16,6 +16,7 @@
 //! | §11.1, §11.2 preconditions | `unknown_models_and_no_executor_are_refused_at_spawn` |
 //! | §11.6, §11.7 MCP and review | `mcp_filesystem_reads_pass_and_writes_are_reviewed`, `mcp_time_over_python` |
 //! | §11.6 streamable HTTP, §11.9 a stop cancels the MCP call | `mcp_over_streamable_http_and_a_stop_cancels_the_call` |
+//! | personas §2.9 the persona's own MCP servers | `a_personas_mcp_servers_are_the_servers_its_workers_get` |
 //! | §11.9 5xx retried, §11.4 tool timeout | `a_5xx_is_retried_like_a_429`, `a_tool_call_past_the_tool_timeout_goes_back_to_the_model` |
 
 use std::{
@@ -893,5 +894,191 @@ async fn a_tool_call_past_the_tool_timeout_goes_back_to_the_model() {
         [
             "mcp__notes__slow did not answer within 500ms (model.tool_timeout). Do not repeat the same call unchanged; fix the arguments or take another approach."
         ]
+    );
+}
+
+/// A persona's `mcpServers` (docs/personas.md §2.9): a named server narrows the configured
+/// ones, an inline one is started for its worker alone, an unknown name refuses the spawn, and
+/// an inline server in a project file is dropped with a warning unless `mcp.allow_inline`.
+#[tokio::test]
+async fn a_personas_mcp_servers_are_the_servers_its_workers_get() {
+    let Some(time_server) = mcp_program("AGENTRY_TEST_MCP_TIME") else {
+        return;
+    };
+    let scripted = Scripted::start(json!([
+        {"match": "\"tool\"", "tool_calls": [submit(json!("done"))], "repeat": true},
+        {"match": "CLOCK", "tool_calls": [{"name": "mcp__clock__get_current_time", "arguments": {"timezone": "UTC"}}], "repeat": true},
+        {"tool_calls": [submit(json!("nothing to do"))], "repeat": true},
+    ]))
+    .await;
+    let time = McpServer {
+        command: vec![time_server.clone(), "--local-timezone".into(), "UTC".into()],
+        ..McpServer::default()
+    };
+    let inline = format!(
+        "mcpServers:\n  - clock:\n      command: {time_server}\n      args: [--local-timezone, UTC]"
+    );
+    let s = start_with(|c| {
+        on_model(c, &scripted);
+        c.mcp_servers.insert("time".into(), time.clone());
+        // A second configured server that would fail to start: only a worker that gets it
+        // would notice.
+        c.mcp_servers.insert(
+            "broken".into(),
+            McpServer {
+                command: vec!["/nonexistent/mcp-server".into()],
+                ..McpServer::default()
+            },
+        );
+        let dir = agents(c);
+        persona(
+            &dir,
+            "named.md",
+            "name: named\ndescription: d\nmcpServers: [time]",
+            "Use the time.",
+        );
+        persona(
+            &dir,
+            "own.md",
+            &format!("name: own\ndescription: d\n{inline}"),
+            "Use your clock.",
+        );
+        persona(
+            &dir,
+            "none.md",
+            "name: none\ndescription: d\nmcpServers: []",
+            "No servers.",
+        );
+        persona(
+            &dir,
+            "ghost.md",
+            "name: ghost\ndescription: d\nmcpServers: [time, github]",
+            "x",
+        );
+    })
+    .await;
+
+    // Named: exactly `time`, although the agent inherits every tool and `broken` is configured.
+    let w = spawn(&s, "named", "what time is it").await.unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    let offered = scripted.tools_of(0);
+    assert!(
+        offered.contains(&"mcp__time__get_current_time".to_owned()),
+        "{offered:?}"
+    );
+    assert!(
+        offered.iter().all(|t| !t.starts_with("mcp__broken")),
+        "{offered:?}"
+    );
+
+    // Inline: its own server, started for this worker, whose answer reaches the model.
+    let before = scripted.requests().len();
+    let w = spawn(&s, "own", "CLOCK: what time is it").await.unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    let mut offered = scripted.tools_of(before);
+    offered.retain(|t| t.starts_with("mcp__"));
+    assert!(
+        offered.contains(&"mcp__clock__get_current_time".to_owned()),
+        "{offered:?}"
+    );
+    assert!(
+        offered.iter().all(|t| t.starts_with("mcp__clock__")),
+        "{offered:?}"
+    );
+    let answers = tool_messages(&scripted.requests()[before + 1]);
+    assert!(answers[0].contains("UTC"), "{answers:?}");
+
+    // An empty list: no MCP server at all.
+    let before = scripted.requests().len();
+    let w = spawn(&s, "none", "nothing").await.unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    assert_eq!(scripted.tools_of(before), ["submit_result"]);
+
+    // An unknown name refuses the spawn, naming the configured servers; no row is written.
+    let e = spawn(&s, "ghost", "x").await.unwrap_err();
+    assert_status(
+        &e,
+        Code::FailedPrecondition,
+        "EXECUTOR_UNAVAILABLE",
+        "agent ghost names MCP server \"github\", which is not configured (mcp_servers: broken, time)",
+    );
+
+    // A project file's inline server is refused by default: a warning, and no server.
+    let ws = s.ws("proj");
+    persona(
+        &ws.join(".claude/agents"),
+        "local.md",
+        &format!("name: local\ndescription: d\n{inline}"),
+        "Project agent.",
+    );
+    let listed = list_all(&s, &ws, false).await;
+    let d = listed
+        .diagnostics
+        .iter()
+        .find(|d| d.path.ends_with("local.md"))
+        .expect("a diagnostic on local.md");
+    assert_eq!(
+        (d.code.as_str(), d.line),
+        ("inline_mcp_refused", Some(4)),
+        "{d:?}"
+    );
+    assert_eq!(
+        d.message,
+        "MCP server \"clock\" is defined in a project file, and mcp.allow_inline is off: it is not started"
+    );
+    let before = scripted.requests().len();
+    let w = workers::spawn(
+        &s,
+        pb::SpawnWorkerRequest {
+            workspace: ws.display().to_string(),
+            ..spawn_req("local", "nothing", true)
+        },
+    )
+    .await
+    .unwrap()
+    .worker
+    .unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    assert_eq!(scripted.tools_of(before), ["submit_result"]);
+
+    // With mcp.allow_inline the same project file's server starts.
+    let allowed = start_with(|c| {
+        on_model(c, &scripted);
+        c.mcp.allow_inline = true;
+    })
+    .await;
+    let ws = allowed.ws("proj");
+    persona(
+        &ws.join(".claude/agents"),
+        "local.md",
+        &format!("name: local\ndescription: d\n{inline}"),
+        "Project agent.",
+    );
+    let listed = list_all(&allowed, &ws, false).await;
+    assert!(
+        listed
+            .diagnostics
+            .iter()
+            .all(|d| !d.path.ends_with("local.md")),
+        "{:?}",
+        listed.diagnostics
+    );
+    let before = scripted.requests().len();
+    let w = workers::spawn(
+        &allowed,
+        pb::SpawnWorkerRequest {
+            workspace: ws.display().to_string(),
+            ..spawn_req("local", "CLOCK: the time", true)
+        },
+    )
+    .await
+    .unwrap()
+    .worker
+    .unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    assert!(
+        scripted
+            .tools_of(before)
+            .contains(&"mcp__clock__get_current_time".to_owned())
     );
 }

@@ -161,6 +161,7 @@ fn effective(depth: u32) -> Effective {
         depth,
         at_max_depth: false,
         memory_dir: None,
+        mcp_servers: None,
     }
 }
 

@@ -32,7 +32,7 @@ use crate::{
     config::{McpServer, ModelLoop, ModelsConfig},
     persona::ThinkingLevel,
     resolve::Effective,
-    workers::model::ProgressKind,
+    workers::{model::ProgressKind, spec::McpServerSpec},
 };
 use conversation::{Bounds, Conversation, Step, Submitted};
 use tools::{Route, Toolbox};
@@ -248,7 +248,11 @@ fn effort(level: Option<ThinkingLevel>) -> Option<&'static str> {
 impl Executor for ModelExecutor {
     fn admit(&self, eff: &Effective, inherited: &[String]) -> Result<(), String> {
         Self::endpoint(&self.settings, &eff.name, &eff.model, inherited)?;
-        tools::servers_for(&self.settings, &eff.tools).map(drop)
+        let persona: Option<Vec<McpServerSpec>> = eff
+            .mcp_servers
+            .as_ref()
+            .map(|l| l.iter().map(McpServerSpec::of).collect());
+        tools::servers_for(&self.settings, &eff.name, &eff.tools, persona.as_deref()).map(drop)
     }
 
     fn run(

@@ -12,7 +12,11 @@ use super::{
     conversation::SUBMIT_RESULT,
     mcp::{self, CallResult, McpSession, McpTool},
 };
-use crate::{resolve::Tools, workers::executor::Assignment};
+use crate::{
+    config::McpServer,
+    resolve::Tools,
+    workers::{executor::Assignment, spec::McpServerSpec},
+};
 
 /// Where a call goes.
 #[derive(Debug, Clone)]
@@ -67,18 +71,73 @@ fn excludes_all(entry: &str, server: &str) -> bool {
         || e == format!("mcp_{server}_*")
 }
 
-/// The configured servers a worker with `tools` gets: those its list mentions, or, for an agent
-/// that inherits all tools, every one it does not exclude entirely.
-pub fn servers_for(settings: &ModelSettings, tools: &Tools) -> Result<Vec<String>, String> {
-    Ok(settings
-        .servers
-        .keys()
-        .filter(|s| match tools {
-            Tools::Only(list) => list.iter().any(|e| mentions(e, s)),
-            Tools::AllExcept(ex) => !ex.iter().any(|e| excludes_all(e, s)),
-        })
-        .cloned()
-        .collect())
+/// The servers a worker of `agent` with `tools` gets, with what starts each. Without a
+/// persona list (`mcpServers`): the configured servers its tool list mentions, or, for an agent
+/// that inherits all tools, every one it does not exclude entirely. With one: exactly the
+/// servers it names — a configured one by name (an unknown name refuses the spawn), an inline
+/// one as the persona defines it — narrowed by the tool list the same way (docs/model.md §11.6,
+/// docs/personas.md §2.9).
+pub fn servers_for(
+    settings: &ModelSettings,
+    agent: &str,
+    tools: &Tools,
+    persona: Option<&[McpServerSpec]>,
+) -> Result<Vec<(String, McpServer)>, String> {
+    let wanted = |s: &str| match tools {
+        Tools::Only(list) => list.iter().any(|e| mentions(e, s)),
+        Tools::AllExcept(ex) => !ex.iter().any(|e| excludes_all(e, s)),
+    };
+    let Some(persona) = persona else {
+        return Ok(settings
+            .servers
+            .iter()
+            .filter(|(s, _)| wanted(s))
+            .map(|(s, def)| (s.clone(), def.clone()))
+            .collect());
+    };
+    let mut out = Vec::new();
+    for s in persona {
+        let def = if s.inline {
+            McpServer {
+                command: s.command.clone(),
+                env: s.env.clone(),
+                // A relative directory is the workspace's.
+                cwd: s.cwd.as_ref().map(|c| {
+                    if c.starts_with('/') || c.starts_with("${") {
+                        c.clone()
+                    } else {
+                        format!("${{workspace}}/{c}")
+                    }
+                }),
+                url: s.url.clone(),
+                headers: s.headers.clone(),
+            }
+        } else {
+            match settings.servers.get(&s.name) {
+                Some(def) => def.clone(),
+                None => {
+                    return Err(format!(
+                        "agent {agent} names MCP server {:?}, which is not configured (mcp_servers: {})",
+                        s.name,
+                        if settings.servers.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            settings
+                                .servers
+                                .keys()
+                                .cloned()
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        }
+                    ));
+                }
+            }
+        };
+        if wanted(&s.name) {
+            out.push((s.name.clone(), def));
+        }
+    }
+    Ok(out)
 }
 
 /// A name the Chat Completions API accepts.
@@ -111,9 +170,9 @@ impl Toolbox {
         let agent = &a.spec.agent;
         let mut sessions = Vec::new();
         let mut found = Vec::new();
-        for name in servers_for(settings, &agent.tools)? {
-            let server = &settings.servers[&name];
-            match mcp::start(&name, server, workspace).await {
+        let persona = agent.mcp_servers.as_ref().map(|l| l.servers.as_slice());
+        for (name, server) in servers_for(settings, &agent.name, &agent.tools, persona)? {
+            match mcp::start(&name, &server, workspace).await {
                 Ok((session, tools)) => {
                     sessions.push((name, session));
                     found.extend(tools);
@@ -297,12 +356,43 @@ mod tests {
             ..ModelSettings::default()
         };
         let only = Tools::Only(vec!["read".into(), "mcp__time__get_current_time".into()]);
-        assert_eq!(servers_for(&settings, &only).unwrap(), ["time"]);
+        let names = |persona: Option<&[McpServerSpec]>, tools: &Tools| {
+            servers_for(&settings, "a", tools, persona)
+                .map(|v| v.into_iter().map(|(n, _)| n).collect::<Vec<_>>())
+        };
+        assert_eq!(names(None, &only).unwrap(), ["time"]);
         let all = Tools::AllExcept(vec!["mcp__fs".into()]);
-        assert_eq!(servers_for(&settings, &all).unwrap(), ["time"]);
+        assert_eq!(names(None, &all).unwrap(), ["time"]);
+        let everything = Tools::AllExcept(vec![]);
+        assert_eq!(names(None, &everything).unwrap(), ["fs", "time"]);
+
+        let named = |n: &str| McpServerSpec {
+            name: n.to_owned(),
+            inline: false,
+            command: Vec::new(),
+            env: Default::default(),
+            cwd: None,
+            url: None,
+            headers: Default::default(),
+        };
+        let own = McpServerSpec {
+            inline: true,
+            command: vec!["srv".into()],
+            ..named("own")
+        };
+        let list = [named("time"), own];
+        let got = servers_for(&settings, "a", &everything, Some(&list)).unwrap();
+        assert_eq!(got.len(), 2);
         assert_eq!(
-            servers_for(&settings, &Tools::AllExcept(vec![])).unwrap(),
-            ["fs", "time"]
+            (got[1].0.as_str(), got[1].1.command.as_slice()),
+            ("own", &["srv".to_owned()][..])
+        );
+        assert_eq!(names(Some(&list), &only).unwrap(), ["time"]);
+        assert_eq!(names(Some(&[]), &everything).unwrap(), Vec::<String>::new());
+        let e = names(Some(&[named("github")]), &everything).unwrap_err();
+        assert_eq!(
+            e,
+            "agent a names MCP server \"github\", which is not configured (mcp_servers: fs, time)"
         );
     }
 

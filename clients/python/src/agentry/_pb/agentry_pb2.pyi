@@ -215,7 +215,7 @@ class EffectiveTools(_message.Message):
     def __init__(self, only: _Optional[_Union[StringList, _Mapping]] = ..., all_except: _Optional[_Union[StringList, _Mapping]] = ...) -> None: ...
 
 class EffectiveAgent(_message.Message):
-    __slots__ = ("name", "system_prompt", "tools", "spawns", "model", "thinking_level", "max_turns", "permission_mode", "output_schema", "output_schema_source", "mode", "depth", "at_max_depth")
+    __slots__ = ("name", "system_prompt", "tools", "spawns", "model", "thinking_level", "max_turns", "permission_mode", "output_schema", "output_schema_source", "mode", "depth", "at_max_depth", "mcp_servers")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SYSTEM_PROMPT_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]
@@ -229,6 +229,7 @@ class EffectiveAgent(_message.Message):
     MODE_FIELD_NUMBER: _ClassVar[int]
     DEPTH_FIELD_NUMBER: _ClassVar[int]
     AT_MAX_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    MCP_SERVERS_FIELD_NUMBER: _ClassVar[int]
     name: str
     system_prompt: str
     tools: EffectiveTools
@@ -242,7 +243,8 @@ class EffectiveAgent(_message.Message):
     mode: Mode
     depth: int
     at_max_depth: bool
-    def __init__(self, name: _Optional[str] = ..., system_prompt: _Optional[str] = ..., tools: _Optional[_Union[EffectiveTools, _Mapping]] = ..., spawns: _Optional[str] = ..., model: _Optional[_Iterable[str]] = ..., thinking_level: _Optional[_Union[ThinkingLevel, str]] = ..., max_turns: _Optional[int] = ..., permission_mode: _Optional[str] = ..., output_schema: _Optional[str] = ..., output_schema_source: _Optional[_Union[OutputSchemaSource, str]] = ..., mode: _Optional[_Union[Mode, str]] = ..., depth: _Optional[int] = ..., at_max_depth: _Optional[bool] = ...) -> None: ...
+    mcp_servers: McpServerList
+    def __init__(self, name: _Optional[str] = ..., system_prompt: _Optional[str] = ..., tools: _Optional[_Union[EffectiveTools, _Mapping]] = ..., spawns: _Optional[str] = ..., model: _Optional[_Iterable[str]] = ..., thinking_level: _Optional[_Union[ThinkingLevel, str]] = ..., max_turns: _Optional[int] = ..., permission_mode: _Optional[str] = ..., output_schema: _Optional[str] = ..., output_schema_source: _Optional[_Union[OutputSchemaSource, str]] = ..., mode: _Optional[_Union[Mode, str]] = ..., depth: _Optional[int] = ..., at_max_depth: _Optional[bool] = ..., mcp_servers: _Optional[_Union[McpServerList, _Mapping]] = ...) -> None: ...
 
 class Diagnostic(_message.Message):
     __slots__ = ("path", "line", "severity", "code", "message")
@@ -675,7 +677,7 @@ class WorkerSpec(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., depth: _Optional[int] = ..., prompt: _Optional[str] = ..., description: _Optional[str] = ..., workspace: _Optional[str] = ..., agent: _Optional[_Union[AgentSpec, _Mapping]] = ..., memory_dir: _Optional[str] = ...) -> None: ...
 
 class AgentSpec(_message.Message):
-    __slots__ = ("name", "system_prompt", "tools", "spawns", "model", "thinking_level", "max_turns", "permission_mode", "output_schema")
+    __slots__ = ("name", "system_prompt", "tools", "spawns", "model", "thinking_level", "max_turns", "permission_mode", "output_schema", "mcp_servers")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SYSTEM_PROMPT_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]
@@ -685,6 +687,7 @@ class AgentSpec(_message.Message):
     MAX_TURNS_FIELD_NUMBER: _ClassVar[int]
     PERMISSION_MODE_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    MCP_SERVERS_FIELD_NUMBER: _ClassVar[int]
     name: str
     system_prompt: str
     tools: ToolSpec
@@ -694,7 +697,46 @@ class AgentSpec(_message.Message):
     max_turns: int
     permission_mode: str
     output_schema: _struct_pb2.Value
-    def __init__(self, name: _Optional[str] = ..., system_prompt: _Optional[str] = ..., tools: _Optional[_Union[ToolSpec, _Mapping]] = ..., spawns: _Optional[str] = ..., model: _Optional[_Iterable[str]] = ..., thinking_level: _Optional[str] = ..., max_turns: _Optional[int] = ..., permission_mode: _Optional[str] = ..., output_schema: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ...) -> None: ...
+    mcp_servers: McpServerList
+    def __init__(self, name: _Optional[str] = ..., system_prompt: _Optional[str] = ..., tools: _Optional[_Union[ToolSpec, _Mapping]] = ..., spawns: _Optional[str] = ..., model: _Optional[_Iterable[str]] = ..., thinking_level: _Optional[str] = ..., max_turns: _Optional[int] = ..., permission_mode: _Optional[str] = ..., output_schema: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., mcp_servers: _Optional[_Union[McpServerList, _Mapping]] = ...) -> None: ...
+
+class McpServerList(_message.Message):
+    __slots__ = ("servers",)
+    SERVERS_FIELD_NUMBER: _ClassVar[int]
+    servers: _containers.RepeatedCompositeFieldContainer[McpServerSpec]
+    def __init__(self, servers: _Optional[_Iterable[_Union[McpServerSpec, _Mapping]]] = ...) -> None: ...
+
+class McpServerSpec(_message.Message):
+    __slots__ = ("name", "inline", "command", "env", "cwd", "url", "headers")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class HeadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    INLINE_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    inline: bool
+    command: _containers.RepeatedScalarFieldContainer[str]
+    env: _containers.ScalarMap[str, str]
+    cwd: str
+    url: str
+    headers: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., inline: _Optional[bool] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cwd: _Optional[str] = ..., url: _Optional[str] = ..., headers: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ToolSpec(_message.Message):
     __slots__ = ("only", "all_except")
