@@ -104,6 +104,7 @@ fn job(i: usize) -> Job {
             name: "bench".into(),
             system_prompt: SYSTEM.into(),
             tools: Tools::Only(vec!["submit_result".into()]),
+            tool_rules: Vec::new(),
             spawns: String::new(),
             model: Vec::new(),
             thinking_level: None,

@@ -47,6 +47,7 @@ fn record(i: usize) -> WorkerRecord {
                 system_prompt: "You are a careful code explorer. Read before you answer."
                     .to_owned(),
                 tools: Tools::AllExcept(vec!["task".into(), "write".into(), "edit".into()]),
+                tool_rules: Vec::new(),
                 spawns: String::new(),
                 model: vec!["small".to_owned()],
                 thinking_level: None,

@@ -129,6 +129,7 @@ pub fn effective(e: Effective) -> pb::EffectiveAgent {
         name: e.name,
         system_prompt: e.system_prompt,
         tools: Some(pb::EffectiveTools { kind: Some(tools) }),
+        tool_rules: super::runners::tool_rules(&e.tool_rules),
         spawns: e.spawns,
         model: e.model,
         thinking_level: thinking(e.thinking_level),

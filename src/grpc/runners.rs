@@ -186,6 +186,7 @@ pub fn spec(s: &WorkerSpec) -> pb::WorkerSpec {
                     Tools::AllExcept(v) => pb::tool_spec::Kind::AllExcept(names(v)),
                 }),
             }),
+            tool_rules: tool_rules(&a.tool_rules),
             spawns: a.spawns.clone(),
             model: a.model.clone(),
             thinking_level: a.thinking_level.map(|t| t.as_str().to_owned()),
@@ -196,6 +197,19 @@ pub fn spec(s: &WorkerSpec) -> pb::WorkerSpec {
         }),
         memory_dir: s.memory_dir.clone(),
     }
+}
+
+/// Permission-pattern rules as the API shows them.
+pub fn tool_rules(rules: &[crate::resolve::ToolRule]) -> Vec<pb::ToolRule> {
+    rules
+        .iter()
+        .map(|r| pb::ToolRule {
+            entry: r.entry.clone(),
+            name: r.name.clone(),
+            pattern: r.pattern.clone(),
+            deny: r.deny,
+        })
+        .collect()
 }
 
 /// A persona's MCP servers as the API shows them.

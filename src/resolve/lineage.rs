@@ -29,6 +29,7 @@ mod tests {
             name: "plan".into(),
             system_prompt: String::new(),
             tools: Tools::AllExcept(Vec::new()),
+            tool_rules: Vec::new(),
             spawns: spawns.into(),
             model: Vec::new(),
             thinking_level: None,

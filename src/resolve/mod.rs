@@ -147,6 +147,68 @@ pub enum Tools {
     AllExcept(Vec<String>),
 }
 
+/// One tool-list entry that carries a permission pattern, `Name(pattern)` as Claude Code writes
+/// `Bash(git diff:*)`: the entry stays verbatim in the tools, and the rule tells an executor
+/// which tool it restricts and how (docs/lineage.md §5.3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ToolRule {
+    /// The entry as written.
+    pub entry: String,
+    /// The tool it is about (`Bash`).
+    pub name: String,
+    /// The pattern between the parentheses (`git diff:*`), verbatim.
+    pub pattern: String,
+    /// From `disallowed_tools`: calls matching the pattern are refused; else only calls
+    /// matching one of the tool's allow rules are allowed.
+    pub deny: bool,
+}
+
+impl ToolRule {
+    /// The rule of `entry`, when it is `Name(pattern)`: a name of letters, digits, `_`, `-`
+    /// and `.`, then the pattern up to the closing parenthesis that ends the entry.
+    pub fn parse(entry: &str, deny: bool) -> Option<Self> {
+        let e = entry.trim();
+        let (name, rest) = e.split_once('(')?;
+        let pattern = rest.strip_suffix(')')?;
+        let name_ok = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+        name_ok.then(|| Self {
+            entry: e.to_owned(),
+            name: name.to_owned(),
+            pattern: pattern.to_owned(),
+            deny,
+        })
+    }
+}
+
+/// The pattern rules of a worker's tools: the allow rules of an explicit list, and the deny
+/// rules of `disallowed_tools` that still restrict a tool the worker has (an "all but" list
+/// keeps every deny rule).
+fn tool_rules(tools: &Tools, disallowed: &[String]) -> Vec<ToolRule> {
+    match tools {
+        Tools::Only(list) => {
+            let mut rules: Vec<ToolRule> = list
+                .iter()
+                .filter_map(|e| ToolRule::parse(e, false))
+                .collect();
+            let has = |name: &str| {
+                list.iter()
+                    .any(|e| e == name || rules.iter().any(|r| r.name == name))
+            };
+            let denies: Vec<ToolRule> = disallowed
+                .iter()
+                .filter_map(|e| ToolRule::parse(e, true))
+                .filter(|r| has(&r.name))
+                .collect();
+            rules.extend(denies);
+            rules
+        }
+        Tools::AllExcept(ex) => ex.iter().filter_map(|e| ToolRule::parse(e, true)).collect(),
+    }
+}
+
 /// Which rule supplied the output schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -168,6 +230,9 @@ pub struct Effective {
     pub system_prompt: String,
     /// Tools after every rule.
     pub tools: Tools,
+    /// The permission patterns among them (`Bash(git diff:*)`), name and pattern apart.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_rules: Vec<ToolRule>,
     /// The worker's own policy: `*`, empty or CSV.
     pub spawns: String,
     /// Models, in order.
@@ -222,10 +287,14 @@ pub fn effective(
     let can_spawn = own_spawns.is_some() && !at_max && mode == Mode::Default;
     let spawn_tool = &rules.spawn_tool;
 
+    let disallowed = match mode {
+        Mode::Plan => Vec::new(),
+        _ => p.disallowed_tools.clone().unwrap_or_default(),
+    };
     let tools = if mode == Mode::Plan {
         Tools::Only(rules.plan_mode.tools.clone())
     } else {
-        let disallowed = p.disallowed_tools.clone().unwrap_or_default();
+        let disallowed = disallowed.clone();
         match &p.tools {
             Some(list) => {
                 let mut t: Vec<String> = list
@@ -297,6 +366,7 @@ pub fn effective(
     Effective {
         name: p.name.clone(),
         system_prompt,
+        tool_rules: tool_rules(&tools, &disallowed),
         tools,
         spawns,
         model: p.model.clone().unwrap_or_default(),
@@ -576,6 +646,36 @@ fn check<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn permission_patterns_are_split_and_deny_rules_kept_where_they_restrict() {
+        let r = ToolRule::parse(" WebFetch(domain:example.com) ", false).unwrap();
+        assert_eq!(
+            (r.name.as_str(), r.pattern.as_str()),
+            ("WebFetch", "domain:example.com")
+        );
+        assert_eq!(r.entry, "WebFetch(domain:example.com)");
+        // The pattern is everything up to the closing parenthesis that ends the entry.
+        let r = ToolRule::parse("Bash(echo (a)):x)", true).unwrap();
+        assert_eq!(r.pattern, "echo (a)):x");
+        for not in ["Bash", "(x)", "Bash(x", "two words(x)", "Bash(x) y"] {
+            assert_eq!(ToolRule::parse(not, false), None, "{not}");
+        }
+        let only = Tools::Only(vec!["Read".into(), "Bash(git diff:*)".into()]);
+        let denied = [
+            "Bash(rm:*)".to_owned(),
+            "Edit(src/**)".to_owned(),
+            "Grep".to_owned(),
+        ];
+        let rules = tool_rules(&only, &denied);
+        let got: Vec<(&str, bool)> = rules.iter().map(|r| (r.entry.as_str(), r.deny)).collect();
+        // Edit is not among the tools: its deny rule restricts nothing and is not kept.
+        assert_eq!(got, [("Bash(git diff:*)", false), ("Bash(rm:*)", true)]);
+        let all = Tools::AllExcept(vec!["task".into(), "Bash(rm:*)".into()]);
+        let rules = tool_rules(&all, &[]);
+        let got: Vec<(&str, bool)> = rules.iter().map(|r| (r.name.as_str(), r.deny)).collect();
+        assert_eq!(got, [("Bash", true)]);
+    }
 
     #[test]
     fn the_smallest_timeout_wins() {

@@ -46,6 +46,9 @@ pub struct AgentSpec {
     pub system_prompt: String,
     /// `{"only": [...]}` or `{"all_except": [...]}`.
     pub tools: Tools,
+    /// The permission patterns among the tools, name and pattern apart (docs/lineage.md §5.3);
+    /// always written, `[]` without any, as the proto JSON form prints a repeated field.
+    pub tool_rules: Vec<crate::resolve::ToolRule>,
     /// The worker's own spawn policy: `*`, empty or CSV.
     pub spawns: String,
     /// Models in order.
@@ -141,6 +144,7 @@ impl WorkerSpec {
                 name: eff.name.clone(),
                 system_prompt: eff.system_prompt.clone(),
                 tools: eff.tools.clone(),
+                tool_rules: eff.tool_rules.clone(),
                 spawns: eff.spawns.clone(),
                 model: eff.model.clone(),
                 thinking_level: eff.thinking_level,

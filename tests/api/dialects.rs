@@ -415,7 +415,7 @@ async fn claude_code_2026_subagents_are_read_as_written_or_reported() {
     persona(
         &ws.join(".claude/agents"),
         "builder.md",
-        "name: builder\ndescription: builds\ntools: Read, Grep, Edit, Bash(git diff:*), Agent(explore, plan)\npermissionMode: acceptEdits\neffort: max\nskills: [lint]\nmcpServers:\n  - github\nmemory: project\nisolation: worktree\nbackground: true\nhooks: {PreToolUse: []}",
+        "name: builder\ndescription: builds\ntools: Read, Grep, Edit, Bash(git diff:*), Agent(explore, plan)\npermissionMode: acceptEdits\neffort: max\nskills: [lint]\nmcpServers:\n  - github\nmemory: project\nisolation: worktree\nbackground: true\nhooks: {PreToolUse: []}\ndisallowedTools: Bash(rm -rf:*)",
         "Build it.",
     );
     let r = list_all(&s, &ws, false).await;
@@ -456,6 +456,27 @@ async fn claude_code_2026_subagents_are_read_as_written_or_reported() {
     assert_eq!(eff.spawns, "explore,plan");
     assert_eq!(eff.thinking_level, pb::ThinkingLevel::Xhigh as i32);
     assert_eq!(eff.permission_mode.as_deref(), Some("acceptEdits"));
+    // Permission patterns stay verbatim in the tools, and are also given name and pattern apart:
+    // the allow rule of the tools, the deny rule of disallowedTools (it restricts Bash).
+    let rules: Vec<(&str, &str, &str, bool)> = eff
+        .tool_rules
+        .iter()
+        .map(|r| {
+            (
+                r.entry.as_str(),
+                r.name.as_str(),
+                r.pattern.as_str(),
+                r.deny,
+            )
+        })
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            ("Bash(git diff:*)", "Bash", "git diff:*", false),
+            ("Bash(rm -rf:*)", "Bash", "rm -rf:*", true)
+        ]
+    );
     let servers = eff.mcp_servers.expect("the persona's MCP servers").servers;
     assert_eq!(servers.len(), 1);
     assert_eq!(

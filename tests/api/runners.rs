@@ -728,7 +728,7 @@ async fn the_runner_spec_is_the_exec_stdin_document() {
         persona(
             &root.join("agents"),
             "lead.md",
-            "name: lead\ndescription: leads\ntools: read\nspawns: quick_task, lead",
+            "name: lead\ndescription: leads\ntools: read, Bash(git diff:*)\nspawns: quick_task, lead",
             "LEAD",
         );
         c.agent_dirs = vec![agentry::config::AgentDir {
@@ -776,8 +776,13 @@ fn spec_json(s: &pb::WorkerSpec) -> serde_json::Value {
             json!({"all_except": l.values.iter().map(value).collect::<Vec<_>>()})
         }
     };
+    let rules: Vec<Value> = a
+        .tool_rules
+        .iter()
+        .map(|r| json!({"entry": r.entry, "name": r.name, "pattern": r.pattern, "deny": r.deny}))
+        .collect();
     let mut agent = json!({
-        "name": a.name, "system_prompt": a.system_prompt, "tools": tools,
+        "name": a.name, "system_prompt": a.system_prompt, "tools": tools, "tool_rules": rules,
         "spawns": a.spawns, "model": a.model,
     });
     let o = agent.as_object_mut().unwrap();

@@ -31,7 +31,7 @@ pub(crate) async fn with_runtime(
         persona(
             &agents,
             "lead.md",
-            "name: lead\ndescription: leads\ntools: read\nspawns: quick_task, lead",
+            "name: lead\ndescription: leads\ntools: read, Bash(git diff:*)\nspawns: quick_task, lead",
             "LEAD",
         );
         c.agent_dirs = vec![agentry::config::AgentDir {

@@ -150,6 +150,7 @@ fn effective(depth: u32) -> Effective {
         name: "explore".to_owned(),
         system_prompt: "You explore the repository.".to_owned(),
         tools: Tools::AllExcept(vec!["task".to_owned()]),
+        tool_rules: Vec::new(),
         spawns: String::new(),
         model: Vec::new(),
         thinking_level: None,

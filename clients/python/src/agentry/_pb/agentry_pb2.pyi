@@ -215,7 +215,7 @@ class EffectiveTools(_message.Message):
     def __init__(self, only: _Optional[_Union[StringList, _Mapping]] = ..., all_except: _Optional[_Union[StringList, _Mapping]] = ...) -> None: ...
 
 class EffectiveAgent(_message.Message):
-    __slots__ = ("name", "system_prompt", "tools", "spawns", "model", "thinking_level", "max_turns", "permission_mode", "output_schema", "output_schema_source", "mode", "depth", "at_max_depth", "mcp_servers")
+    __slots__ = ("name", "system_prompt", "tools", "spawns", "model", "thinking_level", "max_turns", "permission_mode", "output_schema", "output_schema_source", "mode", "depth", "at_max_depth", "mcp_servers", "tool_rules")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SYSTEM_PROMPT_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]
@@ -230,6 +230,7 @@ class EffectiveAgent(_message.Message):
     DEPTH_FIELD_NUMBER: _ClassVar[int]
     AT_MAX_DEPTH_FIELD_NUMBER: _ClassVar[int]
     MCP_SERVERS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_RULES_FIELD_NUMBER: _ClassVar[int]
     name: str
     system_prompt: str
     tools: EffectiveTools
@@ -244,7 +245,20 @@ class EffectiveAgent(_message.Message):
     depth: int
     at_max_depth: bool
     mcp_servers: McpServerList
-    def __init__(self, name: _Optional[str] = ..., system_prompt: _Optional[str] = ..., tools: _Optional[_Union[EffectiveTools, _Mapping]] = ..., spawns: _Optional[str] = ..., model: _Optional[_Iterable[str]] = ..., thinking_level: _Optional[_Union[ThinkingLevel, str]] = ..., max_turns: _Optional[int] = ..., permission_mode: _Optional[str] = ..., output_schema: _Optional[str] = ..., output_schema_source: _Optional[_Union[OutputSchemaSource, str]] = ..., mode: _Optional[_Union[Mode, str]] = ..., depth: _Optional[int] = ..., at_max_depth: _Optional[bool] = ..., mcp_servers: _Optional[_Union[McpServerList, _Mapping]] = ...) -> None: ...
+    tool_rules: _containers.RepeatedCompositeFieldContainer[ToolRule]
+    def __init__(self, name: _Optional[str] = ..., system_prompt: _Optional[str] = ..., tools: _Optional[_Union[EffectiveTools, _Mapping]] = ..., spawns: _Optional[str] = ..., model: _Optional[_Iterable[str]] = ..., thinking_level: _Optional[_Union[ThinkingLevel, str]] = ..., max_turns: _Optional[int] = ..., permission_mode: _Optional[str] = ..., output_schema: _Optional[str] = ..., output_schema_source: _Optional[_Union[OutputSchemaSource, str]] = ..., mode: _Optional[_Union[Mode, str]] = ..., depth: _Optional[int] = ..., at_max_depth: _Optional[bool] = ..., mcp_servers: _Optional[_Union[McpServerList, _Mapping]] = ..., tool_rules: _Optional[_Iterable[_Union[ToolRule, _Mapping]]] = ...) -> None: ...
+
+class ToolRule(_message.Message):
+    __slots__ = ("entry", "name", "pattern", "deny")
+    ENTRY_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    DENY_FIELD_NUMBER: _ClassVar[int]
+    entry: str
+    name: str
+    pattern: str
+    deny: bool
+    def __init__(self, entry: _Optional[str] = ..., name: _Optional[str] = ..., pattern: _Optional[str] = ..., deny: _Optional[bool] = ...) -> None: ...
 
 class Diagnostic(_message.Message):
     __slots__ = ("path", "line", "severity", "code", "message")
@@ -677,7 +691,7 @@ class WorkerSpec(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., depth: _Optional[int] = ..., prompt: _Optional[str] = ..., description: _Optional[str] = ..., workspace: _Optional[str] = ..., agent: _Optional[_Union[AgentSpec, _Mapping]] = ..., memory_dir: _Optional[str] = ...) -> None: ...
 
 class AgentSpec(_message.Message):
-    __slots__ = ("name", "system_prompt", "tools", "spawns", "model", "thinking_level", "max_turns", "permission_mode", "output_schema", "mcp_servers")
+    __slots__ = ("name", "system_prompt", "tools", "spawns", "model", "thinking_level", "max_turns", "permission_mode", "output_schema", "mcp_servers", "tool_rules")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SYSTEM_PROMPT_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]
@@ -688,6 +702,7 @@ class AgentSpec(_message.Message):
     PERMISSION_MODE_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     MCP_SERVERS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_RULES_FIELD_NUMBER: _ClassVar[int]
     name: str
     system_prompt: str
     tools: ToolSpec
@@ -698,7 +713,8 @@ class AgentSpec(_message.Message):
     permission_mode: str
     output_schema: _struct_pb2.Value
     mcp_servers: McpServerList
-    def __init__(self, name: _Optional[str] = ..., system_prompt: _Optional[str] = ..., tools: _Optional[_Union[ToolSpec, _Mapping]] = ..., spawns: _Optional[str] = ..., model: _Optional[_Iterable[str]] = ..., thinking_level: _Optional[str] = ..., max_turns: _Optional[int] = ..., permission_mode: _Optional[str] = ..., output_schema: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., mcp_servers: _Optional[_Union[McpServerList, _Mapping]] = ...) -> None: ...
+    tool_rules: _containers.RepeatedCompositeFieldContainer[ToolRule]
+    def __init__(self, name: _Optional[str] = ..., system_prompt: _Optional[str] = ..., tools: _Optional[_Union[ToolSpec, _Mapping]] = ..., spawns: _Optional[str] = ..., model: _Optional[_Iterable[str]] = ..., thinking_level: _Optional[str] = ..., max_turns: _Optional[int] = ..., permission_mode: _Optional[str] = ..., output_schema: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., mcp_servers: _Optional[_Union[McpServerList, _Mapping]] = ..., tool_rules: _Optional[_Iterable[_Union[ToolRule, _Mapping]]] = ...) -> None: ...
 
 class McpServerList(_message.Message):
     __slots__ = ("servers",)
