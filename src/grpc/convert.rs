@@ -82,7 +82,23 @@ pub fn agent(a: &AgentDef) -> pb::Agent {
         timeout_mins: p.timeout_mins,
         remote: p.remote,
         background: p.background,
+        isolation: p
+            .worktree
+            .map(|w| if w { "worktree" } else { "none" }.to_owned()),
+        memory: p.memory.clone(),
+        skills: p.skills.clone(),
+        mcp_servers: p.mcp_servers.as_deref().map(persona_mcp),
     }
+}
+
+/// A persona's MCP servers as the API shows them.
+fn persona_mcp(list: &[crate::persona::mcp::McpRef]) -> pb::McpServerList {
+    super::runners::mcp_servers(&crate::workers::spec::McpServerList {
+        servers: list
+            .iter()
+            .map(crate::workers::spec::McpServerSpec::of)
+            .collect(),
+    })
 }
 
 /// A diagnostic as the API shows it.
@@ -145,14 +161,7 @@ pub fn effective(e: Effective) -> pb::EffectiveAgent {
         mode: mode(e.mode),
         depth: e.depth,
         at_max_depth: e.at_max_depth,
-        mcp_servers: e.mcp_servers.map(|list| {
-            super::runners::mcp_servers(&crate::workers::spec::McpServerList {
-                servers: list
-                    .iter()
-                    .map(crate::workers::spec::McpServerSpec::of)
-                    .collect(),
-            })
-        }),
+        mcp_servers: e.mcp_servers.as_deref().map(persona_mcp),
     }
 }
 

@@ -648,3 +648,111 @@ async fn skills_are_found_like_agents_and_composed_after_the_body() {
     );
     assert_eq!(prompt_of(&s, &sub, "other").await, "Other.");
 }
+
+/// The Claude Code 2026 corpus (`tests/fixtures/claude2026`, ten subagents and a skill written
+/// for this test, using every Claude Code field of docs §2.7): read as a project's `.claude`
+/// dir, every file loads, each field it does not honour is said at its line, and each agent
+/// resolves to the effective agent recorded in `expected.json` beside the files. Run with
+/// `AGENTRY_BLESS=1` to rewrite that file after a deliberate change, and review its diff.
+#[tokio::test]
+async fn the_claude_code_2026_corpus_resolves_to_its_expected_effective_agents() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/claude2026");
+    let s = start().await;
+    let ws = s.ws("proj");
+    copy_tree(&root.join("agents"), &ws.join(".claude/agents"));
+    copy_tree(&root.join("skills"), &ws.join(".claude/skills"));
+    let listed = list_all(&s, &ws, false).await;
+    let mut files: Vec<String> = std::fs::read_dir(root.join("agents"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 10, "{files:?}");
+    let mut got = serde_json::Map::new();
+    for file in &files {
+        let name = file.trim_end_matches(".md");
+        let agent = listed
+            .agents
+            .iter()
+            .find(|a| a.name == name)
+            .unwrap_or_else(|| panic!("{file} did not load: {:?}", diag(&listed, file)));
+        let eff = s
+            .client
+            .clone()
+            .resolve_agent(pb::ResolveAgentRequest {
+                name: name.into(),
+                workspace: ws.display().to_string(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .effective
+            .unwrap();
+        let tools = match eff.tools.unwrap().kind.unwrap() {
+            pb::effective_tools::Kind::Only(l) => serde_json::json!({"only": l.values}),
+            pb::effective_tools::Kind::AllExcept(l) => serde_json::json!({"all_except": l.values}),
+        };
+        let skills: Vec<&str> = eff
+            .system_prompt
+            .lines()
+            .filter_map(|l| l.strip_prefix("## Skill: "))
+            .collect();
+        let servers: Vec<String> = eff
+            .mcp_servers
+            .map(|l| {
+                l.servers
+                    .iter()
+                    .map(|s| match s.inline {
+                        true => format!("{} (inline: {})", s.name, s.command.join(" ")),
+                        false => s.name.clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let diagnostics: Vec<String> = diag(&listed, file)
+            .iter()
+            .map(|d| {
+                let message = d.message.replace(&ws.display().to_string(), "$WORKSPACE");
+                format!("{}:{} {message}", d.line.unwrap_or(0), d.code)
+            })
+            .collect();
+        got.insert(
+            name.to_owned(),
+            serde_json::json!({
+                "diagnostics": diagnostics,
+                "tools": tools,
+                "tool_rules": eff.tool_rules.iter().map(|r| {
+                    format!("{} {} {:?}", if r.deny { "deny" } else { "allow" }, r.name, r.pattern)
+                }).collect::<Vec<_>>(),
+                "spawns": eff.spawns,
+                "model": eff.model,
+                "thinking_level": pb::ThinkingLevel::try_from(eff.thinking_level).unwrap().as_str_name(),
+                "permission_mode": eff.permission_mode,
+                "max_turns": eff.max_turns,
+                "mode": pb::Mode::try_from(eff.mode).unwrap().as_str_name(),
+                "skills_composed": skills,
+                "mcp_servers": servers,
+                "background": agent.background,
+                "isolation": agent.isolation,
+                "memory": agent.memory,
+                "prompt_starts": eff.system_prompt.lines().next().unwrap_or_default(),
+            }),
+        );
+    }
+    let got = serde_json::Value::Object(got);
+    let expected_path = root.join("expected.json");
+    if std::env::var_os("AGENTRY_BLESS").is_some() {
+        std::fs::write(
+            &expected_path,
+            serde_json::to_string_pretty(&got).unwrap() + "\n",
+        )
+        .unwrap();
+    }
+    let expected: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&expected_path).unwrap()).unwrap();
+    for (name, want) in expected.as_object().unwrap() {
+        assert_eq!(&got[name], want, "effective agent of {name}");
+    }
+    assert_eq!(got, expected);
+}

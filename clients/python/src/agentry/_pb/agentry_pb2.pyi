@@ -155,7 +155,7 @@ class StringList(_message.Message):
     def __init__(self, values: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Agent(_message.Message):
-    __slots__ = ("name", "description", "system_prompt", "when_to_use", "tools", "disallowed_tools", "spawns", "model", "thinking_level", "output_schema", "permission_mode", "max_turns", "critical_reminder", "extra_json", "source", "family", "file_path", "shadowed_by", "content_sha256", "format", "temperature", "timeout_mins", "remote", "background")
+    __slots__ = ("name", "description", "system_prompt", "when_to_use", "tools", "disallowed_tools", "spawns", "model", "thinking_level", "output_schema", "permission_mode", "max_turns", "critical_reminder", "extra_json", "source", "family", "file_path", "shadowed_by", "content_sha256", "format", "temperature", "timeout_mins", "remote", "background", "isolation", "memory", "skills", "mcp_servers")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     SYSTEM_PROMPT_FIELD_NUMBER: _ClassVar[int]
@@ -180,6 +180,10 @@ class Agent(_message.Message):
     TIMEOUT_MINS_FIELD_NUMBER: _ClassVar[int]
     REMOTE_FIELD_NUMBER: _ClassVar[int]
     BACKGROUND_FIELD_NUMBER: _ClassVar[int]
+    ISOLATION_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    SKILLS_FIELD_NUMBER: _ClassVar[int]
+    MCP_SERVERS_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     system_prompt: str
@@ -204,7 +208,11 @@ class Agent(_message.Message):
     timeout_mins: int
     remote: bool
     background: bool
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., system_prompt: _Optional[str] = ..., when_to_use: _Optional[str] = ..., tools: _Optional[_Union[StringList, _Mapping]] = ..., disallowed_tools: _Optional[_Union[StringList, _Mapping]] = ..., spawns: _Optional[str] = ..., model: _Optional[_Iterable[str]] = ..., thinking_level: _Optional[_Union[ThinkingLevel, str]] = ..., output_schema: _Optional[str] = ..., permission_mode: _Optional[str] = ..., max_turns: _Optional[int] = ..., critical_reminder: _Optional[str] = ..., extra_json: _Optional[str] = ..., source: _Optional[_Union[Source, str]] = ..., family: _Optional[str] = ..., file_path: _Optional[str] = ..., shadowed_by: _Optional[str] = ..., content_sha256: _Optional[str] = ..., format: _Optional[_Union[FileFormat, str]] = ..., temperature: _Optional[float] = ..., timeout_mins: _Optional[int] = ..., remote: _Optional[bool] = ..., background: _Optional[bool] = ...) -> None: ...
+    isolation: str
+    memory: str
+    skills: _containers.RepeatedScalarFieldContainer[str]
+    mcp_servers: McpServerList
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., system_prompt: _Optional[str] = ..., when_to_use: _Optional[str] = ..., tools: _Optional[_Union[StringList, _Mapping]] = ..., disallowed_tools: _Optional[_Union[StringList, _Mapping]] = ..., spawns: _Optional[str] = ..., model: _Optional[_Iterable[str]] = ..., thinking_level: _Optional[_Union[ThinkingLevel, str]] = ..., output_schema: _Optional[str] = ..., permission_mode: _Optional[str] = ..., max_turns: _Optional[int] = ..., critical_reminder: _Optional[str] = ..., extra_json: _Optional[str] = ..., source: _Optional[_Union[Source, str]] = ..., family: _Optional[str] = ..., file_path: _Optional[str] = ..., shadowed_by: _Optional[str] = ..., content_sha256: _Optional[str] = ..., format: _Optional[_Union[FileFormat, str]] = ..., temperature: _Optional[float] = ..., timeout_mins: _Optional[int] = ..., remote: _Optional[bool] = ..., background: _Optional[bool] = ..., isolation: _Optional[str] = ..., memory: _Optional[str] = ..., skills: _Optional[_Iterable[str]] = ..., mcp_servers: _Optional[_Union[McpServerList, _Mapping]] = ...) -> None: ...
 
 class EffectiveTools(_message.Message):
     __slots__ = ("only", "all_except")
