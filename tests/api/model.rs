@@ -17,6 +17,9 @@
 //! | §11.6, §11.7 MCP and review | `mcp_filesystem_reads_pass_and_writes_are_reviewed`, `mcp_time_over_python` |
 //! | §11.6 streamable HTTP, §11.9 a stop cancels the MCP call | `mcp_over_streamable_http_and_a_stop_cancels_the_call` |
 //! | personas §2.9 the persona's own MCP servers | `a_personas_mcp_servers_are_the_servers_its_workers_get` |
+//! | §11.4 read-only workers, §11.7 `review.tools`, §11.6 Gemini wildcards | `a_read_only_worker_is_offered_only_read_only_tools`, `review_tools_are_reviewed_even_when_read_only_and_gemini_wildcards_select` |
+//! | §11.4 spawn refusals as tool text | `spawn_tool_refusals_are_tool_errors_not_failed_workers` |
+//! | §11.9 no retry after part of an answer | `a_stream_broken_after_part_of_the_answer_is_not_retried` |
 //! | §11.9 5xx retried, §11.4 tool timeout | `a_5xx_is_retried_like_a_429`, `a_tool_call_past_the_tool_timeout_goes_back_to_the_model` |
 
 use std::{
@@ -1080,5 +1083,222 @@ async fn a_personas_mcp_servers_are_the_servers_its_workers_get() {
         scripted
             .tools_of(before)
             .contains(&"mcp__clock__get_current_time".to_owned())
+    );
+}
+
+/// A read-only worker (persona `permissionMode: read-only`) is offered only the read-only tools
+/// of a server its list selects whole (docs/model.md §11.4); the others are never shown.
+#[tokio::test]
+async fn a_read_only_worker_is_offered_only_read_only_tools() {
+    let Some(fs_server) = mcp_program("AGENTRY_TEST_MCP_FILESYSTEM") else {
+        return;
+    };
+    let scripted =
+        Scripted::start(json!([{"tool_calls": [submit(json!("looked"))], "repeat": true}])).await;
+    let s = start_with(|c| {
+        on_model(c, &scripted);
+        c.mcp_servers.insert(
+            "fs".into(),
+            McpServer {
+                command: vec![fs_server.clone(), "${workspace}".into()],
+                ..McpServer::default()
+            },
+        );
+        let dir = agents(c);
+        persona(
+            &dir,
+            "looker.md",
+            "name: looker\ndescription: looks\ntools: mcp__fs\npermissionMode: read-only",
+            "Look.",
+        );
+        persona(
+            &dir,
+            "toucher.md",
+            "name: toucher\ndescription: touches\ntools: mcp__fs",
+            "Touch.",
+        );
+    })
+    .await;
+    let ws_dir = tempfile::tempdir().unwrap();
+    let run = |agent: &'static str| {
+        let s = &s;
+        let ws = ws_dir.path().display().to_string();
+        async move {
+            workers::spawn(
+                s,
+                pb::SpawnWorkerRequest {
+                    workspace: ws,
+                    ..spawn_req(agent, "look around", true)
+                },
+            )
+            .await
+            .unwrap()
+            .worker
+            .unwrap()
+        }
+    };
+    let w = run("toucher").await;
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    let all = scripted.tools_of(0);
+    let w = run("looker").await;
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    let read_only = scripted.tools_of(1);
+    for t in [
+        "mcp__fs__write_file",
+        "mcp__fs__edit_file",
+        "mcp__fs__move_file",
+    ] {
+        assert!(all.contains(&t.to_owned()), "{t} in {all:?}");
+        assert!(
+            !read_only.contains(&t.to_owned()),
+            "{t} offered read-only: {read_only:?}"
+        );
+    }
+    for t in ["mcp__fs__read_text_file", "mcp__fs__list_directory"] {
+        assert!(
+            read_only.contains(&t.to_owned()),
+            "{t} not in {read_only:?}"
+        );
+    }
+    assert!(read_only.len() < all.len());
+}
+
+/// `review.tools` sends a read-only tool through the review gate too, and a Gemini-style
+/// `mcp_<server>_*` wildcard selects that server's tools (docs/model.md §11.6, §11.7).
+#[tokio::test]
+async fn review_tools_are_reviewed_even_when_read_only_and_gemini_wildcards_select() {
+    let Some(time_server) = mcp_program("AGENTRY_TEST_MCP_TIME") else {
+        return;
+    };
+    let scripted = Scripted::start(json!([
+        {"match": "rejected by review", "tool_calls": [submit(json!("no clock then"))]},
+        // The reviewer sees the call's arguments.
+        {"match": "Europe/Oslo", "content": "Decision: reject\nno clocks today"},
+        {"match": "CLOCK", "tool_calls": [{"name": "mcp__time__get_current_time", "arguments": {"timezone": "Europe/Oslo"}}]},
+    ]))
+    .await;
+    let s = start_with(|c| {
+        on_model(c, &scripted);
+        c.review.tools = vec!["mcp__time__get_current_time".into()];
+        c.mcp_servers.insert(
+            "time".into(),
+            McpServer {
+                command: vec![time_server.clone(), "--local-timezone".into(), "UTC".into()],
+                ..McpServer::default()
+            },
+        );
+        persona(
+            &agents(c),
+            "gem.md",
+            "name: gem\ndescription: d\ntools: mcp_time_*",
+            "Tell the time.",
+        );
+    })
+    .await;
+    let w = spawn(&s, "gem", "CLOCK please").await.unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    assert_eq!(w.result.as_deref(), Some("no clock then"));
+    let mut offered = scripted.tools_of(0);
+    offered.sort();
+    assert_eq!(
+        offered,
+        [
+            "mcp__time__convert_time",
+            "mcp__time__get_current_time",
+            "submit_result"
+        ]
+    );
+    let last = scripted.requests().last().cloned().unwrap();
+    assert_eq!(
+        tool_messages(&last),
+        ["rejected by review: no clocks today"]
+    );
+    let reviews = s
+        .client
+        .clone()
+        .list_workers(pb::ListWorkersRequest {
+            parent_id: w.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .workers;
+    assert_eq!(reviews.len(), 1, "{reviews:?}");
+    assert_eq!(reviews[0].agent, "reviewer");
+}
+
+/// Spawn-tool refusals other than the depth limit — an agent outside the worker's spawn
+/// rights, an agent that does not exist — go back to the model as the tool's error text, and
+/// the worker goes on (docs/model.md §11.4).
+#[tokio::test]
+async fn spawn_tool_refusals_are_tool_errors_not_failed_workers() {
+    let scripted = Scripted::start(json!([
+        // Each step matches the prompt of the call before it (the arguments are in the history).
+        {"match": "SECOND-TRY", "tool_calls": [submit(json!("did it myself"))]},
+        {"match": "FIRST-TRY", "tool_calls": [{"name": "task", "arguments": {"agent": "ghost", "prompt": "SECOND-TRY"}}]},
+        {"tool_calls": [{"name": "task", "arguments": {"agent": "outsider", "prompt": "FIRST-TRY"}}]},
+    ]))
+    .await;
+    let s = start_with(|c| {
+        on_model(c, &scripted);
+        let dir = agents(c);
+        persona(
+            &dir,
+            "lead.md",
+            "name: lead\ndescription: leads\nspawns: helper, ghost",
+            "Lead.",
+        );
+        simple(&dir, "helper.md", "helper", "helps");
+        simple(&dir, "outsider.md", "outsider", "not allowed");
+    })
+    .await;
+    let w = spawn(&s, "lead", "delegate").await.unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    assert_eq!(w.result.as_deref(), Some("did it myself"));
+    let answers = tool_messages(scripted.requests().last().unwrap());
+    assert_eq!(
+        answers,
+        [
+            "Cannot spawn 'outsider'. Allowed: helper, ghost. Do not repeat the same call unchanged; fix the arguments or take another approach.",
+            "Unknown agent \"ghost\". Available: helper, lead, outsider, explore, plan, designer, reviewer, task, quick_task. Do not repeat the same call unchanged; fix the arguments or take another approach."
+        ]
+    );
+    // Nothing was spawned.
+    let children = s
+        .client
+        .clone()
+        .list_workers(pb::ListWorkersRequest {
+            parent_id: w.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .workers;
+    assert!(children.is_empty(), "{children:?}");
+}
+
+/// A stream that breaks after part of an answer arrived is never retried: the worker fails
+/// with the break, after exactly one request (docs/model.md §11.9).
+#[tokio::test]
+async fn a_stream_broken_after_part_of_the_answer_is_not_retried() {
+    let scripted = Scripted::start(json!([
+        {"match": "PARTIAL", "content": "half of an answer that never ends", "split": 6,
+         "stall_after": 3, "stall_ms": 0, "repeat": true},
+    ]))
+    .await;
+    let s = start_with(|c| on_model(c, &scripted)).await;
+    let w = spawn(&s, "task", "PARTIAL answer").await.unwrap();
+    assert_eq!(w.state, pb::WorkerState::Failed as i32, "{w:?}");
+    let error = w.error.unwrap_or_default();
+    assert!(
+        error.starts_with("model stream broke after 3 events"),
+        "{error}"
+    );
+    assert_eq!(
+        scripted.requests().len(),
+        1,
+        "retried after part of an answer"
     );
 }

@@ -445,7 +445,16 @@ impl Run {
         name: &str,
         arguments: &str,
     ) -> (String, bool, bool) {
-        let err = |why: String| (format!("{why} {DO_NOT_RETRY}"), true, false);
+        // A refusal from agentry's own API has no final stop; the instruction is a sentence of
+        // its own.
+        let err = |why: String| {
+            let stop = if why.ends_with(['.', '!', '?']) {
+                ""
+            } else {
+                "."
+            };
+            (format!("{why}{stop} {DO_NOT_RETRY}"), true, false)
+        };
         let args: Option<Value> = match arguments.trim() {
             "" => None,
             text => match serde_json::from_str(text) {
