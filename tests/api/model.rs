@@ -19,6 +19,7 @@
 //! | personas §2.9 the persona's own MCP servers | `a_personas_mcp_servers_are_the_servers_its_workers_get` |
 //! | §11.4 read-only workers, §11.7 `review.tools`, §11.6 Gemini wildcards | `a_read_only_worker_is_offered_only_read_only_tools`, `review_tools_are_reviewed_even_when_read_only_and_gemini_wildcards_select` |
 //! | §11.4 spawn refusals as tool text | `spawn_tool_refusals_are_tool_errors_not_failed_workers` |
+//! | §11.9 a stop ends a stdio server's call at once | `a_stop_during_a_stdio_tool_call_ends_the_server_at_once` |
 //! | §11.9 no retry after part of an answer | `a_stream_broken_after_part_of_the_answer_is_not_retried` |
 //! | §11.9 5xx retried, §11.4 tool timeout | `a_5xx_is_retried_like_a_429`, `a_tool_call_past_the_tool_timeout_goes_back_to_the_model` |
 
@@ -1301,4 +1302,68 @@ async fn a_stream_broken_after_part_of_the_answer_is_not_retried() {
         1,
         "retried after part of an answer"
     );
+}
+
+/// A stop while a stdio MCP server's tool runs: the worker is killed at once, and the server's
+/// process with it (its process group is killed; docs/model.md §11.9).
+#[tokio::test]
+async fn a_stop_during_a_stdio_tool_call_ends_the_server_at_once() {
+    let Some(python) = mcp_program("AGENTRY_TEST_MCP_PYTHON") else {
+        return;
+    };
+    let marker_dir = tempfile::tempdir().unwrap();
+    let marker = marker_dir.path().join("slow.txt");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/mcp_http_server.py");
+    let scripted = Scripted::start(json!([
+        {"match": "SLOW", "tool_calls": [{"name": "mcp__notes__slow", "arguments": {"seconds": 60}}]},
+    ]))
+    .await;
+    let s = start_with(|c| {
+        on_model(c, &scripted);
+        c.mcp_servers.insert(
+            "notes".into(),
+            McpServer {
+                command: vec![
+                    python.clone(),
+                    script.display().to_string(),
+                    "--stdio".into(),
+                    "--marker".into(),
+                    marker.display().to_string(),
+                ],
+                ..McpServer::default()
+            },
+        );
+        persona(
+            &agents(c),
+            "reader.md",
+            "name: reader\ndescription: reads\ntools: mcp__notes",
+            "Read.",
+        );
+    })
+    .await;
+    let w = workers::spawn(&s, spawn_req("reader", "SLOW please", false))
+        .await
+        .unwrap()
+        .worker
+        .unwrap();
+    eventually("the slow tool runs", Duration::from_secs(20), || async {
+        (std::fs::read_to_string(&marker).ok()? == "started").then_some(())
+    })
+    .await;
+    let pid: i32 = std::fs::read_to_string(marker.with_extension("txt.pid"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(Path::new(&format!("/proc/{pid}")).exists());
+    let t0 = Instant::now();
+    let stopped = stop_worker(&s, &w.id, "enough").await;
+    assert_eq!(stopped.state, pb::WorkerState::Killed as i32);
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    // Killed, and reaped by agentry (no zombie left behind either).
+    eventually(
+        "the server process is gone",
+        Duration::from_secs(5),
+        || async { (!Path::new(&format!("/proc/{pid}")).exists()).then_some(()) },
+    )
+    .await;
 }
