@@ -12,7 +12,7 @@
 //! | `ReportProgress` on a replica that does not run the worker | accepted; watchers on every replica see it | `replicas::replicas_take_progress_on_any_replica` |
 //! | `WatchWorker` resumed at or past a finished worker's last event | ends at once with OK; beyond the last sequence `OUT_OF_RANGE` | `a_resumed_watch_of_a_finished_worker_ends` |
 //! | SIGTERM while watchers follow running workers | each watcher gets the `killed` event before its stream ends | `processes::sigterm_delivers_every_terminal_event_to_watchers` |
-//! | a second server on the same SQLite file through a symlink | refuses to start, the first one's workers untouched | `processes::a_second_server_through_a_symlink_refuses_to_start` |
+//! | a second server on the same SQLite file through a symlink or a hard link | refuses to start, the first one's workers untouched | `processes::a_second_server_through_a_symlink_or_a_hard_link_refuses_to_start` |
 //! | a 1 MB persona with 100,000 keys, or a 500,000-element list | parsed in linear time and bounded memory | `persona::tests` (unit) and `benches/discovery.rs` |
 //! | a runner message over the size limit, or with invalid UTF-8 | the stream ends with `INVALID_ARGUMENT`, the session's workers follow the runner-lost rules | `a_bad_runner_message_ends_the_stream_as_invalid_argument` |
 //! | a sustained stream of progress events on SQLite | the WAL stays bounded | `workers::store::sqlite::tests` (unit) |

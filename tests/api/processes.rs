@@ -200,7 +200,7 @@ async fn a_second_server_on_the_same_store_refuses_to_start_naming_the_holder() 
 }
 
 #[tokio::test]
-async fn a_second_server_through_a_symlink_refuses_to_start() {
+async fn a_second_server_through_a_symlink_or_a_hard_link_refuses_to_start() {
     let f = fixture("cat > /dev/null\nsleep 1\necho first", "", "");
     let root = f.dir.path();
     let server = start(&f.config).await;
@@ -233,6 +233,22 @@ async fn a_second_server_through_a_symlink_refuses_to_start() {
             db.display()
         );
     }
+    // A hard link under another name is the same inode: the file's own lock refuses it.
+    std::fs::hard_link(&f.db, root.join("elsewhere/hard.db")).unwrap();
+    let config = crate::binary::config(
+        root,
+        "via-hard-link",
+        &format!(
+            "home: {home}\nstore: {{path: {db}}}\nexecutor: {{command: [/bin/true]}}\n",
+            home = root.join("home").display(),
+            db = root.join("elsewhere/hard.db").display(),
+        ),
+    );
+    let stderr = Launch::new(&config).fails().await;
+    assert!(
+        stderr.contains("is in use by another agentry process (the file itself is locked: another path to it, such as a hard link, is in use)"),
+        "{stderr}"
+    );
     // The first server's worker was not touched.
     assert_untouched(running).await;
 }

@@ -100,6 +100,10 @@ struct WriteSide {
     epoch: Instant,
     /// Wakes the checkpointer (a full queue means a checkpoint is due anyway).
     checkpoint: mpsc::SyncSender<()>,
+    /// The exclusive `flock` on the database file itself, which any path to it meets (a hard
+    /// link too). Last, so it is let go after the write connection closes: closing a
+    /// descriptor of the file drops this process's POSIX locks on it, SQLite's included.
+    _file_lock: Flock<std::fs::File>,
 }
 
 impl WriteSide {
@@ -321,6 +325,7 @@ impl SqliteStore {
             })?;
         }
         let lock = lock_exclusively(&canonical(path)?)?;
+        let file_lock = lock_the_file_itself(path)?;
         let mut conn =
             Connection::open(path).with_context(|| format!("open {}", path.display()))?;
         conn.busy_timeout(BUSY_TIMEOUT)
@@ -356,6 +361,7 @@ impl SqliteStore {
             last_commit_us: AtomicU64::new(0),
             epoch: Instant::now(),
             checkpoint: nudge,
+            _file_lock: file_lock,
         });
         let side = Arc::downgrade(&write);
         start_thread("agentry-sqlite-checkpoint", path, move || {
@@ -815,6 +821,56 @@ fn lock_exclusively(db: &Path) -> Result<Flock<std::fs::File>, StoreError> {
     lock.rewind().map_err(io)?;
     lock.write_all(note.as_bytes()).map_err(io)?;
     Ok(lock)
+}
+
+/// Tries of [`lock_the_file_itself`], 10 ms apart.
+const FILE_LOCK_TRIES: u32 = 100;
+
+/// Takes an exclusive `flock` on the database file (creating it empty, which SQLite reads as a
+/// new database): the lock file names the holder for every path that resolves to the same
+/// canonical path, and this catches the paths that do not — a hard link under another name is
+/// the same inode. `flock` locks are apart from the POSIX locks SQLite takes on the file.
+fn lock_the_file_itself(db: &Path) -> Result<Flock<std::fs::File>, StoreError> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(db)
+        .map_err(|source| StoreError::Io {
+            path: db.to_owned(),
+            source,
+        })?;
+    // A store of this process closed just now lets go of the file when its writer thread has
+    // drained (the lock file above is already free then): wait that long, not more.
+    let mut file = file;
+    for _ in 0..FILE_LOCK_TRIES - 1 {
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => return Ok(lock),
+            Err((f, Errno::EWOULDBLOCK)) => {
+                file = f;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err((_, errno)) => {
+                return Err(StoreError::Io {
+                    path: db.to_owned(),
+                    source: std::io::Error::from(errno),
+                });
+            }
+        }
+    }
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(lock),
+        Err((_, Errno::EWOULDBLOCK)) => Err(StoreError::Locked {
+            path: db.to_owned(),
+            holder: "the file itself is locked: another path to it, such as a hard link, is in use"
+                .to_owned(),
+        }),
+        Err((_, errno)) => Err(StoreError::Io {
+            path: db.to_owned(),
+            source: std::io::Error::from(errno),
+        }),
+    }
 }
 
 /// Attaches what the store was doing to a SQLite error, and reports decoding failures as
