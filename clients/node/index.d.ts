@@ -84,6 +84,38 @@ export interface Agent {
   remote: boolean;
   /** Claude Code `background: true`: meant to be spawned with wait = false. */
   background: boolean;
+  /** `isolation`: 'worktree' or 'none', when the file says. */
+  isolation?: string;
+  /** `memory`: 'user', 'project' or 'local', when the file says. */
+  memory?: string;
+  /** `skills`, composed into the prompt in this order. */
+  skills: string[];
+  /** `mcpServers`, when the file names any. */
+  mcpServers: McpServerList | null;
+}
+
+/** One MCP server a persona names: a configured one (only `name`), or one it defines. */
+export interface McpServerSpec {
+  name: string;
+  inline: boolean;
+  command: string[];
+  env: Record<string, string>;
+  cwd?: string;
+  url?: string;
+  headers: Record<string, string>;
+}
+
+export interface McpServerList {
+  servers: McpServerSpec[];
+}
+
+/** A tool-list entry with a permission pattern, `Bash(git diff:*)`, name and pattern apart. */
+export interface ToolRule {
+  entry: string;
+  name: string;
+  pattern: string;
+  /** From `disallowed_tools`: calls the pattern matches are refused. */
+  deny: boolean;
 }
 
 /** What a worker spawned by the caller would actually get. */
@@ -101,6 +133,8 @@ export interface Effective {
   mode: Mode;
   depth: number;
   atMaxDepth: boolean;
+  mcpServers: McpServerList | null;
+  toolRules: ToolRule[];
 }
 export type EffectiveAgent = Effective;
 
@@ -432,6 +466,8 @@ export interface AgentSpec {
   permissionMode?: string;
   /** The effective output schema, when there is one. */
   outputSchema?: Json;
+  mcpServers: McpServerList | null;
+  toolRules: ToolRule[];
 }
 
 /** The assignment's spec: the exec executor's stdin document, in lowerCamelCase. */
@@ -442,6 +478,8 @@ export interface WorkerSpec {
   description: string;
   workspace?: string;
   agent: AgentSpec;
+  /** The agent's memory directory, when its persona has `memory`. */
+  memoryDir?: string;
 }
 
 /** One worker held by a runner: what its handler gets. */
