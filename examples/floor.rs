@@ -409,6 +409,13 @@ impl AgentRegistryService for Floor {
         Err(not_measured())
     }
 
+    async fn prune_worktrees(
+        &self,
+        _req: Request<pb::PruneWorktreesRequest>,
+    ) -> Result<Response<pb::PruneWorktreesResponse>, Status> {
+        Err(not_measured())
+    }
+
     async fn spawn_worker(
         &self,
         req: Request<pb::SpawnWorkerRequest>,

@@ -216,6 +216,13 @@ impl AgentRegistryService for Echo {
         Err(Status::unimplemented("not measured"))
     }
 
+    async fn prune_worktrees(
+        &self,
+        _req: Request<pb::PruneWorktreesRequest>,
+    ) -> Result<Response<pb::PruneWorktreesResponse>, Status> {
+        Err(Status::unimplemented("not measured"))
+    }
+
     type WatchWorkerStream = agentry::grpc::service::WatchStream;
 
     async fn watch_worker(

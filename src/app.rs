@@ -46,6 +46,20 @@ pub enum Error {
     /// `ReportProgress` without the calling worker's token.
     #[error("ReportProgress needs the calling worker's own x-agentry-worker-token")]
     WorkerTokenRequired,
+    /// An operator's RPC called by another principal.
+    #[error("{0} is for operators (auth.operators); principal {1:?} is not one")]
+    OperatorsOnly(&'static str, String),
+}
+
+/// What `PruneWorktrees` did.
+#[derive(Debug, Default)]
+pub struct Pruned {
+    /// Removed, with their branches.
+    pub removed: Vec<String>,
+    /// Of workers that have not finished: kept.
+    pub kept_live: Vec<String>,
+    /// `<path>: <error>`.
+    pub failed: Vec<String>,
 }
 
 /// How many workers [`App::tree_usage`] visits at most.
@@ -165,6 +179,49 @@ impl App {
                 Visibility::Principal(id.principal.clone())
             },
         )
+    }
+
+    /// `PruneWorktrees` (docs/workers.md §6.10): removes the kept worktrees under the worktrees
+    /// dir older than `older_than` whose worker has finished (or is unknown to the store: a
+    /// leftover); the worktree of a worker that is pending or running is never touched. An
+    /// operator's call when authentication is on.
+    pub async fn prune_worktrees(
+        &self,
+        id: &Identity,
+        older_than: std::time::Duration,
+    ) -> Result<Pruned, Error> {
+        if !matches!(self.visibility(id).await?, Visibility::All) {
+            return Err(Error::OperatorsOnly("PruneWorktrees", id.principal.clone()));
+        }
+        let root = self.supervisor.worktrees_dir().to_owned();
+        let mut out = Pruned::default();
+        for (worker, path) in crate::workers::worktree::candidates(&root, older_than) {
+            let shown = path.display().to_string();
+            let live = match worker.parse::<WorkerId>() {
+                Ok(w) => match self.supervisor.get(&w, &Visibility::All).await {
+                    Ok(rec) => !rec.state.is_terminal(),
+                    Err(crate::workers::supervisor::WorkerError::NotFound(_)) => false,
+                    // The store cannot say: keep it, the next call decides.
+                    Err(_) => true,
+                },
+                Err(_) => false,
+            };
+            if live {
+                out.kept_live.push(shown);
+                continue;
+            }
+            match crate::workers::worktree::remove_kept(&worker, &path).await {
+                Ok(()) => out.removed.push(shown),
+                Err(e) => out.failed.push(format!("{shown}: {e}")),
+            }
+        }
+        tracing::info!(
+            removed = out.removed.len(),
+            kept_live = out.kept_live.len(),
+            failed = out.failed.len(),
+            "worktrees pruned"
+        );
+        Ok(out)
     }
 
     /// `ListAgents`: one page of the merged definitions, or of the caller's catalog.

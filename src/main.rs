@@ -105,6 +105,9 @@ enum Command {
 #[derive(Subcommand)]
 enum WorktreesAction {
     /// Remove kept worktrees (and their `agentry/<worker_id>` branches) older than a bound.
+    ///
+    /// For a host whose service is stopped: this does not know which workers still run. While
+    /// the service serves, call its PruneWorktrees RPC, which never touches a live worker's.
     Prune {
         /// YAML configuration file (for workers.worktrees_dir and the store path).
         #[arg(long)]

@@ -375,6 +375,31 @@ impl TryFrom<pb::ReloadAgentsRequest> for Workspace {
     }
 }
 
+/// The age bound of a `PruneWorktrees`.
+pub struct OlderThan(pub Duration);
+
+impl TryFrom<pb::PruneWorktreesRequest> for OlderThan {
+    type Error = Violations;
+
+    fn try_from(r: pb::PruneWorktreesRequest) -> Result<Self, Violations> {
+        let mut v = Violations::default();
+        match r.older_than {
+            None => v.add(
+                "older_than",
+                "is required (0s prunes every finished worker's)",
+            ),
+            Some(d) if d.seconds < 0 || d.nanos < 0 => v.add("older_than", "must not be negative"),
+            Some(d) => {
+                return v.or(Self(Duration::new(
+                    d.seconds as u64,
+                    d.nanos.clamp(0, 999_999_999) as u32,
+                )));
+            }
+        }
+        Err(v)
+    }
+}
+
 impl TryFrom<Limited<pb::SpawnWorkerRequest>> for SpawnRequest {
     type Error = Violations;
 

@@ -73,6 +73,19 @@ impl pb::agent_registry_service_server::AgentRegistryService for Service {
         }))
     }
 
+    async fn prune_worktrees(
+        &self,
+        req: Request<pb::PruneWorktreesRequest>,
+    ) -> Result<Response<pb::PruneWorktreesResponse>, Status> {
+        let (id, request::OlderThan(older_than)) = request::parse(req)?;
+        let pruned = self.app.prune_worktrees(&id, older_than).await?;
+        Ok(Response::new(pb::PruneWorktreesResponse {
+            removed: pruned.removed,
+            kept_live: pruned.kept_live,
+            failed: pruned.failed,
+        }))
+    }
+
     async fn spawn_worker(
         &self,
         req: Request<pb::SpawnWorkerRequest>,

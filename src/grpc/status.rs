@@ -290,6 +290,9 @@ impl From<app::Error> for Status {
                 e.to_string(),
                 &[],
             ),
+            app::Error::OperatorsOnly(..) => {
+                with_info(Code::PermissionDenied, "OPERATORS_ONLY", e.to_string(), &[])
+            }
         }
     }
 }

@@ -245,44 +245,51 @@ async fn remove(repo: &Path, path: &str, branch: &str) -> Result<(), String> {
     git(repo, &["branch", "-D", branch]).await.map(drop)
 }
 
-/// Removes the kept worktrees under `root` last modified more than `older_than` ago, with their
-/// branches; returns the paths removed and the failures.
-pub async fn prune(root: &Path, older_than: Duration) -> (Vec<String>, Vec<String>) {
-    let (mut removed, mut failed) = (Vec::new(), Vec::new());
+/// The worktrees under `root` last modified more than `older_than` ago: `(worker id, path)`,
+/// in name order.
+pub fn candidates(root: &Path, older_than: Duration) -> Vec<(String, std::path::PathBuf)> {
     let Ok(entries) = std::fs::read_dir(root) else {
-        return (removed, failed);
+        return Vec::new();
     };
     let now = std::time::SystemTime::now();
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let Some(id) = path.file_name().and_then(|n| n.to_str()).map(str::to_owned) else {
-            continue;
-        };
-        let old = entry
-            .metadata()
-            .and_then(|m| m.modified())
-            .is_ok_and(|t| now.duration_since(t).unwrap_or_default() >= older_than);
-        if !old || !id.starts_with("wkr_") {
-            continue;
-        }
-        let _one = GIT.lock().await;
-        let common = match git(
-            &path,
-            &["rev-parse", "--path-format=absolute", "--git-common-dir"],
-        )
-        .await
-        {
-            Ok(c) => c,
-            Err(e) => {
-                failed.push(format!("{}: {e}", path.display()));
-                continue;
-            }
-        };
-        let repo = Path::new(&common)
-            .parent()
-            .map(Path::to_owned)
-            .unwrap_or_default();
-        match remove(&repo, &path.display().to_string(), &format!("agentry/{id}")).await {
+    let mut out: Vec<(String, std::path::PathBuf)> = entries
+        .flatten()
+        .filter_map(|entry| {
+            let id = entry.file_name().to_str()?.to_owned();
+            let old = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| now.duration_since(t).unwrap_or_default() >= older_than);
+            (old && id.starts_with("wkr_")).then(|| (id, entry.path()))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Removes the kept worktree of worker `id` at `path` with its branch `agentry/<id>`, found
+/// through the repository it belongs to.
+pub async fn remove_kept(id: &str, path: &Path) -> Result<(), String> {
+    let _one = GIT.lock().await;
+    let common = git(
+        path,
+        &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+    )
+    .await?;
+    let repo = Path::new(&common)
+        .parent()
+        .map(Path::to_owned)
+        .unwrap_or_default();
+    remove(&repo, &path.display().to_string(), &format!("agentry/{id}")).await
+}
+
+/// Removes the kept worktrees under `root` last modified more than `older_than` ago, with their
+/// branches; returns the paths removed and the failures. It does not know which workers still
+/// run: the service's `PruneWorktrees` does, and skips theirs.
+pub async fn prune(root: &Path, older_than: Duration) -> (Vec<String>, Vec<String>) {
+    let (mut removed, mut failed) = (Vec::new(), Vec::new());
+    for (id, path) in candidates(root, older_than) {
+        match remove_kept(&id, &path).await {
             Ok(()) => removed.push(path.display().to_string()),
             Err(e) => failed.push(format!("{}: {e}", path.display())),
         }

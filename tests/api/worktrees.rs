@@ -311,3 +311,123 @@ async fn a_persona_with_memory_gets_its_directory_and_notes() {
         "agent keeper: memory: project needs a workspace (its memory lives in the project)"
     );
 }
+
+/// `PruneWorktrees` (docs/workers.md §6.10): the kept worktree of a finished worker goes with its
+/// branch, a running worker's stays (`kept_live`) whatever its age; the bound is required; with
+/// authentication on, only an operator may call it.
+#[tokio::test]
+async fn prune_worktrees_removes_finished_workers_kept_worktrees_and_never_a_live_one() {
+    const HOLDING: &str = "pwd\nif grep -q '\"prompt\":\"edit' \"$OUT/$AGENTRY_WORKER_ID.json\"; then echo changed > NEW.txt; fi\nif grep -q '\"prompt\":\"hold' \"$OUT/$AGENTRY_WORKER_ID.json\"; then echo held > HELD.txt; exec sleep 60; fi";
+    let s = with_runtime(HOLDING, |_| {}).await;
+    let repo = repo(s.dir.path());
+    let kept = spawn(&s, isolated("task", "edit it", &repo))
+        .await
+        .unwrap()
+        .worker
+        .unwrap();
+    let kept_wt = kept.worktree.clone().unwrap();
+    assert!(
+        kept_wt.changed && Path::new(&kept_wt.path).exists(),
+        "{kept_wt:?}"
+    );
+    let live = spawn(
+        &s,
+        pb::SpawnWorkerRequest {
+            wait: false,
+            ..isolated("task", "hold on", &repo)
+        },
+    )
+    .await
+    .unwrap()
+    .worker
+    .unwrap();
+    crate::workers::wait_state(&s, &live.id, pb::WorkerState::Running).await;
+    let live_path = s
+        .dir
+        .path()
+        .join("state/worktrees")
+        .join(&live.id)
+        .display()
+        .to_string();
+    eventually(
+        "the live worker wrote into its worktree",
+        std::time::Duration::from_secs(10),
+        || {
+            let p = Path::new(&live_path).join("HELD.txt");
+            async move { p.exists().then_some(()) }
+        },
+    )
+    .await;
+
+    let prune = |older_than: Option<prost_types::Duration>| {
+        let mut c = s.client.clone();
+        async move {
+            c.prune_worktrees(pb::PruneWorktreesRequest { older_than })
+                .await
+                .map(|r| r.into_inner())
+        }
+    };
+    let e = prune(None).await.unwrap_err();
+    assert_status(
+        &e,
+        Code::InvalidArgument,
+        "INVALID_REQUEST",
+        "invalid request: older_than: is required (0s prunes every finished worker's)",
+    );
+    // An hour: nothing is that old.
+    let hour = prune(Some(prost_types::Duration {
+        seconds: 3600,
+        nanos: 0,
+    }))
+    .await
+    .unwrap();
+    assert!(
+        hour.removed.is_empty() && hour.kept_live.is_empty(),
+        "{hour:?}"
+    );
+
+    let zero = Some(prost_types::Duration::default());
+    let r = prune(zero).await.unwrap();
+    assert_eq!(r.removed, [kept_wt.path.as_str()]);
+    assert_eq!(r.kept_live, [live_path.as_str()]);
+    assert!(r.failed.is_empty(), "{r:?}");
+    assert!(!Path::new(&kept_wt.path).exists());
+    let branches = git(&repo, &["branch", "--list", "agentry/*"]);
+    assert!(!branches.contains(&kept.id), "{branches}");
+    assert!(branches.contains(&live.id), "{branches}");
+    assert!(
+        Path::new(&live_path).join("HELD.txt").exists(),
+        "the live worktree is untouched"
+    );
+
+    // Once stopped, it is kept (it has changes) and the next prune removes it.
+    stop_worker(&s, &live.id, "done").await;
+    let r = prune(zero).await.unwrap();
+    assert_eq!(r.removed, [live_path.as_str()], "{r:?}");
+    assert!(git(&repo, &["branch", "--list", "agentry/*"]).is_empty());
+
+    // With authentication on, an operator's call.
+    let authed = start_with(|c| {
+        tokens_file(c, "alice-secret: alice\nops-secret: ops\n");
+        c.auth.operators = vec!["ops".into()];
+    })
+    .await;
+    let call = |token: &'static str| {
+        let mut c = authed.client.clone();
+        async move {
+            c.prune_worktrees(req(
+                pb::PruneWorktreesRequest { older_than: zero },
+                &[("authorization", token)],
+            ))
+            .await
+        }
+    };
+    let e = call("Bearer alice-secret").await.unwrap_err();
+    assert_status(
+        &e,
+        Code::PermissionDenied,
+        "OPERATORS_ONLY",
+        "PruneWorktrees is for operators (auth.operators); principal \"alice\" is not one",
+    );
+    call("Bearer ops-secret").await.unwrap();
+}

@@ -594,6 +594,11 @@ impl Supervisor {
         self.recent.get(id)
     }
 
+    /// Where worker worktrees are made (`workers.worktrees_dir`).
+    pub fn worktrees_dir(&self) -> &std::path::Path {
+        &self.settings.worktrees_dir
+    }
+
     /// The worker as it is now: memory first, then the store. A worker the caller may not see
     /// is `NotFound`, exactly like one that does not exist.
     pub async fn get(&self, id: &WorkerId, vis: &Visibility) -> Result<WorkerRecord, WorkerError> {

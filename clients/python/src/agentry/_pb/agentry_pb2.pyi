@@ -350,6 +350,22 @@ class ReloadAgentsResponse(_message.Message):
     diagnostics: _containers.RepeatedCompositeFieldContainer[Diagnostic]
     def __init__(self, registry_version: _Optional[str] = ..., diagnostics: _Optional[_Iterable[_Union[Diagnostic, _Mapping]]] = ...) -> None: ...
 
+class PruneWorktreesRequest(_message.Message):
+    __slots__ = ("older_than",)
+    OLDER_THAN_FIELD_NUMBER: _ClassVar[int]
+    older_than: _duration_pb2.Duration
+    def __init__(self, older_than: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class PruneWorktreesResponse(_message.Message):
+    __slots__ = ("removed", "kept_live", "failed")
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    KEPT_LIVE_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    removed: _containers.RepeatedScalarFieldContainer[str]
+    kept_live: _containers.RepeatedScalarFieldContainer[str]
+    failed: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, removed: _Optional[_Iterable[str]] = ..., kept_live: _Optional[_Iterable[str]] = ..., failed: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class Worker(_message.Message):
     __slots__ = ("id", "agent", "description", "parent_id", "depth", "state", "create_time", "start_time", "close_time", "result", "structured_result", "error", "exit_code", "tools", "spawns", "model", "caller", "workspace", "mode", "sequence", "last_activity_time", "usage", "tree_usage", "worktree")
     ID_FIELD_NUMBER: _ClassVar[int]

@@ -96,6 +96,11 @@ class AgentRegistryServiceStub:
                 request_serializer=agentry_dot_v1_dot_agentry__pb2.WatchWorkerRequest.SerializeToString,
                 response_deserializer=agentry_dot_v1_dot_agentry__pb2.WatchWorkerResponse.FromString,
                 _registered_method=True)
+        self.PruneWorktrees = channel.unary_unary(
+                '/agentry.v1.AgentRegistryService/PruneWorktrees',
+                request_serializer=agentry_dot_v1_dot_agentry__pb2.PruneWorktreesRequest.SerializeToString,
+                response_deserializer=agentry_dot_v1_dot_agentry__pb2.PruneWorktreesResponse.FromString,
+                _registered_method=True)
 
 
 class AgentRegistryServiceServicer:
@@ -192,6 +197,14 @@ class AgentRegistryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PruneWorktrees(self, request, context):
+        """PruneWorktrees removes the kept git worktrees of finished workers (and their branches)
+        older than a bound; an operator's call when authentication is on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentRegistryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -254,6 +267,11 @@ def add_AgentRegistryServiceServicer_to_server(servicer, server):
                     servicer.WatchWorker,
                     request_deserializer=agentry_dot_v1_dot_agentry__pb2.WatchWorkerRequest.FromString,
                     response_serializer=agentry_dot_v1_dot_agentry__pb2.WatchWorkerResponse.SerializeToString,
+            ),
+            'PruneWorktrees': grpc.unary_unary_rpc_method_handler(
+                    servicer.PruneWorktrees,
+                    request_deserializer=agentry_dot_v1_dot_agentry__pb2.PruneWorktreesRequest.FromString,
+                    response_serializer=agentry_dot_v1_dot_agentry__pb2.PruneWorktreesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -582,6 +600,33 @@ class AgentRegistryService:
             '/agentry.v1.AgentRegistryService/WatchWorker',
             agentry_dot_v1_dot_agentry__pb2.WatchWorkerRequest.SerializeToString,
             agentry_dot_v1_dot_agentry__pb2.WatchWorkerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PruneWorktrees(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentry.v1.AgentRegistryService/PruneWorktrees',
+            agentry_dot_v1_dot_agentry__pb2.PruneWorktreesRequest.SerializeToString,
+            agentry_dot_v1_dot_agentry__pb2.PruneWorktreesResponse.FromString,
             options,
             channel_credentials,
             insecure,
