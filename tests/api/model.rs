@@ -20,6 +20,7 @@
 //! | §11.4 read-only workers, §11.7 `review.tools`, §11.6 Gemini wildcards | `a_read_only_worker_is_offered_only_read_only_tools`, `review_tools_are_reviewed_even_when_read_only_and_gemini_wildcards_select` |
 //! | §11.4 spawn refusals as tool text | `spawn_tool_refusals_are_tool_errors_not_failed_workers` |
 //! | §11.9 a stop ends a stdio server's call at once | `a_stop_during_a_stdio_tool_call_ends_the_server_at_once` |
+//! | §11.11 memory tools in the agent's directory only | `memory_tools_write_the_agents_directory_and_the_next_run_reads_it` |
 //! | §11.9 no retry after part of an answer | `a_stream_broken_after_part_of_the_answer_is_not_retried` |
 //! | §11.9 5xx retried, §11.4 tool timeout | `a_5xx_is_retried_like_a_429`, `a_tool_call_past_the_tool_timeout_goes_back_to_the_model` |
 
@@ -1366,4 +1367,66 @@ async fn a_stop_during_a_stdio_tool_call_ends_the_server_at_once() {
         || async { (!Path::new(&format!("/proc/{pid}")).exists()).then_some(()) },
     )
     .await;
+}
+
+/// A persona with `memory` gets the memory tools, which read and write its memory directory
+/// and nowhere else; what one run writes to `MEMORY.md` is in the next run's prompt (docs/model.md
+/// §11.11, docs/personas.md §2.7).
+#[tokio::test]
+async fn memory_tools_write_the_agents_directory_and_the_next_run_reads_it() {
+    let scripted = Scripted::start(json!([
+        {"match": "SECOND", "tool_calls": [submit(json!("ok"))]},
+        {"match": "MEMORY.md (16 bytes)", "tool_calls": [submit(json!("remembered"))]},
+        {"match": "not a path inside", "tool_calls": [{"name": "memory_list", "arguments": {}}]},
+        {"match": "wrote 16 bytes to MEMORY.md", "tool_calls": [{"name": "memory_write", "arguments": {"path": "../escape.md", "content": "x"}}]},
+        {"tool_calls": [{"name": "memory_write", "arguments": {"path": "MEMORY.md", "content": "the answer is 42"}}]},
+    ]))
+    .await;
+    let s = start_with(|c| {
+        on_model(c, &scripted);
+        persona(
+            &agents(c),
+            "keeper.md",
+            "name: keeper\ndescription: remembers\nmemory: user",
+            "Keep notes.",
+        );
+    })
+    .await;
+    let w = spawn(&s, "keeper", "FIRST: remember the answer")
+        .await
+        .unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    assert_eq!(w.result.as_deref(), Some("remembered"));
+    let mut offered = scripted.tools_of(0);
+    offered.sort();
+    assert_eq!(
+        offered,
+        [
+            "memory_list",
+            "memory_read",
+            "memory_write",
+            "submit_result"
+        ]
+    );
+    let dir = s.dir.path().join("home/.claude/agent-memory/keeper");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("MEMORY.md")).unwrap(),
+        "the answer is 42"
+    );
+    assert!(!dir.parent().unwrap().join("escape.md").exists());
+    let answers = tool_messages(&scripted.requests()[3]);
+    assert_eq!(answers[0], "wrote 16 bytes to MEMORY.md.");
+    assert!(
+        answers[1].starts_with("\"../escape.md\" is not a path inside your memory directory"),
+        "{answers:?}"
+    );
+    assert_eq!(answers[2], "MEMORY.md (16 bytes)");
+
+    let w = spawn(&s, "keeper", "SECOND run").await.unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    let system = scripted.requests().last().unwrap()["body"]["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(system.contains("the answer is 42"), "{system}");
 }

@@ -8,12 +8,14 @@
 //! * [`wire`] — the model edge: lenient streamed decoding behind [`wire::ModelClient`];
 //! * [`mcp`] — the MCP edge behind [`mcp::McpSession`];
 //! * [`tools`] — which tools a worker is offered, and routing a call by name;
+//! * [`memory`] — the memory tools, confined to the agent's memory directory;
 //! * this file — resolving the model, and the driver that joins them, with agentry itself (the
 //!   spawn tool, the review gate, progress) behind the [`Agentry`] trait, bound once the service
 //!   exists.
 
 pub mod conversation;
 pub mod mcp;
+pub mod memory;
 pub mod tools;
 pub mod wire;
 
@@ -468,6 +470,13 @@ impl Run {
                 "unknown tool {name}; the tools you have are: {}. Call only one of these.",
                 toolbox.names().join(", ")
             )),
+            Route::Memory(tool) => {
+                let dir = toolbox.memory_dir().unwrap_or(std::path::Path::new(""));
+                match memory::call(dir, &tool, args.as_ref()).await {
+                    Ok(text) => (text, false, false),
+                    Err(why) => err(why),
+                }
+            }
             Route::DepthLimit => {
                 err("Agent depth limit reached. Solve the task yourself.".to_owned())
             }

@@ -29,6 +29,8 @@ pub enum Route {
     DepthLimit,
     /// An MCP tool.
     Mcp(McpTool),
+    /// A memory tool, in the agent's memory directory.
+    Memory(String),
     /// A name that was not offered.
     Unknown,
 }
@@ -158,6 +160,8 @@ pub struct Toolbox {
     mcp: Vec<McpTool>,
     sessions: Vec<(String, Arc<dyn McpSession>)>,
     review_tools: Vec<String>,
+    /// The agent's memory directory, when its persona has `memory`.
+    memory_dir: Option<std::path::PathBuf>,
 }
 
 impl Toolbox {
@@ -216,6 +220,19 @@ impl Toolbox {
             definitions.push(spawn_definition(&spawn_tool, &agent.spawns));
             names.push(spawn_tool.clone());
         }
+        // The persona's `memory` brings its tools, confined to the agent's directory.
+        let memory_dir = a.spec.memory_dir.as_ref().map(std::path::PathBuf::from);
+        if memory_dir.is_some() {
+            for d in super::memory::definitions(read_only) {
+                names.push(
+                    d["function"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                );
+                definitions.push(d);
+            }
+        }
         for t in &mcp {
             definitions.push(json!({"type": "function", "function": {
                 "name": t.offered_name(),
@@ -233,6 +250,7 @@ impl Toolbox {
             mcp,
             sessions,
             review_tools: settings.review_tools.clone(),
+            memory_dir,
         })
     }
 
@@ -259,10 +277,21 @@ impl Toolbox {
                 return Route::DepthLimit;
             }
         }
+        if self.memory_dir.is_some()
+            && name.starts_with("memory_")
+            && self.names.iter().any(|n| n == name)
+        {
+            return Route::Memory(name.to_owned());
+        }
         self.mcp
             .iter()
             .find(|t| t.offered_name() == name)
             .map_or(Route::Unknown, |t| Route::Mcp(t.clone()))
+    }
+
+    /// The agent's memory directory, when it has one.
+    pub fn memory_dir(&self) -> Option<&std::path::Path> {
+        self.memory_dir.as_deref()
     }
 
     /// Whether a call of `tool` goes through the review gate first.
