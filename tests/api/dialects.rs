@@ -756,3 +756,52 @@ async fn the_claude_code_2026_corpus_resolves_to_its_expected_effective_agents()
     }
     assert_eq!(got, expected);
 }
+
+/// A skill a plugin installs (`<installPath>/skills/<name>/SKILL.md`, docs §2.8) is found after
+/// the project and user skill dirs, and composed like any other.
+#[tokio::test]
+async fn a_plugins_skills_are_found_after_the_project_and_user_dirs() {
+    let s = start().await;
+    let ws = s.ws("proj");
+    let plug = s.dir.path().join("plug");
+    skill(
+        &plug.join("skills"),
+        "deploy",
+        "Deploy with the plugin's script.",
+    );
+    skill(&plug.join("skills"), "lint", "The plugin's lint.");
+    skill(&s.home().join(".claude/skills"), "lint", "The user's lint.");
+    std::fs::create_dir_all(s.home().join(".claude/plugins")).unwrap();
+    std::fs::write(
+        s.home().join(".claude/plugins/installed_plugins.json"),
+        serde_json::json!({
+            "version": 2,
+            "plugins": {"ops@market": [{"scope": "user", "installPath": plug}]}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    persona(
+        &ws.join(".claude/agents"),
+        "shipper.md",
+        "name: shipper\ndescription: ships\nskills: deploy, lint",
+        "Ship it.",
+    );
+    s.client
+        .clone()
+        .reload_agents(pb::ReloadAgentsRequest {
+            workspace: ws.display().to_string(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        prompt_of(&s, &ws, "shipper").await,
+        "Ship it.\n\n## Skill: deploy\n\nDeploy with the plugin's script.\n\n## Skill: lint\n\nThe user's lint."
+    );
+    let r = list_all(&s, &ws, false).await;
+    assert!(
+        diag(&r, "shipper.md").is_empty(),
+        "{:?}",
+        diag(&r, "shipper.md")
+    );
+}
