@@ -126,6 +126,27 @@ pub fn redact_url(url: &str) -> String {
     format!("{scheme}://{authority}{tail}")
 }
 
+/// `execute` of a statement prepared once per connection (deadpool's statement cache): a hot
+/// statement costs one round trip, not a prepare and an execute.
+async fn exec_cached(
+    c: &impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<u64, tokio_postgres::Error> {
+    let statement = c.prepare_cached(sql).await?;
+    c.execute(&statement, params).await
+}
+
+/// `query_opt` of a statement prepared once per connection.
+async fn query_opt_cached(
+    c: &impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Option<Row>, tokio_postgres::Error> {
+    let statement = c.prepare_cached(sql).await?;
+    c.query_opt(&statement, params).await
+}
+
 /// Attaches what the store was doing to a driver or pool error.
 pub(super) trait PgContext<T> {
     /// Adds a fixed description.
@@ -355,41 +376,41 @@ impl PostgresStore {
             .map_err(|e| StoreError::Corrupt(format!("cannot encode effective agent: {e}")))?;
         let mut client = self.client().await?;
         let tx = client.transaction().await.pg("create worker: begin")?;
-        let inserted = tx
-            .execute(
-                &format!(
-                    "INSERT INTO workers ({COLUMNS}, replica_id) VALUES
+        let inserted = exec_cached(
+            &tx,
+            &format!(
+                "INSERT INTO workers ({COLUMNS}, replica_id) VALUES
                      ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
                       $17, $18, $19, $20, $21, $22, $23, $24)"
-                ),
-                &[
-                    &w.id.as_str(),
-                    &w.spec.agent,
-                    &w.spec.description,
-                    &w.spec.prompt,
-                    &w.spec.workspace,
-                    &w.spec.parent_id.as_ref().map(WorkerId::as_str),
-                    &i64::from(w.spec.depth),
-                    &w.state.as_str(),
-                    &to_sql_sequence(w.sequence),
-                    &w.spec.create_time_ms,
-                    &w.start_time_ms,
-                    &w.close_time_ms,
-                    &w.result,
-                    &w.structured_result,
-                    &w.error,
-                    &w.exit_code,
-                    &w.spec.caller_scope,
-                    &w.spec.request_id,
-                    &w.token_hash,
-                    &effective,
-                    &w.last_activity_ms,
-                    &w.usage,
-                    &w.worktree,
-                    &self.replica_id,
-                ],
-            )
-            .await;
+            ),
+            &[
+                &w.id.as_str(),
+                &w.spec.agent,
+                &w.spec.description,
+                &w.spec.prompt,
+                &w.spec.workspace,
+                &w.spec.parent_id.as_ref().map(WorkerId::as_str),
+                &i64::from(w.spec.depth),
+                &w.state.as_str(),
+                &to_sql_sequence(w.sequence),
+                &w.spec.create_time_ms,
+                &w.start_time_ms,
+                &w.close_time_ms,
+                &w.result,
+                &w.structured_result,
+                &w.error,
+                &w.exit_code,
+                &w.spec.caller_scope,
+                &w.spec.request_id,
+                &w.token_hash,
+                &effective,
+                &w.last_activity_ms,
+                &w.usage,
+                &w.worktree,
+                &self.replica_id,
+            ],
+        )
+        .await;
         if let Err(e) = inserted {
             drop(tx);
             if sqlstate(&e) == Some("23505") {
@@ -686,8 +707,7 @@ async fn select_worker(
     } else {
         format!("SELECT {COLUMNS} FROM workers WHERE id = $1")
     };
-    let row = c
-        .query_opt(sql.as_str(), &[&id.as_str()])
+    let row = query_opt_cached(c, &sql, &[&id.as_str()])
         .await
         .pg("read worker")?;
     row.as_ref().map(read_record).transpose()
@@ -703,9 +723,15 @@ async fn insert_event(c: &impl GenericClient, event: &WorkerEvent) -> Result<(),
         .map(serde_json::to_string)
         .transpose()
         .map_err(|e| StoreError::Corrupt(format!("cannot encode progress: {e}")))?;
-    c.execute(
-        "INSERT INTO worker_events (worker_id, sequence, state, time_ms, snapshot, progress)
-         VALUES ($1, $2, $3, $4, $5, $6)",
+    let payload = format!("{}:{}", event.worker_id, event.sequence);
+    // The row and its notification in one statement (one round trip).
+    exec_cached(
+        c,
+        "WITH e AS (
+             INSERT INTO worker_events (worker_id, sequence, state, time_ms, snapshot, progress)
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING 1
+         )
+         SELECT pg_notify('agentry_events', $7) FROM e",
         &[
             &event.worker_id.as_str(),
             &to_sql_sequence(event.sequence),
@@ -713,14 +739,11 @@ async fn insert_event(c: &impl GenericClient, event: &WorkerEvent) -> Result<(),
             &event.time_ms,
             &snapshot,
             &progress,
+            &payload,
         ],
     )
     .await
     .pg("insert worker event")?;
-    let payload = format!("{}:{}", event.worker_id, event.sequence);
-    c.execute("SELECT pg_notify('agentry_events', $1)", &[&payload])
-        .await
-        .pg("notify worker event")?;
     Ok(())
 }
 
@@ -739,34 +762,34 @@ async fn apply_in(
     let Some(next) = advance(&current, event, patch, now_ms)? else {
         return Ok(Applied::Absorbed(current));
     };
-    let changed = tx
-        .execute(
-            "UPDATE workers SET state = $2, sequence = $3, start_time_ms = $4,
+    let changed = exec_cached(
+        tx,
+        "UPDATE workers SET state = $2, sequence = $3, start_time_ms = $4,
                  close_time_ms = $5, result = $6, structured_result = $7, error = $8,
                  exit_code = $9, token_hash = $10, last_activity_ms = $12,
                  stop_reason = CASE WHEN $13 THEN NULL ELSE stop_reason END, usage = $14,
                  worktree = $15
              WHERE id = $1 AND sequence = $11",
-            &[
-                &next.id.as_str(),
-                &next.state.as_str(),
-                &to_sql_sequence(next.sequence),
-                &next.start_time_ms,
-                &next.close_time_ms,
-                &next.result,
-                &next.structured_result,
-                &next.error,
-                &next.exit_code,
-                &next.token_hash,
-                &to_sql_sequence(current.sequence),
-                &next.last_activity_ms,
-                &next.state.is_terminal(),
-                &next.usage,
-                &next.worktree,
-            ],
-        )
-        .await
-        .pg("update worker")?;
+        &[
+            &next.id.as_str(),
+            &next.state.as_str(),
+            &to_sql_sequence(next.sequence),
+            &next.start_time_ms,
+            &next.close_time_ms,
+            &next.result,
+            &next.structured_result,
+            &next.error,
+            &next.exit_code,
+            &next.token_hash,
+            &to_sql_sequence(current.sequence),
+            &next.last_activity_ms,
+            &next.state.is_terminal(),
+            &next.usage,
+            &next.worktree,
+        ],
+    )
+    .await
+    .pg("update worker")?;
     if changed != 1 {
         return Err(StoreError::Corrupt(format!(
             "worker {id} changed under its row lock (expected sequence {})",
@@ -1028,16 +1051,16 @@ impl WorkerStore for PostgresStore {
 
     async fn find_by_token_hash(&self, hash: &str) -> Result<Option<WorkerRecord>, StoreError> {
         let client = self.client().await?;
-        let row = client
-            .query_opt(
-                &format!(
-                    "SELECT {COLUMNS} FROM workers
+        let row = query_opt_cached(
+            &client,
+            &format!(
+                "SELECT {COLUMNS} FROM workers
                      WHERE token_hash = $1 AND state IN ('pending', 'running')"
-                ),
-                &[&hash],
-            )
-            .await
-            .pg("find worker by token")?;
+            ),
+            &[&hash],
+        )
+        .await
+        .pg("find worker by token")?;
         row.as_ref().map(read_record).transpose()
     }
 
@@ -1225,9 +1248,9 @@ impl WorkerStore for PostgresStore {
         // One statement: insert, or take over a claim that no longer serves (expired, its
         // worker failed or was killed, or its worker never appeared); the row lock taken by ON
         // CONFLICT makes concurrent claimers queue, so exactly one wins.
-        let won = client
-            .query_opt(
-                "INSERT INTO dedupe_claims (key, worker_id, expires_at)
+        let won = query_opt_cached(
+            &client,
+            "INSERT INTO dedupe_claims (key, worker_id, expires_at)
                  VALUES ($1, $2, now() + $3::BIGINT * interval '1 millisecond')
                  ON CONFLICT (key) DO UPDATE
                     SET worker_id = EXCLUDED.worker_id, claimed_at = now(),
@@ -1240,20 +1263,20 @@ impl WorkerStore for PostgresStore {
                          AND dedupe_claims.claimed_at
                              < now() - $4::DOUBLE PRECISION * interval '1 second')
                  RETURNING worker_id",
-                &[&key, &worker.as_str(), &ttl_ms, &CLAIM_WITHOUT_ROW_SECS],
-            )
-            .await
-            .pg("claim dedupe key")?;
+            &[&key, &worker.as_str(), &ttl_ms, &CLAIM_WITHOUT_ROW_SECS],
+        )
+        .await
+        .pg("claim dedupe key")?;
         if won.is_some() {
             return Ok(None);
         }
-        let holder = client
-            .query_opt(
-                "SELECT worker_id FROM dedupe_claims WHERE key = $1",
-                &[&key],
-            )
-            .await
-            .pg("read dedupe claim")?;
+        let holder = query_opt_cached(
+            &client,
+            "SELECT worker_id FROM dedupe_claims WHERE key = $1",
+            &[&key],
+        )
+        .await
+        .pg("read dedupe claim")?;
         match holder {
             Some(row) => {
                 let id = WorkerId::parse(row.get::<_, &str>(0))
@@ -1267,13 +1290,13 @@ impl WorkerStore for PostgresStore {
 
     async fn release_dedupe(&self, key: &str, worker: &WorkerId) -> Result<(), StoreError> {
         let client = self.client().await?;
-        client
-            .execute(
-                "DELETE FROM dedupe_claims WHERE key = $1 AND worker_id = $2",
-                &[&key, &worker.as_str()],
-            )
-            .await
-            .pg("release dedupe claim")?;
+        exec_cached(
+            &client,
+            "DELETE FROM dedupe_claims WHERE key = $1 AND worker_id = $2",
+            &[&key, &worker.as_str()],
+        )
+        .await
+        .pg("release dedupe claim")?;
         Ok(())
     }
 }
