@@ -15,7 +15,7 @@
 //! | a second server on the same SQLite file through a symlink or a hard link | refuses to start, the first one's workers untouched | `processes::a_second_server_through_a_symlink_or_a_hard_link_refuses_to_start` |
 //! | a 1 MB persona with 100,000 keys, or a 250,000-element list | the first `ListAgents` answers in seconds and lists them (linear parse; memory bounded, measured) | `huge_personas_are_parsed_in_linear_time_through_list_agents`, `persona::tests` (unit) and `benches/discovery.rs` |
 //! | a runner message over the size limit, or with invalid UTF-8 | the stream ends with `INVALID_ARGUMENT`, the session's workers follow the runner-lost rules | `a_bad_runner_message_ends_the_stream_as_invalid_argument` |
-//! | a sustained stream of progress events on SQLite | the WAL stays bounded | `workers::store::sqlite::tests` (unit) |
+//! | a sustained stream of progress events on SQLite, a watcher reading along | the WAL stays under 64 MiB | `a_stream_of_progress_events_keeps_the_sqlite_wal_bounded`, `workers::store::sqlite::tests` (unit) |
 
 use std::time::Duration;
 
@@ -535,4 +535,62 @@ async fn huge_personas_are_parsed_in_linear_time_through_list_agents() {
     for name in ["many", "listy", "normal"] {
         assert!(r.agents.iter().any(|a| a.name == name), "{name} not listed");
     }
+}
+
+/// A sustained stream of progress events through gRPC — 112 MiB of event text, with a watcher
+/// reading along — keeps the SQLite WAL under its 64 MiB bound the whole time (it grew to 651 MB
+/// before the bound; docs/guide.md, limits).
+#[tokio::test]
+async fn a_stream_of_progress_events_keeps_the_sqlite_wal_bounded() {
+    use tokio_stream::StreamExt as _;
+    let s = crate::workers::with_runtime("exec sleep 120", |_| {}).await;
+    let w = crate::workers::spawn(&s, spawn_req("task", "hold the line", false))
+        .await
+        .unwrap()
+        .worker
+        .unwrap();
+    wait_state(&s, &w.id, pb::WorkerState::Running).await;
+    let token = crate::workers::env_of(&s, &w.id).await["AGENTRY_WORKER_TOKEN"].clone();
+    // A watcher follows the events, so readers hold snapshots while the writes go on.
+    let mut watch = s
+        .client
+        .clone()
+        .watch_worker(pb::WatchWorkerRequest {
+            worker_id: w.id.clone(),
+            after_sequence: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let watcher = tokio::spawn(async move {
+        let mut seen = 0u64;
+        while let Some(Ok(_)) = watch.next().await {
+            seen += 1;
+        }
+        seen
+    });
+    let wal = s.dir.path().join("state/agentry.db-wal");
+    let text = "x".repeat(60 * 1024);
+    let mut largest = 0u64;
+    let mut c = s.client.clone();
+    for n in 0..1_900 {
+        c.report_progress(req(
+            pb::ReportProgressRequest {
+                kind: pb::ProgressKind::Text as i32,
+                text: text.clone(),
+                data_json: String::new(),
+            },
+            &[("x-agentry-worker-token", token.as_str())],
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("event {n}: {e:?}"));
+        if n % 20 == 0 {
+            largest = largest.max(std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0));
+        }
+    }
+    largest = largest.max(std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0));
+    assert!(largest <= 64 << 20, "the WAL reached {} MiB", largest >> 20);
+    stop_worker(&s, &w.id, "enough").await;
+    let seen = watcher.await.unwrap();
+    assert!(seen >= 1_900, "the watcher saw {seen} events");
 }
