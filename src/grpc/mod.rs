@@ -140,6 +140,8 @@ pub async fn run(
         lease: cfg.runners.lease,
         accept_timeout: cfg.runners.accept_timeout,
     });
+    // On a shared store, runners are shared across replicas (docs/runners.md).
+    let fleet = crate::workers::runners::fleet::Fleet::new(store.clone(), hub.clone());
     let model = Arc::new(ModelExecutor::new(
         ModelSettings {
             models: cfg.models.clone(),
@@ -152,7 +154,7 @@ pub async fn run(
     ));
     let executor: Arc<dyn Executor> = Arc::new(ByKind::new(
         exec,
-        Arc::new(RunnerExecutor::new(hub.clone())),
+        Arc::new(RunnerExecutor::new(hub.clone(), fleet.clone())),
         model.clone(),
         default_kind,
         cfg.executor
@@ -170,6 +172,9 @@ pub async fn run(
     )
     .await?;
     tracing::info!(store = %store_desc, "worker store open");
+    if let Some(fleet) = &fleet {
+        fleet.start(supervisor.shutdown_token());
+    }
 
     let (health, health_svc) = tonic_health::server::health_reporter();
     health

@@ -89,6 +89,8 @@ async fn run(sup: Arc<Supervisor>, lease: Duration) {
                 notices = None;
                 continue;
             }
+            // The fleet's own loop takes these (runners/fleet.rs).
+            Some(Ok(Notice::RunnerWait | Notice::Relay)) => continue,
             None => {}
         }
         // Half a tick of slack: a tick fires a little less than `renew_every` after the last

@@ -1063,3 +1063,327 @@ async fn replicas_a_waiting_caller_on_b_binds_a_worker_run_on_a() {
         .await
         .unwrap();
 }
+
+/// A replica on the runner executor with fast runner timing.
+async fn runner_replica(root: &std::path::Path, name: &str, url: &str) -> Replica {
+    std::fs::create_dir_all(root.join("home")).unwrap();
+    let config = binary::config(
+        root,
+        name,
+        &format!(
+            "home: {home}\nstore: {{url: '{url}'}}\nreplica: {{name: {name}, lease: 2s}}\n\
+             runners: {{heartbeat_interval: 100ms, lease: 800ms, accept_timeout: 2s}}\n\
+             executor: {{kind: runner, kill_grace: 1s, timeout: 60s}}\n",
+            home = root.join("home").display(),
+        ),
+    );
+    let server = binary::start(&config).await;
+    let client = server.client().await;
+    Replica { server, client }
+}
+
+/// A runner's stream to one replica, opened with `hello`; the welcome was read.
+struct RemoteRunner {
+    tx: tokio::sync::mpsc::Sender<pb::ConnectRequest>,
+    rx: tonic::Streaming<pb::ConnectResponse>,
+}
+
+impl RemoteRunner {
+    async fn connect(r: &Replica, name: &str) -> Self {
+        use pb::connect_request::Msg as In;
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        tx.send(pb::ConnectRequest {
+            msg: Some(In::Hello(pb::RunnerHello {
+                name: name.into(),
+                agents: vec!["*".into()],
+                slots: 1,
+                ..Default::default()
+            })),
+        })
+        .await
+        .unwrap();
+        let channel = Channel::from_shared(format!("http://{}", r.server.addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut rx = pb::runner_service_client::RunnerServiceClient::new(channel)
+            .connect(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        let first = rx.next().await.unwrap().unwrap();
+        assert!(
+            matches!(first.msg, Some(pb::connect_response::Msg::Welcome(_))),
+            "{first:?}"
+        );
+        // Heartbeats while the runner is held; dropping it ends them and the stream.
+        let weak = tx.downgrade();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let Some(tx) = weak.upgrade() else { return };
+                let beat = pb::ConnectRequest {
+                    msg: Some(In::Heartbeat(pb::RunnerHeartbeat {})),
+                };
+                if tx.send(beat).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Self { tx, rx }
+    }
+
+    async fn next(&mut self, within: Duration) -> pb::connect_response::Msg {
+        tokio::time::timeout(within, self.rx.next())
+            .await
+            .expect("a runner message in time")
+            .expect("the stream is open")
+            .expect("not an error")
+            .msg
+            .expect("a message")
+    }
+
+    async fn assignment(&mut self) -> pb::RunnerAssignment {
+        match self.next(Duration::from_secs(10)).await {
+            pb::connect_response::Msg::Assignment(a) => a,
+            other => panic!("expected an assignment, got {other:?}"),
+        }
+    }
+
+    async fn send(&self, m: pb::connect_request::Msg) {
+        self.tx
+            .send(pb::ConnectRequest { msg: Some(m) })
+            .await
+            .unwrap();
+    }
+}
+
+/// Runners across replicas (docs/runners.md): a runner connected to B runs a worker spawned on
+/// A — assignment, progress seen by A's watcher, the result recorded on A — a stop on A reaches
+/// the runner on B as `cancel` with the stop's reason within a second, and a runner lost on B
+/// fails A's worker `runner lost`.
+#[tokio::test]
+async fn replicas_a_runner_on_b_runs_a_worker_spawned_on_a() {
+    use pb::connect_request::Msg as In;
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let a = runner_replica(dir.path(), "a", &db.url).await;
+    let b = runner_replica(dir.path(), "b", &db.url).await;
+    let mut r = RemoteRunner::connect(&b, "on-b").await;
+
+    // 1. Spawned on A, assigned to the runner on B, completed there, recorded on A.
+    let w = spawn(&a.client, "remote job", false).await.worker.unwrap();
+    let t0 = Instant::now();
+    let asg = r.assignment().await;
+    assert_eq!(asg.worker_id, w.id);
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    let token = asg.worker_token.clone();
+    assert_eq!(token.len(), 32);
+    let mut watch_a = watch(a.client.clone(), w.id.clone(), 0).await;
+    r.send(In::Accepted(pb::RunnerAccepted {
+        worker_id: w.id.clone(),
+        lease_token: asg.lease_token.clone(),
+    }))
+    .await;
+    eventually("running on A", Duration::from_secs(5), || async {
+        (get(&a.client, &w.id).await.state == pb::WorkerState::Running as i32).then_some(())
+    })
+    .await;
+    r.send(In::Progress(pb::RunnerProgress {
+        worker_id: w.id.clone(),
+        lease_token: asg.lease_token.clone(),
+        kind: pb::ProgressKind::Text as i32,
+        text: "halfway, on b".into(),
+        data_json: String::new(),
+    }))
+    .await;
+    // The worker's token works for its agent's calls (here on A).
+    a.client
+        .clone()
+        .report_progress(req(
+            pb::ReportProgressRequest {
+                kind: pb::ProgressKind::Text as i32,
+                text: "by token".into(),
+                data_json: String::new(),
+            },
+            &[("x-agentry-worker-token", token.as_str())],
+        ))
+        .await
+        .unwrap();
+    r.send(In::Finished(pb::RunnerFinished {
+        worker_id: w.id.clone(),
+        lease_token: asg.lease_token.clone(),
+        outcome: Some(pb::runner_finished::Outcome::Completed(
+            pb::runner_finished::Completed {
+                result: "done on b".into(),
+            },
+        )),
+    }))
+    .await;
+    let done = eventually("completed on A", Duration::from_secs(5), || async {
+        let g = get(&a.client, &w.id).await;
+        (g.state == pb::WorkerState::Completed as i32).then_some(g)
+    })
+    .await;
+    assert_eq!(done.result.as_deref(), Some("done on b"));
+    let mut texts = Vec::new();
+    while let Some(Ok(ev)) = watch_a.next().await {
+        if let Some(p) = ev.progress {
+            texts.push(p.text);
+        }
+    }
+    // The runner's report (over its stream to B) and the token's (an RPC to A) race.
+    texts.sort();
+    assert_eq!(texts, ["by token", "halfway, on b"]);
+
+    // 2. A stop on A reaches the runner on B as cancel, with the reason, within a second.
+    let w = spawn(&a.client, "remote job 2", false)
+        .await
+        .worker
+        .unwrap();
+    let asg = r.assignment().await;
+    assert_eq!(asg.worker_id, w.id);
+    r.send(In::Accepted(pb::RunnerAccepted {
+        worker_id: w.id.clone(),
+        lease_token: asg.lease_token.clone(),
+    }))
+    .await;
+    eventually("running on A", Duration::from_secs(5), || async {
+        (get(&a.client, &w.id).await.state == pb::WorkerState::Running as i32).then_some(())
+    })
+    .await;
+    let mut stopper = a.client.clone();
+    let id = w.id.clone();
+    let stop = tokio::spawn(async move {
+        stopper
+            .stop_worker(pb::StopWorkerRequest {
+                worker_id: id,
+                reason: "the plan changed".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+    });
+    let t0 = Instant::now();
+    match r.next(Duration::from_secs(5)).await {
+        pb::connect_response::Msg::Cancel(c) => {
+            assert_eq!(
+                (c.worker_id.as_str(), c.reason.as_str()),
+                (w.id.as_str(), "the plan changed")
+            );
+        }
+        other => panic!("expected cancel, got {other:?}"),
+    }
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "cancel took {:?}",
+        t0.elapsed()
+    );
+    r.send(In::Finished(pb::RunnerFinished {
+        worker_id: w.id.clone(),
+        lease_token: asg.lease_token.clone(),
+        outcome: Some(pb::runner_finished::Outcome::Canceled(
+            pb::runner_finished::Canceled::default(),
+        )),
+    }))
+    .await;
+    let stopped = stop.await.unwrap().worker.unwrap();
+    assert_eq!(stopped.state, pb::WorkerState::Killed as i32, "{stopped:?}");
+
+    // 3. The runner on B is lost: A's worker fails `runner lost: on-b`.
+    let w = spawn(&a.client, "remote job 3", false)
+        .await
+        .worker
+        .unwrap();
+    let asg = r.assignment().await;
+    r.send(In::Accepted(pb::RunnerAccepted {
+        worker_id: w.id.clone(),
+        lease_token: asg.lease_token.clone(),
+    }))
+    .await;
+    eventually("running on A", Duration::from_secs(5), || async {
+        (get(&a.client, &w.id).await.state == pb::WorkerState::Running as i32).then_some(())
+    })
+    .await;
+    drop(r);
+    let lost = eventually("failed on A", Duration::from_secs(10), || async {
+        let g = get(&a.client, &w.id).await;
+        (g.state == pb::WorkerState::Failed as i32).then_some(g)
+    })
+    .await;
+    assert_eq!(lost.error.as_deref(), Some("runner lost: on-b"));
+    drop((a, b));
+}
+
+/// Runners across replicas when a replica dies (docs/runners.md): the claimer B killed while
+/// its runner runs A's worker fails it on A (`runner lost: replica … lost`, once B's lease is
+/// over on the database clock); the owner A killed while B's runner runs its worker gets the
+/// row closed by B's sweeper, and B cancels the worker on its runner.
+#[tokio::test]
+async fn replicas_a_runner_worker_survives_neither_replica_dying_silently() {
+    use pb::connect_request::Msg as In;
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let a = runner_replica(dir.path(), "a", &db.url).await;
+    let b = runner_replica(dir.path(), "b", &db.url).await;
+
+    // The claimer dies.
+    let r = {
+        let mut r = RemoteRunner::connect(&b, "on-b").await;
+        let w = spawn(&a.client, "claimer dies", false)
+            .await
+            .worker
+            .unwrap();
+        let asg = r.assignment().await;
+        r.send(In::Accepted(pb::RunnerAccepted {
+            worker_id: w.id.clone(),
+            lease_token: asg.lease_token.clone(),
+        }))
+        .await;
+        eventually("running on A", Duration::from_secs(5), || async {
+            (get(&a.client, &w.id).await.state == pb::WorkerState::Running as i32).then_some(())
+        })
+        .await;
+        b.server.kill_9();
+        let failed = eventually("failed on A", Duration::from_secs(15), || async {
+            let g = get(&a.client, &w.id).await;
+            (g.state == pb::WorkerState::Failed as i32).then_some(g)
+        })
+        .await;
+        let error = failed.error.unwrap_or_default();
+        assert!(
+            error.starts_with("runner lost: replica r-") && error.ends_with(" lost"),
+            "{error}"
+        );
+        r
+    };
+    drop(r);
+
+    // The owner dies.
+    let b = runner_replica(dir.path(), "b2", &db.url).await;
+    let mut r = RemoteRunner::connect(&b, "on-b2").await;
+    let w = spawn(&a.client, "owner dies", false).await.worker.unwrap();
+    let asg = r.assignment().await;
+    assert_eq!(asg.worker_id, w.id);
+    r.send(In::Accepted(pb::RunnerAccepted {
+        worker_id: w.id.clone(),
+        lease_token: asg.lease_token.clone(),
+    }))
+    .await;
+    eventually("running", Duration::from_secs(5), || async {
+        (get(&b.client, &w.id).await.state == pb::WorkerState::Running as i32).then_some(())
+    })
+    .await;
+    a.server.kill_9();
+    match r.next(Duration::from_secs(15)).await {
+        pb::connect_response::Msg::Cancel(c) => assert_eq!(c.worker_id, w.id),
+        other => panic!("expected cancel, got {other:?}"),
+    }
+    let closed = get(&b.client, &w.id).await;
+    assert_eq!(closed.state, pb::WorkerState::Failed as i32, "{closed:?}");
+}

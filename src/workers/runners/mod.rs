@@ -30,6 +30,7 @@ use super::{
     model::{WorkerId, generate_token},
 };
 
+pub mod fleet;
 pub mod session;
 
 pub use session::Session;
@@ -221,10 +222,12 @@ struct Runner {
 
 impl Runner {
     fn serves(&self, a: &Assignment) -> bool {
-        self.agents
-            .as_ref()
-            .is_none_or(|set| set.contains(&a.spec.agent.name))
-            && self.principal.as_ref().is_none_or(|p| *p == a.caller_scope)
+        self.serves_agent(&a.spec.agent.name, &a.caller_scope)
+    }
+
+    fn serves_agent(&self, agent: &str, scope: &str) -> bool {
+        self.agents.as_ref().is_none_or(|set| set.contains(agent))
+            && self.principal.as_ref().is_none_or(|p| p == scope)
     }
 
     fn free(&self) -> usize {
@@ -487,6 +490,33 @@ impl RunnerHub {
             },
         );
         st.dispatch(self.settings.accept_timeout);
+    }
+
+    /// Whether a connected runner serves `agent` for principal `scope`.
+    pub fn serves(&self, agent: &str, scope: &str) -> bool {
+        self.state()
+            .runners
+            .values()
+            .any(|r| r.tx.is_some() && r.serves_agent(agent, scope))
+    }
+
+    /// Whether the connected runners serving `agent` for `scope` have a free slot that no
+    /// worker already waiting here for them is due to take.
+    pub fn can_take(&self, agent: &str, scope: &str) -> bool {
+        let st = self.state();
+        let free: usize = st
+            .runners
+            .values()
+            .filter(|r| r.tx.is_some() && r.serves_agent(agent, scope))
+            .map(Runner::free)
+            .sum();
+        let waiting = st
+            .queue
+            .iter()
+            .filter_map(|(_, id)| st.works.get(id))
+            .filter(|w| w.assignment.spec.agent.name == agent && w.assignment.caller_scope == scope)
+            .count();
+        free > waiting
     }
 
     /// Asks the runner of a running worker to stop it (`cancel`); a waiting or offered worker is

@@ -70,7 +70,26 @@ impl Session {
             Ok(id) => id,
             Err(r) => return self.hub.reject(&self.runner, r),
         };
-        let Some(mut events) = events else { return };
+        let Some(mut events) = events else {
+            // Another replica's worker (runners across replicas): its owner records `running`
+            // when the relayed `accepted` reaches it; wait for that in the store.
+            let recorded = async {
+                loop {
+                    match self.sup.get(&id, &Visibility::All).await {
+                        Ok(w) if w.state != WorkerState::Pending => return,
+                        Err(_) => return,
+                        Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(5)).await,
+                    }
+                }
+            };
+            if tokio::time::timeout(START_RECORDED_WITHIN, recorded)
+                .await
+                .is_err()
+            {
+                tracing::warn!(worker = %id, "running not recorded in time after accepted");
+            }
+            return;
+        };
         let recorded = async {
             loop {
                 match self.sup.get(&id, &Visibility::All).await {

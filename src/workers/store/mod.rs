@@ -190,6 +190,78 @@ pub trait WorkerStore: Send + Sync + 'static {
     async fn prune_holds(&self) -> Result<(), StoreError> {
         Ok(())
     }
+
+    /// This replica's id in a shared store (`None`: nobody else shares it).
+    fn replica_id(&self) -> Option<&str> {
+        None
+    }
+
+    /// Publishes a runner worker of this replica for the runners of every replica (docs
+    /// §10, runners across replicas), and notifies them.
+    async fn publish_runner_wait(&self, wait: &RunnerWait) -> Result<(), StoreError> {
+        let _ = wait;
+        Ok(())
+    }
+
+    /// Unclaimed runner waits of live replicas, oldest first, at most `limit`.
+    async fn runner_waits(&self, limit: i64) -> Result<Vec<RunnerWait>, StoreError> {
+        let _ = limit;
+        Ok(Vec::new())
+    }
+
+    /// Claims an unclaimed wait for this replica and sets the worker's token hash to
+    /// `token_hash` (a token minted by the claimer) in one transaction, skipping a wait another
+    /// claimer holds locked; true when this replica won it.
+    async fn claim_runner_wait(&self, id: &WorkerId, token_hash: &str) -> Result<bool, StoreError> {
+        let _ = (id, token_hash);
+        Ok(false)
+    }
+
+    /// Deletes a wait (only while unclaimed, when `only_unclaimed`); whether one was deleted.
+    async fn withdraw_runner_wait(
+        &self,
+        id: &WorkerId,
+        only_unclaimed: bool,
+    ) -> Result<bool, StoreError> {
+        let _ = (id, only_unclaimed);
+        Ok(false)
+    }
+
+    /// Who claimed a wait: `None` without a wait, `Some(None)` unclaimed, else the claiming
+    /// replica's id and whether its lease is still live on the database clock.
+    async fn runner_claim(
+        &self,
+        id: &WorkerId,
+    ) -> Result<Option<Option<(String, bool)>>, StoreError> {
+        let _ = id;
+        Ok(None)
+    }
+
+    /// Sends `message` about worker `id` to replica `to`, and notifies it.
+    async fn relay(&self, to: &str, id: &WorkerId, message: &str) -> Result<(), StoreError> {
+        let _ = (to, id, message);
+        Ok(())
+    }
+
+    /// Takes (deletes and returns, in order) the messages sent to this replica.
+    async fn take_relays(&self) -> Result<Vec<(WorkerId, String)>, StoreError> {
+        Ok(Vec::new())
+    }
+}
+
+/// A runner worker waiting for a runner on any replica.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunnerWait {
+    /// The worker.
+    pub worker_id: WorkerId,
+    /// The replica that runs it (its row's owner).
+    pub owner: String,
+    /// Its agent.
+    pub agent: String,
+    /// Its principal.
+    pub caller_scope: String,
+    /// When its timeout passes, in unix milliseconds.
+    pub deadline_ms: i64,
 }
 
 /// What [`WorkerStore::renew_lease`] found.
@@ -223,6 +295,10 @@ pub enum Notice {
         /// The worker.
         worker_id: WorkerId,
     },
+    /// A runner worker was published for the runners of every replica.
+    RunnerWait,
+    /// A message was relayed to this replica (or another: each replica takes its own).
+    Relay,
     /// The listener (re)connected and may have missed notices: re-read everything.
     Resync,
 }

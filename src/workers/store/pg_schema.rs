@@ -94,6 +94,24 @@ pub(super) const MIGRATIONS: &[&str] = &[
         replica_id TEXT COLLATE "C" NOT NULL
     );
     CREATE INDEX worker_holds_by_worker ON worker_holds (worker_id);"#,
+    // 6: runner workers waiting for a runner of any replica, and the messages between the
+    // replica that owns such a worker and the one whose runner runs it (docs §10).
+    r#"CREATE TABLE runner_waits (
+        worker_id     TEXT COLLATE "C" NOT NULL PRIMARY KEY,
+        owner_replica TEXT COLLATE "C" NOT NULL,
+        agent         TEXT NOT NULL,
+        caller_scope  TEXT NOT NULL,
+        deadline_ms   BIGINT NOT NULL,
+        waiting_since TIMESTAMPTZ NOT NULL DEFAULT now(),
+        claimed_by    TEXT COLLATE "C"
+    );
+    CREATE TABLE runner_relays (
+        seq        BIGSERIAL PRIMARY KEY,
+        to_replica TEXT COLLATE "C" NOT NULL,
+        worker_id  TEXT COLLATE "C" NOT NULL,
+        message    TEXT NOT NULL
+    );
+    CREATE INDEX runner_relays_to ON runner_relays (to_replica, seq);"#,
 ];
 
 /// Brings the schema up to date under the migration advisory lock, or refuses a newer one.

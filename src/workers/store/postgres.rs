@@ -24,7 +24,8 @@ use super::pg_schema;
 use super::rows::{Snapshot, advance, progress_event, to_sql_sequence};
 use super::schema::COLUMNS;
 use super::{
-    Applied, Lease, ListQuery, Notice, ParentFilter, Patch, StoreError, WorkerStore, creation_event,
+    Applied, Lease, ListQuery, Notice, ParentFilter, Patch, RunnerWait, StoreError, WorkerStore,
+    creation_event,
 };
 use crate::workers::lifecycle::Event;
 use crate::workers::model::{
@@ -555,7 +556,8 @@ async fn listen(
                 });
                 if let Err(e) = client
                     .batch_execute(
-                        "LISTEN agentry_events; LISTEN agentry_stop; LISTEN agentry_holds",
+                        "LISTEN agentry_events; LISTEN agentry_stop; LISTEN agentry_holds; \
+                         LISTEN agentry_runner_waits; LISTEN agentry_relays",
                     )
                     .await
                 {
@@ -597,6 +599,8 @@ fn parse_notice(channel: &str, payload: &str) -> Option<Notice> {
         "agentry_holds" => Some(Notice::Holds {
             worker_id: WorkerId::parse(payload).ok()?,
         }),
+        "agentry_runner_waits" => Some(Notice::RunnerWait),
+        "agentry_relays" => Some(Notice::Relay),
         _ => None,
     }
 }
@@ -1177,6 +1181,174 @@ impl WorkerStore for PostgresStore {
             .await
             .pg("prune holds")?;
         Ok(())
+    }
+
+    fn replica_id(&self) -> Option<&str> {
+        Some(&self.replica_id)
+    }
+
+    async fn publish_runner_wait(&self, wait: &RunnerWait) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "WITH added AS (
+                     INSERT INTO runner_waits (worker_id, owner_replica, agent, caller_scope, deadline_ms)
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (worker_id) DO NOTHING RETURNING 1)
+                 SELECT pg_notify('agentry_runner_waits', '') FROM added",
+                &[
+                    &wait.worker_id.as_str(),
+                    &wait.owner,
+                    &wait.agent,
+                    &wait.caller_scope,
+                    &wait.deadline_ms,
+                ],
+            )
+            .await
+            .pg("publish a runner wait")?;
+        Ok(())
+    }
+
+    async fn runner_waits(&self, limit: i64) -> Result<Vec<RunnerWait>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT w.worker_id, w.owner_replica, w.agent, w.caller_scope, w.deadline_ms
+                   FROM runner_waits w JOIN replicas r ON r.id = w.owner_replica
+                  WHERE w.claimed_by IS NULL AND r.expires_at > now()
+                  ORDER BY w.waiting_since, w.worker_id LIMIT $1",
+                &[&limit],
+            )
+            .await
+            .pg("read runner waits")?;
+        rows.iter()
+            .map(|row| {
+                Ok(RunnerWait {
+                    worker_id: WorkerId::parse(row.get::<_, &str>(0))
+                        .map_err(|e| StoreError::Corrupt(format!("runner wait: {e}")))?,
+                    owner: row.get(1),
+                    agent: row.get(2),
+                    caller_scope: row.get(3),
+                    deadline_ms: row.get(4),
+                })
+            })
+            .collect()
+    }
+
+    async fn claim_runner_wait(&self, id: &WorkerId, token_hash: &str) -> Result<bool, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client
+            .transaction()
+            .await
+            .pg("claim a runner wait: begin")?;
+        let row = tx
+            .query_opt(
+                "SELECT 1 FROM runner_waits WHERE worker_id = $1 AND claimed_by IS NULL
+                 FOR UPDATE SKIP LOCKED",
+                &[&id.as_str()],
+            )
+            .await
+            .pg("claim a runner wait")?;
+        if row.is_none() {
+            return Ok(false);
+        }
+        // The worker must still wait: a pending row whose token nobody holds yet.
+        let rotated = tx
+            .execute(
+                "UPDATE workers SET token_hash = $2 WHERE id = $1 AND state = 'pending'",
+                &[&id.as_str(), &token_hash],
+            )
+            .await
+            .pg("claim a runner wait: the token")?;
+        if rotated == 0 {
+            tx.execute(
+                "DELETE FROM runner_waits WHERE worker_id = $1",
+                &[&id.as_str()],
+            )
+            .await
+            .pg("claim a runner wait: drop a stale wait")?;
+            tx.commit().await.pg("claim a runner wait: commit")?;
+            return Ok(false);
+        }
+        tx.execute(
+            "UPDATE runner_waits SET claimed_by = $2 WHERE worker_id = $1",
+            &[&id.as_str(), &self.replica_id],
+        )
+        .await
+        .pg("claim a runner wait: the claim")?;
+        tx.commit().await.pg("claim a runner wait: commit")?;
+        Ok(true)
+    }
+
+    async fn withdraw_runner_wait(
+        &self,
+        id: &WorkerId,
+        only_unclaimed: bool,
+    ) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let n = client
+            .execute(
+                "DELETE FROM runner_waits WHERE worker_id = $1 AND (NOT $2 OR claimed_by IS NULL)",
+                &[&id.as_str(), &only_unclaimed],
+            )
+            .await
+            .pg("withdraw a runner wait")?;
+        Ok(n > 0)
+    }
+
+    async fn runner_claim(
+        &self,
+        id: &WorkerId,
+    ) -> Result<Option<Option<(String, bool)>>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT w.claimed_by, COALESCE(r.expires_at > now(), false)
+                   FROM runner_waits w LEFT JOIN replicas r ON r.id = w.claimed_by
+                  WHERE w.worker_id = $1",
+                &[&id.as_str()],
+            )
+            .await
+            .pg("read a runner claim")?;
+        Ok(row.map(|row| {
+            row.get::<_, Option<String>>(0)
+                .map(|by| (by, row.get::<_, bool>(1)))
+        }))
+    }
+
+    async fn relay(&self, to: &str, id: &WorkerId, message: &str) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "WITH sent AS (
+                     INSERT INTO runner_relays (to_replica, worker_id, message)
+                     VALUES ($1, $2, $3) RETURNING to_replica)
+                 SELECT pg_notify('agentry_relays', to_replica) FROM sent",
+                &[&to, &id.as_str(), &message],
+            )
+            .await
+            .pg("relay a runner message")?;
+        Ok(())
+    }
+
+    async fn take_relays(&self) -> Result<Vec<(WorkerId, String)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "DELETE FROM runner_relays WHERE to_replica = $1
+                 RETURNING seq, worker_id, message",
+                &[&self.replica_id],
+            )
+            .await
+            .pg("take relayed runner messages")?;
+        let mut out: Vec<(i64, WorkerId, String)> = rows
+            .iter()
+            .filter_map(|row| {
+                let id = WorkerId::parse(row.get::<_, &str>(1)).ok()?;
+                Some((row.get(0), id, row.get(2)))
+            })
+            .collect();
+        out.sort_by_key(|(seq, _, _)| *seq);
+        Ok(out.into_iter().map(|(_, id, m)| (id, m)).collect())
     }
 
     async fn renew_lease(&self) -> Result<Lease, StoreError> {
