@@ -22,6 +22,13 @@
 //!    just before its commit) to its arrival at the watching client; p50 and p99. All on one
 //!    host, so the two clocks are the same clock.
 //!
+//! 3. **Runner dispatch** (PostgreSQL, `executor.kind: runner`): 8 clients send
+//!    `SpawnWorker{wait: true}` to the first replica for S seconds, served by one in-process
+//!    runner (8 slots) that accepts and completes each assignment at once — connected to the
+//!    same replica (its hub serves it), and connected to the second replica of two (the worker
+//!    goes through the store: published, claimed, relayed; docs/runners.md). Completed workers
+//!    per second and the p50 of one spawn-to-completed call.
+//!
 //! Without `AGENTRY_TEST_POSTGRES_URL` only the SQLite rows are printed.
 
 // The allocator `agentry serve` runs on (src/main.rs), so what is measured here allocates as
@@ -276,18 +283,159 @@ async fn measure(setup: &str, url: Option<&str>, n: usize, dur: Duration, worker
     }
 }
 
+/// A runner on `addr` with `slots` slots that accepts and completes every assignment at once.
+async fn instant_runner(addr: SocketAddr, slots: u32) -> JoinHandle<()> {
+    use pb::{connect_request::Msg as In, connect_response::Msg as Out};
+    let ch = Channel::from_shared(format!("http://{addr}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect the runner");
+    let (tx, rx) = tokio::sync::mpsc::channel(256);
+    tx.send(pb::ConnectRequest {
+        msg: Some(In::Hello(pb::RunnerHello {
+            name: "bench-runner".into(),
+            agents: vec!["*".into()],
+            slots,
+            ..Default::default()
+        })),
+    })
+    .await
+    .expect("hello");
+    let mut stream = pb::runner_service_client::RunnerServiceClient::new(ch)
+        .connect(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect("runner stream")
+        .into_inner();
+    tokio::spawn(async move {
+        while let Some(Ok(m)) = stream.next().await {
+            if let Some(Out::Assignment(a)) = m.msg {
+                let (id, lease) = (a.worker_id, a.lease_token);
+                let accepted = In::Accepted(pb::RunnerAccepted {
+                    worker_id: id.clone(),
+                    lease_token: lease.clone(),
+                });
+                let finished = In::Finished(pb::RunnerFinished {
+                    worker_id: id,
+                    lease_token: lease,
+                    outcome: Some(pb::runner_finished::Outcome::Completed(
+                        pb::runner_finished::Completed {
+                            result: "ok".into(),
+                        },
+                    )),
+                });
+                for msg in [accepted, finished] {
+                    if tx
+                        .send(pb::ConnectRequest { msg: Some(msg) })
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// Completed runner workers per second through `servers[0]`, and the p50, p90 and mean of one
+/// call (ms), with
+/// the runner on `servers[runner_on]`.
+async fn runner_dispatch(
+    servers: &[Running],
+    runner_on: usize,
+    dur: Duration,
+) -> (f64, f64, f64, f64) {
+    let runner = instant_runner(servers[runner_on].addr, CLIENTS as u32).await;
+    // Wait until the runner serves a first worker, so its session is in place.
+    let mut probe = connect(servers[0].addr).await;
+    let mut first = spawn_req("runner warm-up".to_owned());
+    first.wait = true;
+    probe.spawn_worker(first).await.expect("warm-up spawn");
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..CLIENTS {
+        let mut c = connect(servers[0].addr).await;
+        tasks.push(tokio::spawn(async move {
+            let mut times = Vec::new();
+            let mut n = 0usize;
+            while started.elapsed() < dur {
+                let mut r = spawn_req(format!("runner {i} {n}"));
+                r.wait = true;
+                let t = Instant::now();
+                let ok = c
+                    .spawn_worker(r)
+                    .await
+                    .ok()
+                    .and_then(|r| r.into_inner().worker)
+                    .is_some_and(|w| w.state == pb::WorkerState::Completed as i32);
+                if ok {
+                    times.push(t.elapsed().as_secs_f64() * 1000.0);
+                }
+                n += 1;
+            }
+            times
+        }));
+    }
+    let mut times = Vec::new();
+    for t in tasks {
+        times.extend(t.await.expect("client task"));
+    }
+    let per_s = times.len() as f64 / started.elapsed().as_secs_f64();
+    times.sort_by(f64::total_cmp);
+    runner.abort();
+    let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
+    let at = |p: f64| {
+        times
+            .get(((times.len() as f64 - 1.0) * p) as usize)
+            .copied()
+            .unwrap_or(-1.0)
+    };
+    (per_s, at(0.5), at(0.9), mean)
+}
+
+type RunnerRow = (String, (f64, f64, f64, f64));
+
+async fn runner_rows(url: &str, dur: Duration) -> [RunnerRow; 2] {
+    let mut out = Vec::new();
+    for (label, n, on) in [
+        ("runner on the same replica (×1)", 1, 0),
+        ("runner on the other replica (×2)", 2, 1),
+    ] {
+        let root = tempfile::tempdir().expect("temp dir");
+        let mut servers = Vec::new();
+        for i in 0..n {
+            let mut cfg = config(root.path(), &format!("r{i}"), Some(url), &["/bin/true"]);
+            cfg.executor.kind = agentry::config::ExecutorKind::Runner;
+            servers.push(Running::start(cfg).await);
+        }
+        for s in &servers {
+            connect(s.addr).await;
+        }
+        let figures = runner_dispatch(&servers, on, dur).await;
+        for s in servers {
+            s.shutdown().await;
+        }
+        out.push((label.to_owned(), figures));
+    }
+    [out[0].clone(), out[1].clone()]
+}
+
 #[tokio::main]
 async fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let dur = Duration::from_secs(if quick { 1 } else { 5 });
     let workers = if quick { 10 } else { 100 };
     let mut rows = vec![measure("sqlite ×1", None, 1, dur, workers).await];
+    let mut runner = None;
     match std::env::var("AGENTRY_TEST_POSTGRES_URL") {
         Ok(_) => {
             for n in [1, 2] {
                 let db = TestDb::create().await.expect("test database");
                 rows.push(measure(&format!("postgres ×{n}"), Some(&db.url), n, dur, workers).await);
             }
+            let db = TestDb::create().await.expect("test database");
+            runner = Some(runner_rows(&db.url, dur).await);
         }
         Err(_) => println!("PostgreSQL rows skipped: AGENTRY_TEST_POSTGRES_URL is not set"),
     }
@@ -310,4 +458,19 @@ async fn main() {
         "watch latency is measured on the last replica for workers spawned on the first: across \
          replicas with ×2, locally otherwise"
     );
+    if let Some([local, remote]) = runner {
+        println!();
+        println!(
+            "{:<34} {:>12} {:>10} {:>10} {:>10}",
+            "runner workers (postgres)", "completed/s", "p50 (ms)", "p90 (ms)", "mean (ms)"
+        );
+        for (label, (per_s, p50, p90, mean)) in [&local, &remote] {
+            println!("{label:<34} {per_s:>12.0} {p50:>10.2} {p90:>10.2} {mean:>10.2}");
+        }
+        println!(
+            "across replicas: {:.2}× the throughput and {:.2}× the mean call of a runner on the same replica (target: within 1.2×)",
+            remote.1.0 / local.1.0,
+            remote.1.3 / local.1.3
+        );
+    }
 }

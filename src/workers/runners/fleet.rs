@@ -46,6 +46,8 @@ pub struct Fleet {
     owned: Mutex<HashMap<WorkerId, mpsc::UnboundedSender<RunEvent>>>,
     /// Workers this replica claimed for its runners: their owner replica.
     claimed: Mutex<HashMap<WorkerId, String>>,
+    /// A claimed worker ended here, so a runner slot came free: look for waits.
+    slot_freed: tokio::sync::Notify,
 }
 
 /// A relayed message, as JSON text.
@@ -93,6 +95,7 @@ impl Fleet {
             me,
             owned: Mutex::default(),
             claimed: Mutex::default(),
+            slot_freed: tokio::sync::Notify::new(),
         }))
     }
 
@@ -173,6 +176,7 @@ impl Fleet {
         loop {
             let notice = tokio::select! {
                 () = shutdown.cancelled() => return,
+                () = self.slot_freed.notified() => Some(Ok(Notice::RunnerWait)),
                 _ = tick.tick() => None,
                 n = async {
                     match notices.as_mut() {
@@ -278,6 +282,8 @@ impl Fleet {
             }
             fleet.hub.remove(&id, "the worker ended");
             fleet.claimed.lock().expect("fleet poisoned").remove(&id);
+            // A slot came free: a published worker may be waiting for it.
+            fleet.slot_freed.notify_one();
         });
     }
 
