@@ -126,19 +126,7 @@ async fn codex_toml_agents_are_read_beside_markdown() {
     }
 
     // ResolveAgent: the instructions are the persona body of the composed prompt.
-    let eff = s
-        .client
-        .clone()
-        .resolve_agent(pb::ResolveAgentRequest {
-            name: "rust-reviewer".into(),
-            workspace: ws.display().to_string(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .effective
-        .unwrap();
+    let eff = effective_of(&s, &ws, "rust-reviewer").await;
     assert!(eff.system_prompt.starts_with("You review a Rust change."));
 }
 
@@ -426,19 +414,7 @@ async fn claude_code_2026_subagents_are_read_as_written_or_reported() {
         .collect();
     // `mcpServers` is honoured (docs §2.9); `hooks` is not, and says so.
     assert_eq!(unsupported, [("hooks".to_owned(), Some(13))]);
-    let eff = s
-        .client
-        .clone()
-        .resolve_agent(pb::ResolveAgentRequest {
-            name: "builder".into(),
-            workspace: ws.display().to_string(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .effective
-        .unwrap();
+    let eff = effective_of(&s, &ws, "builder").await;
     let Some(pb::effective_tools::Kind::Only(tools)) = eff.tools.unwrap().kind else {
         panic!("an explicit tool list")
     };
@@ -503,19 +479,7 @@ async fn claude_code_2026_subagents_are_read_as_written_or_reported() {
         })
         .await
         .unwrap();
-    let eff = s
-        .client
-        .clone()
-        .resolve_agent(pb::ResolveAgentRequest {
-            name: "planner".into(),
-            workspace: ws.display().to_string(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .effective
-        .unwrap();
+    let eff = effective_of(&s, &ws, "planner").await;
     assert_eq!(eff.mode, pb::Mode::Plan as i32);
     assert_eq!(eff.spawns, "");
     assert!(
@@ -525,8 +489,8 @@ async fn claude_code_2026_subagents_are_read_as_written_or_reported() {
     );
 }
 
-/// The effective prompt of `name` resolved in `ws`.
-async fn prompt_of(s: &TestServer, ws: &Path, name: &str) -> String {
+/// The effective agent of `name` resolved in `ws`.
+async fn effective_of(s: &TestServer, ws: &Path, name: &str) -> pb::EffectiveAgent {
     s.client
         .clone()
         .resolve_agent(pb::ResolveAgentRequest {
@@ -539,7 +503,11 @@ async fn prompt_of(s: &TestServer, ws: &Path, name: &str) -> String {
         .into_inner()
         .effective
         .unwrap()
-        .system_prompt
+}
+
+/// The effective prompt of `name` resolved in `ws`.
+async fn prompt_of(s: &TestServer, ws: &Path, name: &str) -> String {
+    effective_of(s, ws, name).await.system_prompt
 }
 
 fn skill(dir: &Path, name: &str, text: &str) {
@@ -676,19 +644,7 @@ async fn the_claude_code_2026_corpus_resolves_to_its_expected_effective_agents()
             .iter()
             .find(|a| a.name == name)
             .unwrap_or_else(|| panic!("{file} did not load: {:?}", diag(&listed, file)));
-        let eff = s
-            .client
-            .clone()
-            .resolve_agent(pb::ResolveAgentRequest {
-                name: name.into(),
-                workspace: ws.display().to_string(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .effective
-            .unwrap();
+        let eff = effective_of(&s, &ws, name).await;
         let tools = match eff.tools.unwrap().kind.unwrap() {
             pb::effective_tools::Kind::Only(l) => serde_json::json!({"only": l.values}),
             pb::effective_tools::Kind::AllExcept(l) => serde_json::json!({"all_except": l.values}),

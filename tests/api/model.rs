@@ -606,6 +606,14 @@ fn mcp_program(var: &str) -> Option<String> {
     }
 }
 
+/// The time server of `program` (`mcp-server-time`) over stdio, in UTC.
+fn time_mcp(program: &str) -> McpServer {
+    McpServer {
+        command: vec![program.to_owned(), "--local-timezone".into(), "UTC".into()],
+        ..McpServer::default()
+    }
+}
+
 #[tokio::test]
 async fn mcp_filesystem_reads_pass_and_writes_are_reviewed() {
     let Some(fs_server) = mcp_program("AGENTRY_TEST_MCP_FILESYSTEM") else {
@@ -718,13 +726,7 @@ async fn mcp_time_over_python() {
     .await;
     let s = start_with(|c| {
         on_model(c, &scripted);
-        c.mcp_servers.insert(
-            "time".into(),
-            McpServer {
-                command: vec![time_server.clone(), "--local-timezone".into(), "UTC".into()],
-                ..McpServer::default()
-            },
-        );
+        c.mcp_servers.insert("time".into(), time_mcp(&time_server));
         // No `tools`: it inherits every tool, so every configured server is started.
         persona(
             &agents(c),
@@ -916,10 +918,7 @@ async fn a_personas_mcp_servers_are_the_servers_its_workers_get() {
         {"tool_calls": [submit(json!("nothing to do"))], "repeat": true},
     ]))
     .await;
-    let time = McpServer {
-        command: vec![time_server.clone(), "--local-timezone".into(), "UTC".into()],
-        ..McpServer::default()
-    };
+    let time = time_mcp(&time_server);
     let inline = format!(
         "mcpServers:\n  - clock:\n      command: {time_server}\n      args: [--local-timezone, UTC]"
     );
@@ -1182,13 +1181,7 @@ async fn review_tools_are_reviewed_even_when_read_only_and_gemini_wildcards_sele
     let s = start_with(|c| {
         on_model(c, &scripted);
         c.review.tools = vec!["mcp__time__get_current_time".into()];
-        c.mcp_servers.insert(
-            "time".into(),
-            McpServer {
-                command: vec![time_server.clone(), "--local-timezone".into(), "UTC".into()],
-                ..McpServer::default()
-            },
-        );
+        c.mcp_servers.insert("time".into(), time_mcp(&time_server));
         persona(
             &agents(c),
             "gem.md",

@@ -1157,6 +1157,37 @@ impl RemoteRunner {
             .await
             .unwrap();
     }
+
+    /// Accepts `a`, then waits until `on` shows its worker running.
+    async fn accept_until_running(
+        &self,
+        a: &pb::RunnerAssignment,
+        on: &AgentRegistryServiceClient<Channel>,
+    ) {
+        self.send(pb::connect_request::Msg::Accepted(pb::RunnerAccepted {
+            worker_id: a.worker_id.clone(),
+            lease_token: a.lease_token.clone(),
+        }))
+        .await;
+        state_on(on, &a.worker_id, pb::WorkerState::Running).await;
+    }
+}
+
+/// Waits until `on` shows worker `id` in `state`; the worker then.
+async fn state_on(
+    on: &AgentRegistryServiceClient<Channel>,
+    id: &str,
+    state: pb::WorkerState,
+) -> pb::Worker {
+    eventually(
+        &format!("{id} {state:?}"),
+        Duration::from_secs(15),
+        || async {
+            let g = get(on, id).await;
+            (g.state == state as i32).then_some(g)
+        },
+    )
+    .await
 }
 
 /// Runners across replicas (docs/runners.md): a runner connected to B runs a worker spawned on
@@ -1183,15 +1214,7 @@ async fn replicas_a_runner_on_b_runs_a_worker_spawned_on_a() {
     let token = asg.worker_token.clone();
     assert_eq!(token.len(), 32);
     let mut watch_a = watch(a.client.clone(), w.id.clone(), 0).await;
-    r.send(In::Accepted(pb::RunnerAccepted {
-        worker_id: w.id.clone(),
-        lease_token: asg.lease_token.clone(),
-    }))
-    .await;
-    eventually("running on A", Duration::from_secs(5), || async {
-        (get(&a.client, &w.id).await.state == pb::WorkerState::Running as i32).then_some(())
-    })
-    .await;
+    r.accept_until_running(&asg, &a.client).await;
     r.send(In::Progress(pb::RunnerProgress {
         worker_id: w.id.clone(),
         lease_token: asg.lease_token.clone(),
@@ -1223,11 +1246,7 @@ async fn replicas_a_runner_on_b_runs_a_worker_spawned_on_a() {
         )),
     }))
     .await;
-    let done = eventually("completed on A", Duration::from_secs(5), || async {
-        let g = get(&a.client, &w.id).await;
-        (g.state == pb::WorkerState::Completed as i32).then_some(g)
-    })
-    .await;
+    let done = state_on(&a.client, &w.id, pb::WorkerState::Completed).await;
     assert_eq!(done.result.as_deref(), Some("done on b"));
     let mut texts = Vec::new();
     while let Some(Ok(ev)) = watch_a.next().await {
@@ -1246,15 +1265,7 @@ async fn replicas_a_runner_on_b_runs_a_worker_spawned_on_a() {
         .unwrap();
     let asg = r.assignment().await;
     assert_eq!(asg.worker_id, w.id);
-    r.send(In::Accepted(pb::RunnerAccepted {
-        worker_id: w.id.clone(),
-        lease_token: asg.lease_token.clone(),
-    }))
-    .await;
-    eventually("running on A", Duration::from_secs(5), || async {
-        (get(&a.client, &w.id).await.state == pb::WorkerState::Running as i32).then_some(())
-    })
-    .await;
+    r.accept_until_running(&asg, &a.client).await;
     let mut stopper = a.client.clone();
     let id = w.id.clone();
     let stop = tokio::spawn(async move {
@@ -1299,21 +1310,9 @@ async fn replicas_a_runner_on_b_runs_a_worker_spawned_on_a() {
         .worker
         .unwrap();
     let asg = r.assignment().await;
-    r.send(In::Accepted(pb::RunnerAccepted {
-        worker_id: w.id.clone(),
-        lease_token: asg.lease_token.clone(),
-    }))
-    .await;
-    eventually("running on A", Duration::from_secs(5), || async {
-        (get(&a.client, &w.id).await.state == pb::WorkerState::Running as i32).then_some(())
-    })
-    .await;
+    r.accept_until_running(&asg, &a.client).await;
     drop(r);
-    let lost = eventually("failed on A", Duration::from_secs(10), || async {
-        let g = get(&a.client, &w.id).await;
-        (g.state == pb::WorkerState::Failed as i32).then_some(g)
-    })
-    .await;
+    let lost = state_on(&a.client, &w.id, pb::WorkerState::Failed).await;
     assert_eq!(lost.error.as_deref(), Some("runner lost: on-b"));
     drop((a, b));
 }
@@ -1324,7 +1323,6 @@ async fn replicas_a_runner_on_b_runs_a_worker_spawned_on_a() {
 /// row closed by B's sweeper, and B cancels the worker on its runner.
 #[tokio::test]
 async fn replicas_a_runner_worker_survives_neither_replica_dying_silently() {
-    use pb::connect_request::Msg as In;
     let Some(db) = TestDb::create().await else {
         return;
     };
@@ -1340,21 +1338,9 @@ async fn replicas_a_runner_worker_survives_neither_replica_dying_silently() {
             .worker
             .unwrap();
         let asg = r.assignment().await;
-        r.send(In::Accepted(pb::RunnerAccepted {
-            worker_id: w.id.clone(),
-            lease_token: asg.lease_token.clone(),
-        }))
-        .await;
-        eventually("running on A", Duration::from_secs(5), || async {
-            (get(&a.client, &w.id).await.state == pb::WorkerState::Running as i32).then_some(())
-        })
-        .await;
+        r.accept_until_running(&asg, &a.client).await;
         b.server.kill_9();
-        let failed = eventually("failed on A", Duration::from_secs(15), || async {
-            let g = get(&a.client, &w.id).await;
-            (g.state == pb::WorkerState::Failed as i32).then_some(g)
-        })
-        .await;
+        let failed = state_on(&a.client, &w.id, pb::WorkerState::Failed).await;
         let error = failed.error.unwrap_or_default();
         assert!(
             error.starts_with("runner lost: replica r-") && error.ends_with(" lost"),
@@ -1370,15 +1356,7 @@ async fn replicas_a_runner_worker_survives_neither_replica_dying_silently() {
     let w = spawn(&a.client, "owner dies", false).await.worker.unwrap();
     let asg = r.assignment().await;
     assert_eq!(asg.worker_id, w.id);
-    r.send(In::Accepted(pb::RunnerAccepted {
-        worker_id: w.id.clone(),
-        lease_token: asg.lease_token.clone(),
-    }))
-    .await;
-    eventually("running", Duration::from_secs(5), || async {
-        (get(&b.client, &w.id).await.state == pb::WorkerState::Running as i32).then_some(())
-    })
-    .await;
+    r.accept_until_running(&asg, &b.client).await;
     a.server.kill_9();
     match r.next(Duration::from_secs(15)).await {
         pb::connect_response::Msg::Cancel(c) => assert_eq!(c.worker_id, w.id),
@@ -1386,4 +1364,72 @@ async fn replicas_a_runner_worker_survives_neither_replica_dying_silently() {
     }
     let closed = get(&b.client, &w.id).await;
     assert_eq!(closed.state, pb::WorkerState::Failed as i32, "{closed:?}");
+}
+
+/// A published runner worker nobody claimed (no runner anywhere): its timeout ends it as
+/// `no runner served agent …`, a stop kills it at once, and either way its wait is withdrawn, so
+/// a runner that connects afterwards is offered nothing (docs/runners.md).
+#[tokio::test]
+async fn replicas_an_unclaimed_runner_worker_times_out_or_stops_and_is_withdrawn() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let a = runner_replica(dir.path(), "a", &db.url).await;
+    let b = runner_replica(dir.path(), "b", &db.url).await;
+    let timed_out = a
+        .client
+        .clone()
+        .spawn_worker(pb::SpawnWorkerRequest {
+            agent: "task".into(),
+            prompt: "nobody serves this".into(),
+            wait: true,
+            timeout: Some(prost_types::Duration {
+                seconds: 1,
+                nanos: 0,
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    assert_eq!(
+        timed_out.state,
+        pb::WorkerState::Failed as i32,
+        "{timed_out:?}"
+    );
+    let error = timed_out.error.unwrap_or_default();
+    assert!(
+        error.contains("no runner served agent task within 1s"),
+        "{error}"
+    );
+
+    let w = spawn(&a.client, "stopped before any runner", false)
+        .await
+        .worker
+        .unwrap();
+    let t0 = Instant::now();
+    let stopped = a
+        .client
+        .clone()
+        .stop_worker(pb::StopWorkerRequest {
+            worker_id: w.id.clone(),
+            reason: "changed my mind".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    assert_eq!(stopped.state, pb::WorkerState::Killed as i32);
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+
+    let mut r = RemoteRunner::connect(&b, "late").await;
+    let offered = tokio::time::timeout(Duration::from_millis(2500), r.rx.next()).await;
+    assert!(
+        offered.is_err(),
+        "a withdrawn worker was offered: {offered:?}"
+    );
 }

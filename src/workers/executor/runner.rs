@@ -31,118 +31,69 @@ impl RunnerExecutor {
     }
 }
 
-/// Forgets a worker published to the fleet however its run future ends.
-struct Published {
-    fleet: Arc<Fleet>,
+/// Where a worker waits for its runner, and what undoes that however its run future ends (also
+/// when it is dropped).
+enum Placed {
+    /// In this replica's hub.
+    Hub(Arc<RunnerHub>),
+    /// Published to the runners of every replica.
+    Fleet(Arc<Fleet>),
+}
+
+/// The worker's place, left when the run future ends.
+struct Place {
+    placed: Placed,
     id: WorkerId,
 }
 
-impl Drop for Published {
+impl Drop for Place {
     fn drop(&mut self) {
-        let (fleet, id) = (self.fleet.clone(), self.id.clone());
-        tokio::spawn(async move { fleet.unpublish(&id).await });
-    }
-}
-
-/// Asks the claiming replica to cancel a published worker and waits, at most `grace`, for its
-/// `finished` (or its loss); one nobody claimed is simply withdrawn.
-async fn stop_in_fleet(
-    fleet: &Fleet,
-    id: &WorkerId,
-    rx: &mut mpsc::UnboundedReceiver<RunEvent>,
-    reason: &str,
-    grace: Duration,
-) {
-    if fleet.withdraw_unclaimed(id).await || !fleet.cancel(id, reason).await {
-        return;
-    }
-    let _ = tokio::time::timeout(grace, async {
-        while let Some(ev) = rx.recv().await {
-            if matches!(ev, RunEvent::Finished(_) | RunEvent::Lost(_)) {
-                return;
-            }
-        }
-    })
-    .await;
-}
-
-/// The run of a worker no runner of this replica serves, on a runner of another (docs/runners.md,
-/// "Runners across replicas").
-async fn run_in_fleet(
-    fleet: Arc<Fleet>,
-    job: Job,
-    assignment: Arc<super::Assignment>,
-    id: WorkerId,
-    cancel: CancellationToken,
-    started: oneshot::Sender<()>,
-) -> Outcome {
-    let agent = assignment.spec.agent.name.clone();
-    let timeout = job.timeout;
-    let deadline_ms =
-        now_ms().saturating_add(i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX));
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    if let Err(e) = fleet.publish(&id, &assignment, deadline_ms, tx).await {
-        return Outcome::CouldNotStart {
-            reason: format!("cannot offer the worker to the runners of other replicas: {e}"),
-        };
-    }
-    let _published = Published {
-        fleet: fleet.clone(),
-        id: id.clone(),
-    };
-    let expiry = tokio::time::sleep(timeout);
-    tokio::pin!(expiry);
-    let mut check = tokio::time::interval(Duration::from_secs(1));
-    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut started = Some(started);
-    loop {
-        tokio::select! {
-            biased;
-            ev = rx.recv() => match ev {
-                Some(RunEvent::Accepted) => {
-                    if let Some(s) = started.take() {
-                        let _ = s.send(());
-                    }
-                }
-                Some(RunEvent::Finished(f)) => {
-                    return outcome(f, "canceled by the runner without a stop request");
-                }
-                Some(RunEvent::Lost(name)) => return failed(format!("runner lost: {name}"), None),
-                None => return failed("the fleet dropped the worker".to_owned(), None),
-            },
-            () = cancel.cancelled() => {
-                let reason = job.stop_reason.get().unwrap_or_else(|| "stop requested".to_owned());
-                stop_in_fleet(&fleet, &id, &mut rx, &reason, job.kill_grace).await;
-                return Outcome::Killed;
-            }
-            () = &mut expiry => {
-                if started.is_some() && fleet.withdraw_unclaimed(&id).await {
-                    return Outcome::CouldNotStart {
-                        reason: format!("no runner served agent {agent} within {}", seconds(timeout)),
-                    };
-                }
-                let reason = format!("timed out after {}", seconds(timeout));
-                stop_in_fleet(&fleet, &id, &mut rx, &reason, job.kill_grace).await;
-                return Outcome::TimedOut { after: timeout, stderr_tail: String::new() };
-            }
-            _ = check.tick() => {
-                if let Some(by) = fleet.lost_claimer(&id).await {
-                    return failed(format!("runner lost: replica {by} lost"), None);
-                }
+        match &self.placed {
+            Placed::Hub(hub) => hub.remove(&self.id, "the worker ended"),
+            Placed::Fleet(fleet) => {
+                let (fleet, id) = (fleet.clone(), self.id.clone());
+                tokio::spawn(async move { fleet.unpublish(&id).await });
             }
         }
     }
 }
 
-/// Removes the worker from the hub however the run future ends (also when it is dropped).
-struct InHub {
-    hub: Arc<RunnerHub>,
-    id: WorkerId,
-}
+impl Place {
+    /// Asks for a stop: `cancel` to the runner that holds the worker (through its claiming
+    /// replica for a published one); a worker no runner took is withdrawn. True when a runner
+    /// had it, so its `finished` is worth waiting for.
+    async fn cancel(&self, reason: &str) -> bool {
+        match &self.placed {
+            Placed::Hub(hub) => hub.cancel(&self.id, reason),
+            Placed::Fleet(fleet) => {
+                !fleet.withdraw_unclaimed(&self.id).await && fleet.cancel(&self.id, reason).await
+            }
+        }
+    }
 
-impl Drop for InHub {
-    fn drop(&mut self) {
-        self.hub.remove(&self.id, "the worker ended");
+    /// At the deadline of a worker never accepted: withdraws it if no runner took it meanwhile.
+    async fn withdraw_unstarted(&self) -> bool {
+        match &self.placed {
+            // The hub's entry goes with this place.
+            Placed::Hub(_) => true,
+            Placed::Fleet(fleet) => fleet.withdraw_unclaimed(&self.id).await,
+        }
+    }
+
+    /// For a published worker: the claiming replica, once its lease has lapsed.
+    async fn lost_claimer(&self) -> Option<String> {
+        match &self.placed {
+            Placed::Hub(_) => None,
+            Placed::Fleet(fleet) => fleet.lost_claimer(&self.id).await,
+        }
+    }
+
+    /// What the worker's events stopped coming from, for the error.
+    fn source(&self) -> &'static str {
+        match &self.placed {
+            Placed::Hub(_) => "the runner hub",
+            Placed::Fleet(_) => "the fleet",
+        }
     }
 }
 
@@ -164,16 +115,15 @@ fn outcome(f: Finish, runner_canceled: &str) -> Outcome {
     }
 }
 
-/// Sends `cancel` to the runner of an accepted worker and waits, at most `grace`, for its
-/// `finished` (or its loss).
-async fn stop_on_runner(
-    hub: &RunnerHub,
-    id: &WorkerId,
+/// Sends `cancel` for the worker at `place` and waits, at most `grace`, for its `finished` (or
+/// its loss) when a runner had it.
+async fn stop(
+    place: &Place,
     rx: &mut mpsc::UnboundedReceiver<RunEvent>,
     reason: &str,
     grace: Duration,
 ) {
-    if !hub.cancel(id, reason) {
+    if !place.cancel(reason).await {
         return;
     }
     let _ = tokio::time::timeout(grace, async {
@@ -184,6 +134,63 @@ async fn stop_on_runner(
         }
     })
     .await;
+}
+
+/// Turns the events of a placed worker into its outcome, handling stop, timeout and (for a
+/// published worker) a lost claiming replica.
+async fn follow(
+    place: Place,
+    mut rx: mpsc::UnboundedReceiver<RunEvent>,
+    job: Job,
+    agent: String,
+    cancel: CancellationToken,
+    started: oneshot::Sender<()>,
+) -> Outcome {
+    let timeout = job.timeout;
+    let expiry = tokio::time::sleep(timeout);
+    tokio::pin!(expiry);
+    let mut check = tokio::time::interval(Duration::from_secs(1));
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut started = Some(started);
+    loop {
+        tokio::select! {
+            biased;
+            ev = rx.recv() => match ev {
+                Some(RunEvent::Accepted) => {
+                    if let Some(s) = started.take() {
+                        let _ = s.send(());
+                    }
+                }
+                Some(RunEvent::Finished(f)) => {
+                    return outcome(f, "canceled by the runner without a stop request");
+                }
+                Some(RunEvent::Lost(name)) => return failed(format!("runner lost: {name}"), None),
+                None => return failed(format!("{} dropped the worker", place.source()), None),
+            },
+            () = cancel.cancelled() => {
+                // The StopWorker reason when a stop gave one (shutdown and a caller leaving give
+                // none).
+                let reason = job.stop_reason.get().unwrap_or_else(|| "stop requested".to_owned());
+                stop(&place, &mut rx, &reason, job.kill_grace).await;
+                return Outcome::Killed;
+            }
+            () = &mut expiry => {
+                if started.is_some() && place.withdraw_unstarted().await {
+                    return Outcome::CouldNotStart {
+                        reason: format!("no runner served agent {agent} within {}", seconds(timeout)),
+                    };
+                }
+                let reason = format!("timed out after {}", seconds(timeout));
+                stop(&place, &mut rx, &reason, job.kill_grace).await;
+                return Outcome::TimedOut { after: timeout, stderr_tail: String::new() };
+            }
+            _ = check.tick() => {
+                if let Some(by) = place.lost_claimer().await {
+                    return failed(format!("runner lost: replica {by} lost"), None);
+                }
+            }
+        }
+    }
 }
 
 impl Executor for RunnerExecutor {
@@ -206,58 +213,30 @@ impl Executor for RunnerExecutor {
             if cancel.is_cancelled() {
                 return Outcome::Killed;
             }
-            if let Some(fleet) = fleet
-                .filter(|f| f.should_publish(&assignment.spec.agent.name, &assignment.caller_scope))
-            {
-                return run_in_fleet(fleet, job, assignment, id, cancel, started).await;
-            }
             let agent = assignment.spec.agent.name.clone();
-            let timeout = job.timeout;
             let deadline_ms =
-                now_ms().saturating_add(i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX));
-            let (tx, mut rx) = mpsc::unbounded_channel();
-            hub.enqueue(id.clone(), assignment, deadline_ms, tx);
-            let _in_hub = InHub {
-                hub: hub.clone(),
-                id: id.clone(),
-            };
-            let expiry = tokio::time::sleep(timeout);
-            tokio::pin!(expiry);
-            let mut started = Some(started);
-            loop {
-                tokio::select! {
-                    biased;
-                    ev = rx.recv() => match ev {
-                        Some(RunEvent::Accepted) => {
-                            if let Some(s) = started.take() {
-                                let _ = s.send(());
-                            }
-                        }
-                        Some(RunEvent::Finished(f)) => {
-                            return outcome(f, "canceled by the runner without a stop request");
-                        }
-                        Some(RunEvent::Lost(name)) => return failed(format!("runner lost: {name}"), None),
-                        None => return failed("the runner hub dropped the worker".to_owned(), None),
-                    },
-                    () = cancel.cancelled() => {
-                        // The StopWorker reason when a stop gave one (shutdown and a caller
-                        // leaving give none).
-                        let reason = job.stop_reason.get().unwrap_or_else(|| "stop requested".to_owned());
-                        stop_on_runner(&hub, &id, &mut rx, &reason, job.kill_grace).await;
-                        return Outcome::Killed;
+                now_ms().saturating_add(i64::try_from(job.timeout.as_millis()).unwrap_or(i64::MAX));
+            let (tx, rx) = mpsc::unbounded_channel();
+            // Local first; a worker no runner of this replica serves goes to the fleet (docs
+            // /runners.md, "Runners across replicas").
+            let placed = match fleet.filter(|f| f.should_publish(&agent, &assignment.caller_scope))
+            {
+                Some(fleet) => {
+                    if let Err(e) = fleet.publish(&id, &assignment, deadline_ms, tx).await {
+                        return Outcome::CouldNotStart {
+                            reason: format!(
+                                "cannot offer the worker to the runners of other replicas: {e}"
+                            ),
+                        };
                     }
-                    () = &mut expiry => {
-                        if started.is_some() {
-                            return Outcome::CouldNotStart {
-                                reason: format!("no runner served agent {agent} within {}", seconds(timeout)),
-                            };
-                        }
-                        let reason = format!("timed out after {}", seconds(timeout));
-                        stop_on_runner(&hub, &id, &mut rx, &reason, job.kill_grace).await;
-                        return Outcome::TimedOut { after: timeout, stderr_tail: String::new() };
-                    }
+                    Placed::Fleet(fleet)
                 }
-            }
+                None => {
+                    hub.enqueue(id.clone(), assignment, deadline_ms, tx);
+                    Placed::Hub(hub)
+                }
+            };
+            follow(Place { placed, id }, rx, job, agent, cancel, started).await
         })
     }
 }

@@ -203,6 +203,10 @@ impl Fleet {
 
     /// Claims the waits this replica's runners can take, oldest first.
     async fn claim(self: &Arc<Self>) {
+        // No runner here: nothing to claim, and no query every tick.
+        if self.hub.counts().0 == 0 {
+            return;
+        }
         let waits = match self.store.runner_waits(WAITS_PER_LOOK).await {
             Ok(w) => w,
             Err(e) => {

@@ -65,31 +65,14 @@ impl Session {
     pub async fn accepted(&self, worker_id: &str, lease: &str) {
         let parsed = crate::workers::model::WorkerId::parse(worker_id).ok();
         // Subscribe before the start can be recorded, so the transition cannot be missed.
-        let events = parsed.as_ref().and_then(|id| self.sup.subscribe(id));
+        let mut events = parsed.as_ref().and_then(|id| self.sup.subscribe(id));
         let id = match self.hub.accept(&self.runner, worker_id, lease) {
             Ok(id) => id,
             Err(r) => return self.hub.reject(&self.runner, r),
         };
-        let Some(mut events) = events else {
-            // Another replica's worker (runners across replicas): its owner records `running`
-            // when the relayed `accepted` reaches it; wait for that in the store.
-            let recorded = async {
-                loop {
-                    match self.sup.get(&id, &Visibility::All).await {
-                        Ok(w) if w.state != WorkerState::Pending => return,
-                        Err(_) => return,
-                        Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(5)).await,
-                    }
-                }
-            };
-            if tokio::time::timeout(START_RECORDED_WITHIN, recorded)
-                .await
-                .is_err()
-            {
-                tracing::warn!(worker = %id, "running not recorded in time after accepted");
-            }
-            return;
-        };
+        // A worker of this replica announces its transitions; another replica's (runners
+        // across replicas, recorded by its owner when the relayed `accepted` reaches it) is
+        // looked for in the store.
         let recorded = async {
             loop {
                 match self.sup.get(&id, &Visibility::All).await {
@@ -97,8 +80,15 @@ impl Session {
                     Err(_) => return,
                     Ok(_) => {}
                 }
-                if let Err(tokio::sync::broadcast::error::RecvError::Closed) = events.recv().await {
-                    return;
+                match events.as_mut() {
+                    Some(events) => {
+                        if let Err(tokio::sync::broadcast::error::RecvError::Closed) =
+                            events.recv().await
+                        {
+                            return;
+                        }
+                    }
+                    None => tokio::time::sleep(Duration::from_millis(5)).await,
                 }
             }
         };

@@ -844,12 +844,22 @@ fn lock_the_file_itself(db: &Path) -> Result<Flock<std::fs::File>, StoreError> {
     // A store of this process closed just now lets go of the file when its writer thread has
     // drained (the lock file above is already free then): wait that long, not more.
     let mut file = file;
-    for _ in 0..FILE_LOCK_TRIES - 1 {
+    let mut tries = 1;
+    loop {
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(lock) => return Ok(lock),
-            Err((f, Errno::EWOULDBLOCK)) => {
+            Err((f, Errno::EWOULDBLOCK)) if tries < FILE_LOCK_TRIES => {
                 file = f;
+                tries += 1;
                 std::thread::sleep(Duration::from_millis(10));
+            }
+            Err((_, Errno::EWOULDBLOCK)) => {
+                return Err(StoreError::Locked {
+                    path: db.to_owned(),
+                    holder: "the file itself is locked: another path to it, such as a hard link, \
+                             is in use"
+                        .to_owned(),
+                });
             }
             Err((_, errno)) => {
                 return Err(StoreError::Io {
@@ -858,18 +868,6 @@ fn lock_the_file_itself(db: &Path) -> Result<Flock<std::fs::File>, StoreError> {
                 });
             }
         }
-    }
-    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-        Ok(lock) => Ok(lock),
-        Err((_, Errno::EWOULDBLOCK)) => Err(StoreError::Locked {
-            path: db.to_owned(),
-            holder: "the file itself is locked: another path to it, such as a hard link, is in use"
-                .to_owned(),
-        }),
-        Err((_, errno)) => Err(StoreError::Io {
-            path: db.to_owned(),
-            source: std::io::Error::from(errno),
-        }),
     }
 }
 
