@@ -175,19 +175,35 @@ async fn throughput(servers: &[Running], dur: Duration) -> (f64, Duration) {
     let mut tasks = Vec::new();
     for (i, mut c) in clients.into_iter().enumerate() {
         tasks.push(tokio::spawn(async move {
+            let (mut accepted, mut failed) = (0usize, 0usize);
             let mut n = 0usize;
             while started.elapsed() < dur {
                 let prompt = format!("throughput {i} {n}");
-                if c.spawn_worker(spawn_req(prompt)).await.is_ok() {
-                    n += 1;
+                n += 1;
+                match c.spawn_worker(spawn_req(prompt)).await {
+                    Ok(r) if r.get_ref().deduplicated => {
+                        panic!("throughput {i} {n} was deduplicated")
+                    }
+                    Ok(_) => accepted += 1,
+                    Err(e) => {
+                        if failed == 0 {
+                            eprintln!("spawn failed: {e}");
+                        }
+                        failed += 1;
+                    }
                 }
             }
-            n
+            (accepted, failed)
         }));
     }
-    let mut accepted = 0;
+    let (mut accepted, mut failed) = (0, 0);
     for t in tasks {
-        accepted += t.await.expect("client task");
+        let (a, f) = t.await.expect("client task");
+        accepted += a;
+        failed += f;
+    }
+    if failed > 0 {
+        eprintln!("background spawns: {failed} refused");
     }
     let elapsed = started.elapsed();
     let drain_start = Instant::now();
@@ -358,28 +374,40 @@ async fn runner_dispatch(
         let mut c = connect(servers[0].addr).await;
         tasks.push(tokio::spawn(async move {
             let mut times = Vec::new();
+            let mut failed = 0usize;
             let mut n = 0usize;
             while started.elapsed() < dur {
                 let mut r = spawn_req(format!("runner {i} {n}"));
                 r.wait = true;
                 let t = Instant::now();
-                let ok = c
-                    .spawn_worker(r)
-                    .await
-                    .ok()
-                    .and_then(|r| r.into_inner().worker)
-                    .is_some_and(|w| w.state == pb::WorkerState::Completed as i32);
-                if ok {
-                    times.push(t.elapsed().as_secs_f64() * 1000.0);
+                let answer = c.spawn_worker(r).await.map(tonic::Response::into_inner);
+                // Only a new worker run to completion counts: a reused dispatch never reached
+                // a runner.
+                match answer {
+                    Ok(a) if a.deduplicated => panic!("runner {i} {n} was deduplicated"),
+                    Ok(a)
+                        if a.worker
+                            .as_ref()
+                            .is_some_and(|w| w.state == pb::WorkerState::Completed as i32) =>
+                    {
+                        times.push(t.elapsed().as_secs_f64() * 1000.0);
+                    }
+                    _ => failed += 1,
                 }
                 n += 1;
             }
-            times
+            (times, failed)
         }));
     }
     let mut times = Vec::new();
+    let mut failed = 0;
     for t in tasks {
-        times.extend(t.await.expect("client task"));
+        let (t, f) = t.await.expect("client task");
+        times.extend(t);
+        failed += f;
+    }
+    if failed > 0 {
+        eprintln!("runner dispatch: {failed} calls did not complete a worker");
     }
     let per_s = times.len() as f64 / started.elapsed().as_secs_f64();
     times.sort_by(f64::total_cmp);
@@ -396,16 +424,18 @@ async fn runner_dispatch(
 
 type RunnerRow = (String, (f64, f64, f64, f64));
 
-async fn runner_rows(url: &str, dur: Duration) -> [RunnerRow; 2] {
+/// Both set-ups, each on its own fresh database (so no dispatch of one is reused by the other).
+async fn runner_rows(dur: Duration) -> [RunnerRow; 2] {
     let mut out = Vec::new();
     for (label, n, on) in [
         ("runner on the same replica (×1)", 1, 0),
         ("runner on the other replica (×2)", 2, 1),
     ] {
+        let db = TestDb::create().await.expect("test database");
         let root = tempfile::tempdir().expect("temp dir");
         let mut servers = Vec::new();
         for i in 0..n {
-            let mut cfg = config(root.path(), &format!("r{i}"), Some(url), &["/bin/true"]);
+            let mut cfg = config(root.path(), &format!("r{i}"), Some(&db.url), &["/bin/true"]);
             cfg.executor.kind = agentry::config::ExecutorKind::Runner;
             servers.push(Running::start(cfg).await);
         }
@@ -434,8 +464,7 @@ async fn main() {
                 let db = TestDb::create().await.expect("test database");
                 rows.push(measure(&format!("postgres ×{n}"), Some(&db.url), n, dur, workers).await);
             }
-            let db = TestDb::create().await.expect("test database");
-            runner = Some(runner_rows(&db.url, dur).await);
+            runner = Some(runner_rows(dur).await);
         }
         Err(_) => println!("PostgreSQL rows skipped: AGENTRY_TEST_POSTGRES_URL is not set"),
     }

@@ -304,7 +304,7 @@ async fn handle(s: &Session, m: pb::ConnectRequest, max_output: usize) {
             "hello was already sent on this stream; open a new stream (with hello.resume) to start a new session",
         ),
         In::Heartbeat(_) => {}
-        In::Accepted(a) => s.accepted(&a.worker_id, &a.lease_token).await,
+        In::Accepted(a) => s.accepted(&a.worker_id, &a.lease_token),
         In::Progress(p) => {
             let mut v = Violations::default();
             let report = request::progress("progress.", p.kind, p.text, p.data_json, &mut v);

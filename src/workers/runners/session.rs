@@ -5,13 +5,17 @@
 //! The gRPC glue translates messages and calls one method per message; nothing here knows the
 //! wire.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc, watch};
 
 use super::{Finish, Hello, HelloError, Outbound, Refusal, RunnerHub, RunnerId};
 use crate::workers::{
-    model::{Progress, WorkerState},
+    model::{Progress, WorkerEvent, WorkerId, WorkerState},
     supervisor::{Supervisor, Visibility, WorkerError},
 };
 
@@ -19,11 +23,16 @@ use crate::workers::{
 /// after it is never refused as "not running".
 const START_RECORDED_WITHIN: Duration = Duration::from_secs(5);
 
+/// How often the store is read for the start of another replica's worker, between notices.
+const REMOTE_START_POLL: Duration = Duration::from_millis(20);
+
 /// A connected runner.
 pub struct Session {
     hub: Arc<RunnerHub>,
     sup: Arc<Supervisor>,
     runner: RunnerId,
+    /// Workers this runner accepted whose `running` is not recorded yet: done once it is.
+    starting: Arc<Mutex<HashMap<WorkerId, watch::Receiver<bool>>>>,
 }
 
 impl Session {
@@ -36,7 +45,16 @@ impl Session {
         principal: Option<String>,
     ) -> Result<(Self, mpsc::UnboundedReceiver<Outbound>), HelloError> {
         let (runner, rx) = hub.connect(hello, principal)?;
-        Ok((Self { hub, sup, runner }, rx))
+        let starting = Arc::default();
+        Ok((
+            Self {
+                hub,
+                sup,
+                runner,
+                starting,
+            },
+            rx,
+        ))
     }
 
     /// This session's id.
@@ -61,42 +79,48 @@ impl Session {
         );
     }
 
-    /// `accepted`: the worker runs; returns once `running` is recorded.
-    pub async fn accepted(&self, worker_id: &str, lease: &str) {
-        let parsed = crate::workers::model::WorkerId::parse(worker_id).ok();
+    /// `accepted`: the worker runs. Returns at once, so one runner's other workers are never
+    /// held up behind this one; `running` is looked for in the background, and a `progress`
+    /// of this worker waits for it ([`Self::started`]).
+    pub fn accepted(&self, worker_id: &str, lease: &str) {
+        let parsed = WorkerId::parse(worker_id).ok();
         // Subscribe before the start can be recorded, so the transition cannot be missed.
-        let mut events = parsed.as_ref().and_then(|id| self.sup.subscribe(id));
+        let events = parsed.as_ref().and_then(|id| self.sup.subscribe(id));
         let id = match self.hub.accept(&self.runner, worker_id, lease) {
             Ok(id) => id,
             Err(r) => return self.hub.reject(&self.runner, r),
         };
-        // A worker of this replica announces its transitions; another replica's (runners
-        // across replicas, recorded by its owner when the relayed `accepted` reaches it) is
-        // looked for in the store.
-        let recorded = async {
-            loop {
-                match self.sup.get(&id, &Visibility::All).await {
-                    Ok(w) if w.state != WorkerState::Pending => return,
-                    Err(_) => return,
-                    Ok(_) => {}
-                }
-                match events.as_mut() {
-                    Some(events) => {
-                        if let Err(tokio::sync::broadcast::error::RecvError::Closed) =
-                            events.recv().await
-                        {
-                            return;
-                        }
-                    }
-                    None => tokio::time::sleep(Duration::from_millis(5)).await,
-                }
+        let (done, recorded) = watch::channel(false);
+        self.starting
+            .lock()
+            .expect("session poisoned")
+            .insert(id.clone(), recorded);
+        let (sup, starting) = (self.sup.clone(), self.starting.clone());
+        tokio::spawn(async move {
+            if tokio::time::timeout(START_RECORDED_WITHIN, running_recorded(&sup, &id, events))
+                .await
+                .is_err()
+            {
+                tracing::warn!(worker = %id, "running not recorded in time after accepted");
             }
-        };
-        if tokio::time::timeout(START_RECORDED_WITHIN, recorded)
-            .await
-            .is_err()
-        {
-            tracing::warn!(worker = %id, "running not recorded in time after accepted");
+            starting.lock().expect("session poisoned").remove(&id);
+            let _ = done.send(true);
+        });
+    }
+
+    /// Waits until the start of a worker this runner accepted is recorded (at most
+    /// [`START_RECORDED_WITHIN`] after its `accepted`), so a `progress` right after `accepted`
+    /// is never refused as "not running".
+    async fn started(&self, id: &WorkerId) {
+        let recorded = self
+            .starting
+            .lock()
+            .expect("session poisoned")
+            .get(id)
+            .cloned();
+        if let Some(mut recorded) = recorded {
+            // An error: the waiter is gone, so the start was settled either way.
+            let _ = recorded.wait_for(|done| *done).await;
         }
     }
 
@@ -106,6 +130,7 @@ impl Session {
             Ok(id) => id,
             Err(r) => return self.hub.reject(&self.runner, r),
         };
+        self.started(&id).await;
         let report = match report {
             Ok(p) => p,
             Err(why) => return self.refuse(worker_id, "INVALID_PROGRESS", why),
@@ -129,6 +154,37 @@ impl Session {
     pub fn finished(&self, worker_id: &str, lease: &str, finish: Finish) {
         if let Err(r) = self.hub.finish(&self.runner, worker_id, lease, finish) {
             self.hub.reject(&self.runner, r);
+        }
+    }
+}
+
+/// Returns once worker `id` is no longer pending (or is gone): a worker of this replica
+/// announces its transitions on `events`; another replica's (runners across replicas,
+/// recorded by its owner when the relayed `accepted` reaches it) is read from the store, on
+/// each of its notices or every few milliseconds.
+async fn running_recorded(
+    sup: &Supervisor,
+    id: &WorkerId,
+    mut events: Option<broadcast::Receiver<WorkerEvent>>,
+) {
+    let mut notices = if events.is_none() {
+        sup.notices()
+    } else {
+        None
+    };
+    loop {
+        match sup.get(id, &Visibility::All).await {
+            Ok(w) if w.state != WorkerState::Pending => return,
+            Err(_) => return,
+            Ok(_) => {}
+        }
+        match events.as_mut() {
+            Some(events) => {
+                if let Err(broadcast::error::RecvError::Closed) = events.recv().await {
+                    return;
+                }
+            }
+            None => sup.store_changed(id, &mut notices, REMOTE_START_POLL).await,
         }
     }
 }

@@ -10,7 +10,7 @@
 //! [`Notice::Resync`] after every (re)connect, and readers poll as well.
 
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use std::time::Duration;
 
@@ -375,70 +375,74 @@ impl PostgresStore {
         let w = &event.worker;
         let effective = serde_json::to_string(&w.spec.effective)
             .map_err(|e| StoreError::Corrupt(format!("cannot encode effective agent: {e}")))?;
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.pg("create worker: begin")?;
-        let inserted = exec_cached(
-            &tx,
-            &format!(
-                "INSERT INTO workers ({COLUMNS}, replica_id) VALUES
-                     ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-                      $17, $18, $19, $20, $21, $22, $23, $24)"
-            ),
-            &[
-                &w.id.as_str(),
-                &w.spec.agent,
-                &w.spec.description,
-                &w.spec.prompt,
-                &w.spec.workspace,
-                &w.spec.parent_id.as_ref().map(WorkerId::as_str),
-                &i64::from(w.spec.depth),
-                &w.state.as_str(),
-                &to_sql_sequence(w.sequence),
-                &w.spec.create_time_ms,
-                &w.start_time_ms,
-                &w.close_time_ms,
-                &w.result,
-                &w.structured_result,
-                &w.error,
-                &w.exit_code,
-                &w.spec.caller_scope,
-                &w.spec.request_id,
-                &w.token_hash,
-                &effective,
-                &w.last_activity_ms,
-                &w.usage,
-                &w.worktree,
-                &self.replica_id,
-            ],
-        )
-        .await;
-        if let Err(e) = inserted {
-            drop(tx);
-            if sqlstate(&e) == Some("23505") {
-                // A retry that finds its own row: the attempt before committed (ids are
-                // random, so nobody else has this one).
-                if retry && self.get(&w.id).await?.is_some() {
-                    return Ok(event.clone());
+        let row = EventRow::of(event)?;
+        let client = self.client().await?;
+        // The row, its creation event and the notification: one statement, one commit.
+        let id = w.id.as_str();
+        let parent = w.spec.parent_id.as_ref().map(WorkerId::as_str);
+        let depth = i64::from(w.spec.depth);
+        // The creation event is the worker as created: same state, same sequence.
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+            &id,
+            &w.spec.agent,
+            &w.spec.description,
+            &w.spec.prompt,
+            &w.spec.workspace,
+            &parent,
+            &depth,
+            &row.state,
+            &row.sequence,
+            &w.spec.create_time_ms,
+            &w.start_time_ms,
+            &w.close_time_ms,
+            &w.result,
+            &w.structured_result,
+            &w.error,
+            &w.exit_code,
+            &w.spec.caller_scope,
+            &w.spec.request_id,
+            &w.token_hash,
+            &effective,
+            &w.last_activity_ms,
+            &w.usage,
+            &w.worktree,
+            &self.replica_id,
+        ];
+        params.extend(row.params());
+        let inserted = exec_cached(&client, &CREATE_SQL, &params).await;
+        match inserted {
+            Ok(1) => Ok(event.clone()),
+            Ok(n) => Err(StoreError::Corrupt(format!(
+                "creating worker {} wrote {n} events, not 1",
+                w.id
+            ))),
+            Err(e) => {
+                if sqlstate(&e) == Some("23505") {
+                    // A retry that finds its own row: the attempt before committed (ids are
+                    // random, so nobody else has this one).
+                    if retry && self.get(&w.id).await?.is_some() {
+                        return Ok(event.clone());
+                    }
+                    // The unique index decides a request_id race between replicas.
+                    if let Some(request_id) = &w.spec.request_id
+                        && let Some(existing) = self
+                            .find_by_request_id(&w.spec.caller_scope, request_id)
+                            .await?
+                    {
+                        return Err(StoreError::DuplicateRequestId {
+                            request_id: request_id.clone(),
+                            existing: existing.id,
+                        });
+                    }
                 }
-                // The unique index decides a request_id race between replicas.
-                if let Some(request_id) = &w.spec.request_id
-                    && let Some(existing) = self
-                        .find_by_request_id(&w.spec.caller_scope, request_id)
-                        .await?
-                {
-                    return Err(StoreError::DuplicateRequestId {
-                        request_id: request_id.clone(),
-                        existing: existing.id,
-                    });
-                }
+                Err(e).pg("insert worker")
             }
-            return Err(e).pg("insert worker");
         }
-        insert_event(&tx, event).await?;
-        tx.commit().await.pg("create worker: commit")?;
-        Ok(event.clone())
     }
 
+    /// One attempt at [`WorkerStore::apply`], optimistic: read the row, decide, and write the
+    /// transition as one compare-and-set statement on its sequence and token (one commit, no
+    /// lock held across round trips); a row that moved in between is read again.
     async fn apply_once(
         &self,
         id: &WorkerId,
@@ -447,29 +451,35 @@ impl PostgresStore {
         now_ms: i64,
         retry: bool,
     ) -> Result<Applied, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.pg("apply worker event: begin")?;
-        if retry {
-            // The attempt before may have committed: then the row's latest event is this very
-            // transition (same state, same time), and it is answered as applied.
-            let current = select_worker(&tx, id, true)
+        let client = self.client().await?;
+        let mut first = true;
+        loop {
+            let current = select_worker(&client, id, false)
                 .await?
                 .ok_or_else(|| StoreError::NotFound(id.clone()))?;
-            if let Some(ev) = latest_event(&tx, &current).await?
-                && ev.progress.is_none()
-                && ev.time_ms == now_ms
-                && Some(ev.state) == event.leads_to()
-            {
-                return Ok(Applied::Moved(ev));
+            if retry && first {
+                // The attempt before may have committed: then the row's latest event is this
+                // very transition (same state, same time), and it is answered as applied.
+                if let Some(ev) = latest_event(&client, &current).await?
+                    && ev.progress.is_none()
+                    && ev.time_ms == now_ms
+                    && Some(ev.state) == event.leads_to()
+                {
+                    return Ok(Applied::Moved(ev));
+                }
+            }
+            first = false;
+            let Some(next) = advance(&current, event, patch.clone(), now_ms)? else {
+                return Ok(Applied::Absorbed(current));
+            };
+            if let Some(moved) = write_transition(&client, &current, next, now_ms).await? {
+                return Ok(Applied::Moved(moved));
             }
         }
-        let applied = apply_in(&tx, id, event, patch, now_ms).await?;
-        if matches!(applied, Applied::Moved(_)) {
-            tx.commit().await.pg("apply worker event: commit")?;
-        }
-        Ok(applied)
     }
 
+    /// One attempt at [`WorkerStore::append_progress`], optimistic like
+    /// [`apply_once`](Self::apply_once).
     async fn append_once(
         &self,
         id: &WorkerId,
@@ -478,31 +488,175 @@ impl PostgresStore {
         max_events: u64,
         retry: bool,
     ) -> Result<WorkerEvent, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.pg("record progress: begin")?;
-        let current = select_worker(&tx, id, true)
-            .await?
-            .ok_or_else(|| StoreError::NotFound(id.clone()))?;
-        if retry
-            && let Some(ev) = latest_event(&tx, &current).await?
-            && ev.time_ms == now_ms
-            && ev.progress.as_ref() == Some(&progress)
-        {
-            // The attempt before committed this report.
-            return Ok(ev);
+        let client = self.client().await?;
+        let id_text = id.as_str();
+        let mut first = true;
+        loop {
+            let current = select_worker(&client, id, false)
+                .await?
+                .ok_or_else(|| StoreError::NotFound(id.clone()))?;
+            if retry
+                && first
+                && let Some(ev) = latest_event(&client, &current).await?
+                && ev.time_ms == now_ms
+                && ev.progress.as_ref() == Some(&progress)
+            {
+                // The attempt before committed this report.
+                return Ok(ev);
+            }
+            first = false;
+            let expected = current.sequence;
+            let token = current.token_hash.clone();
+            let event = progress_event(current, progress.clone(), now_ms, max_events)?;
+            let row = EventRow::of(&event)?;
+            let expected = to_sql_sequence(expected);
+            let mut params: Vec<&(dyn ToSql + Sync)> =
+                vec![&id_text, &row.sequence, &now_ms, &expected, &token];
+            params.extend(row.params());
+            let written = exec_cached(&client, &PROGRESS_SQL, &params)
+                .await
+                .pg("record progress")?;
+            if written == 1 {
+                return Ok(event);
+            }
         }
-        let event = progress_event(current, progress, now_ms, max_events)?;
-        tx.execute(
-            "UPDATE workers SET sequence = $2, last_activity_ms = $3 WHERE id = $1",
-            &[&id.as_str(), &to_sql_sequence(event.sequence), &now_ms],
-        )
-        .await
-        .pg("record progress")?;
-        insert_event(&tx, &event).await?;
-        tx.commit().await.pg("record progress: commit")?;
-        Ok(event)
     }
 }
+
+/// An event's encoded columns and its notification's payload.
+struct EventRow {
+    sequence: i64,
+    state: &'static str,
+    time_ms: i64,
+    snapshot: String,
+    progress: Option<String>,
+    payload: String,
+}
+
+impl EventRow {
+    fn of(event: &WorkerEvent) -> Result<Self, StoreError> {
+        let snapshot = serde_json::to_string(&Snapshot::of(&event.worker))
+            .map_err(|e| StoreError::Corrupt(format!("cannot encode event snapshot: {e}")))?;
+        let progress = event
+            .progress
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| StoreError::Corrupt(format!("cannot encode progress: {e}")))?;
+        Ok(Self {
+            sequence: to_sql_sequence(event.sequence),
+            state: event.state.as_str(),
+            time_ms: event.time_ms,
+            snapshot,
+            progress,
+            payload: format!("{}:{}", event.worker_id, event.sequence),
+        })
+    }
+
+    /// The parameters [`EventParams::from`] places, in its order.
+    fn params(&self) -> [&(dyn ToSql + Sync); 6] {
+        [
+            &self.sequence,
+            &self.state,
+            &self.time_ms,
+            &self.snapshot,
+            &self.progress,
+            &self.payload,
+        ]
+    }
+}
+
+/// Where an event's columns and its notification's payload sit among a statement's
+/// parameters.
+struct EventParams {
+    sequence: usize,
+    state: usize,
+    time: usize,
+    snapshot: usize,
+    progress: usize,
+    payload: usize,
+}
+
+impl EventParams {
+    /// Six consecutive parameters from `first`, in the order of [`event_params`].
+    const fn from(first: usize) -> Self {
+        Self {
+            sequence: first,
+            state: first + 1,
+            time: first + 2,
+            snapshot: first + 3,
+            progress: first + 4,
+            payload: first + 5,
+        }
+    }
+
+    /// The end every writing statement shares: the event row after `g` (a CTE returning the
+    /// written worker's `id` when the write it guards happened), then its notification, sent
+    /// by the server at commit. The statement returns one row if it wrote, none otherwise.
+    fn tail(&self) -> String {
+        let Self {
+            sequence,
+            state,
+            time,
+            snapshot,
+            progress,
+            payload,
+        } = self;
+        format!(
+            ", e AS (
+                 INSERT INTO worker_events (worker_id, sequence, state, time_ms, snapshot, progress)
+                 SELECT id, ${sequence}::BIGINT, ${state}::TEXT, ${time}::BIGINT,
+                        ${snapshot}::TEXT, ${progress}::TEXT FROM g
+                 RETURNING 1
+             )
+             SELECT pg_notify('agentry_events', ${payload}::TEXT) FROM e"
+        )
+    }
+}
+
+/// A new worker row and its creation event.
+static CREATE_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH g AS (
+             INSERT INTO workers ({COLUMNS}, replica_id) VALUES
+                 ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+                  $17, $18, $19, $20, $21, $22, $23, $24)
+             RETURNING id
+         ){}",
+        EventParams::from(25).tail()
+    )
+});
+
+/// A transition: the row moves only if it is still at the sequence and token it was read with
+/// (a runner claim rotates the token without a new sequence), and its event follows.
+static TRANSITION_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH g AS (
+             UPDATE workers SET state = $2, sequence = $3, start_time_ms = $4,
+                    close_time_ms = $5, result = $6, structured_result = $7, error = $8,
+                    exit_code = $9, token_hash = $10, last_activity_ms = $12,
+                    stop_reason = CASE WHEN $13 THEN NULL ELSE stop_reason END, usage = $14,
+                    worktree = $15
+              WHERE id = $1 AND sequence = $11 AND token_hash IS NOT DISTINCT FROM $16
+             RETURNING id
+         ){}",
+        EventParams::from(17).tail()
+    )
+});
+
+/// A progress report: the next sequence on a running row still at the sequence and token it
+/// was read with.
+static PROGRESS_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH g AS (
+             UPDATE workers SET sequence = $2, last_activity_ms = $3
+              WHERE id = $1 AND sequence = $4 AND token_hash IS NOT DISTINCT FROM $5
+                AND state = 'running'
+             RETURNING id
+         ){}",
+        EventParams::from(6).tail()
+    )
+});
 
 /// A pool error with its cause (the pool's own text says only "backend error").
 fn pool_error_text(e: &deadpool_postgres::PoolError) -> String {
@@ -717,42 +871,57 @@ async fn select_worker(
     row.as_ref().map(read_record).transpose()
 }
 
-/// Appends an event row and queues its notification (sent by the server at commit).
-async fn insert_event(c: &impl GenericClient, event: &WorkerEvent) -> Result<(), StoreError> {
-    let snapshot = serde_json::to_string(&Snapshot::of(&event.worker))
-        .map_err(|e| StoreError::Corrupt(format!("cannot encode event snapshot: {e}")))?;
-    let progress = event
-        .progress
-        .as_ref()
-        .map(serde_json::to_string)
-        .transpose()
-        .map_err(|e| StoreError::Corrupt(format!("cannot encode progress: {e}")))?;
-    let payload = format!("{}:{}", event.worker_id, event.sequence);
-    // The row and its notification in one statement (one round trip).
-    exec_cached(
-        c,
-        "WITH e AS (
-             INSERT INTO worker_events (worker_id, sequence, state, time_ms, snapshot, progress)
-             VALUES ($1, $2, $3, $4, $5, $6) RETURNING 1
-         )
-         SELECT pg_notify('agentry_events', $7) FROM e",
-        &[
-            &event.worker_id.as_str(),
-            &to_sql_sequence(event.sequence),
-            &event.state.as_str(),
-            &event.time_ms,
-            &snapshot,
-            &progress,
-            &payload,
-        ],
-    )
-    .await
-    .pg("insert worker event")?;
-    Ok(())
+/// Writes `next` over `current` as one statement: the row moves only if it is still at
+/// `current`'s sequence and token, and its event and notification (sent by the server at
+/// commit) follow. `None`: the row moved in between, so the caller reads it again.
+async fn write_transition(
+    c: &impl GenericClient,
+    current: &WorkerRecord,
+    next: WorkerRecord,
+    now_ms: i64,
+) -> Result<Option<WorkerEvent>, StoreError> {
+    let event = WorkerEvent {
+        worker_id: next.id.clone(),
+        sequence: next.sequence,
+        state: next.state,
+        time_ms: now_ms,
+        worker: next,
+        progress: None,
+    };
+    let written = {
+        let row = EventRow::of(&event)?;
+        let next = &event.worker;
+        let expected = to_sql_sequence(current.sequence);
+        let terminal = next.state.is_terminal();
+        let id = next.id.as_str();
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+            &id,
+            &row.state,
+            &row.sequence,
+            &next.start_time_ms,
+            &next.close_time_ms,
+            &next.result,
+            &next.structured_result,
+            &next.error,
+            &next.exit_code,
+            &next.token_hash,
+            &expected,
+            &next.last_activity_ms,
+            &terminal,
+            &next.usage,
+            &next.worktree,
+            &current.token_hash,
+        ];
+        params.extend(row.params());
+        exec_cached(c, &TRANSITION_SQL, &params)
+            .await
+            .pg("update worker")?
+    };
+    Ok((written == 1).then_some(event))
 }
 
 /// The transition inside the caller's transaction, with the row locked: the same rules as
-/// SQLite's, and a compare-and-set on the sequence as a second guard.
+/// SQLite's, and the compare-and-set of [`write_transition`] as a second guard.
 async fn apply_in(
     tx: &impl GenericClient,
     id: &WorkerId,
@@ -766,50 +935,13 @@ async fn apply_in(
     let Some(next) = advance(&current, event, patch, now_ms)? else {
         return Ok(Applied::Absorbed(current));
     };
-    let changed = exec_cached(
-        tx,
-        "UPDATE workers SET state = $2, sequence = $3, start_time_ms = $4,
-                 close_time_ms = $5, result = $6, structured_result = $7, error = $8,
-                 exit_code = $9, token_hash = $10, last_activity_ms = $12,
-                 stop_reason = CASE WHEN $13 THEN NULL ELSE stop_reason END, usage = $14,
-                 worktree = $15
-             WHERE id = $1 AND sequence = $11",
-        &[
-            &next.id.as_str(),
-            &next.state.as_str(),
-            &to_sql_sequence(next.sequence),
-            &next.start_time_ms,
-            &next.close_time_ms,
-            &next.result,
-            &next.structured_result,
-            &next.error,
-            &next.exit_code,
-            &next.token_hash,
-            &to_sql_sequence(current.sequence),
-            &next.last_activity_ms,
-            &next.state.is_terminal(),
-            &next.usage,
-            &next.worktree,
-        ],
-    )
-    .await
-    .pg("update worker")?;
-    if changed != 1 {
-        return Err(StoreError::Corrupt(format!(
+    match write_transition(tx, &current, next, now_ms).await? {
+        Some(moved) => Ok(Applied::Moved(moved)),
+        None => Err(StoreError::Corrupt(format!(
             "worker {id} changed under its row lock (expected sequence {})",
             current.sequence
-        )));
+        ))),
     }
-    let event = WorkerEvent {
-        worker_id: next.id.clone(),
-        sequence: next.sequence,
-        state: next.state,
-        time_ms: now_ms,
-        worker: next,
-        progress: None,
-    };
-    insert_event(tx, &event).await?;
-    Ok(Applied::Moved(event))
 }
 
 /// Where this process runs: the kernel's boot id (`None` off Linux) and its pid.
