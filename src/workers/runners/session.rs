@@ -81,7 +81,7 @@ impl Session {
 
     /// `accepted`: the worker runs. Returns at once, so one runner's other workers are never
     /// held up behind this one; `running` is looked for in the background, and a `progress`
-    /// of this worker waits for it ([`Self::started`]).
+    /// of this worker waits for it (`started`).
     pub fn accepted(&self, worker_id: &str, lease: &str) {
         let parsed = WorkerId::parse(worker_id).ok();
         // Subscribe before the start can be recorded, so the transition cannot be missed.

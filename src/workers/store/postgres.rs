@@ -1367,48 +1367,34 @@ impl WorkerStore for PostgresStore {
     }
 
     async fn claim_runner_wait(&self, id: &WorkerId, token_hash: &str) -> Result<bool, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client
-            .transaction()
-            .await
-            .pg("claim a runner wait: begin")?;
-        let row = tx
-            .query_opt(
-                "SELECT 1 FROM runner_waits WHERE worker_id = $1 AND claimed_by IS NULL
-                 FOR UPDATE SKIP LOCKED",
-                &[&id.as_str()],
-            )
-            .await
-            .pg("claim a runner wait")?;
-        if row.is_none() {
-            return Ok(false);
-        }
-        // The worker must still wait: a pending row whose token nobody holds yet.
-        let rotated = tx
-            .execute(
-                "UPDATE workers SET token_hash = $2 WHERE id = $1 AND state = 'pending'",
-                &[&id.as_str(), &token_hash],
-            )
-            .await
-            .pg("claim a runner wait: the token")?;
-        if rotated == 0 {
-            tx.execute(
-                "DELETE FROM runner_waits WHERE worker_id = $1",
-                &[&id.as_str()],
-            )
-            .await
-            .pg("claim a runner wait: drop a stale wait")?;
-            tx.commit().await.pg("claim a runner wait: commit")?;
-            return Ok(false);
-        }
-        tx.execute(
-            "UPDATE runner_waits SET claimed_by = $2 WHERE worker_id = $1",
-            &[&id.as_str(), &self.replica_id],
+        let client = self.client().await?;
+        // One statement, one commit: lock the wait unless another claimer holds it, rotate the
+        // token of a worker that still waits (pending), and claim the wait; a wait whose
+        // worker no longer waits is dropped instead.
+        let row = query_opt_cached(
+            &client,
+            "WITH c AS (
+                 SELECT worker_id FROM runner_waits WHERE worker_id = $1 AND claimed_by IS NULL
+                 FOR UPDATE SKIP LOCKED
+             ), t AS (
+                 UPDATE workers w SET token_hash = $2 FROM c
+                  WHERE w.id = c.worker_id AND w.state = 'pending'
+                 RETURNING w.id
+             ), stale AS (
+                 DELETE FROM runner_waits r USING c
+                  WHERE r.worker_id = c.worker_id AND NOT EXISTS (SELECT 1 FROM t)
+                 RETURNING 1
+             ), k AS (
+                 UPDATE runner_waits r SET claimed_by = $3 FROM t
+                  WHERE r.worker_id = t.id
+                 RETURNING 1
+             )
+             SELECT (SELECT count(*) FROM k), (SELECT count(*) FROM stale)",
+            &[&id.as_str(), &token_hash, &self.replica_id],
         )
         .await
-        .pg("claim a runner wait: the claim")?;
-        tx.commit().await.pg("claim a runner wait: commit")?;
-        Ok(true)
+        .pg("claim a runner wait")?;
+        Ok(row.is_some_and(|r| r.get::<_, i64>(0) == 1))
     }
 
     async fn withdraw_runner_wait(
