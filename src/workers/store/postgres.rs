@@ -1,8 +1,10 @@
 //! The shared backend: PostgreSQL for several replicas (docs §9), through `tokio-postgres` with
 //! a `deadpool-postgres` pool.
 //!
-//! The database is the arbiter of every race: a transition locks its row (`FOR UPDATE`), asks
-//! the lifecycle and writes row and event in one short transaction; the orphan close is a
+//! The database is the arbiter of every race: a transition reads its row, asks the lifecycle,
+//! and writes row, event and `NOTIFY` in one statement that moves the row only if its sequence
+//! and token are still the ones read (a compare-and-set; a row that moved is read again and the
+//! lifecycle asked again); a create is likewise one statement; the orphan close is a
 //! compare-and-set on the state of rows whose replica's lease expired on the database clock;
 //! dedupe claims are `INSERT … ON CONFLICT`. Each commit of an event sends `NOTIFY agentry_events
 //! '<worker_id>:<sequence>'`; one dedicated `LISTEN` connection per process turns those (and
