@@ -1372,7 +1372,8 @@ impl WorkerStore for PostgresStore {
         let client = self.client().await?;
         // One statement, one commit: lock the wait unless another claimer holds it, rotate the
         // token of a worker that still waits (pending), and claim the wait; a wait whose
-        // worker no longer waits is dropped instead.
+        // worker no longer waits is dropped instead (PostgreSQL runs every data-modifying
+        // `WITH` part to completion whether or not the outer query reads it).
         let row = query_opt_cached(
             &client,
             "WITH c AS (
@@ -1391,7 +1392,7 @@ impl WorkerStore for PostgresStore {
                   WHERE r.worker_id = t.id
                  RETURNING 1
              )
-             SELECT (SELECT count(*) FROM k), (SELECT count(*) FROM stale)",
+             SELECT count(*) FROM k",
             &[&id.as_str(), &token_hash, &self.replica_id],
         )
         .await
