@@ -345,7 +345,19 @@ async fn entries_that_are_not_files_and_names_that_are_not_utf8() {
     let fine = agents.join(std::ffi::OsStr::from_bytes(b"na\xefve.md"));
     std::fs::write(&fine, "---\nname: naive\ndescription: d\n---\n").unwrap();
 
-    let r = list_all(&s, Path::new(""), false).await;
+    // The home directory's snapshot was built at start-up; the files above reach it through
+    // the watcher, so the listing is awaited until it holds all five of them.
+    let r = eventually("the five new entries", Duration::from_secs(5), || async {
+        let r = list_all(&s, Path::new(""), false).await;
+        let seen = r
+            .agents
+            .iter()
+            .filter(|a| ["ok", "naive"].contains(&a.name.as_str()));
+        (seen.count() == 2 && r.diagnostics.len() == 3)
+            .then_some(r.clone())
+            .ok_or(format!("{:?} {:?}", names(&r.agents), r.diagnostics))
+    })
+    .await;
     let mut got: Vec<_> = r
         .diagnostics
         .iter()
@@ -390,8 +402,15 @@ async fn entries_that_are_not_files_and_names_that_are_not_utf8() {
         naive.file_path
     );
     assert!(r.agents.iter().any(|a| a.name == "ok"));
-    let everything = format!("{r:?}");
-    assert!(!everything.contains('\u{fffd}'), "a replacement character");
+    let everything = format!("{r:#?}");
+    let replaced: Vec<&str> = everything
+        .lines()
+        .filter(|l| l.contains('\u{fffd}'))
+        .collect();
+    assert!(
+        replaced.is_empty(),
+        "a replacement character in {replaced:?}"
+    );
 }
 
 /// A Claude Code subagent file as its documentation shows it today (docs §2.7): the spawn tool
