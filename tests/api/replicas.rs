@@ -1090,13 +1090,17 @@ struct RemoteRunner {
 
 impl RemoteRunner {
     async fn connect(r: &Replica, name: &str) -> Self {
+        Self::with_slots(r, name, 1).await
+    }
+
+    async fn with_slots(r: &Replica, name: &str, slots: u32) -> Self {
         use pb::connect_request::Msg as In;
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         tx.send(pb::ConnectRequest {
             msg: Some(In::Hello(pb::RunnerHello {
                 name: name.into(),
                 agents: vec!["*".into()],
-                slots: 1,
+                slots,
                 ..Default::default()
             })),
         })
@@ -1364,6 +1368,98 @@ async fn replicas_a_runner_worker_survives_neither_replica_dying_silently() {
     }
     let closed = get(&b.client, &w.id).await;
     assert_eq!(closed.state, pb::WorkerState::Failed as i32, "{closed:?}");
+}
+
+/// A replica claims no more published workers than its runners have free slots, even when
+/// several waits arrive at once and its claims run together: with a two-slot runner on B and
+/// three workers spawned on A, B takes two and the third is left for a runner that connects to
+/// A. Each worker completes with its own result, also one whose runner sent `accepted` and
+/// `finished` back to back.
+#[tokio::test]
+async fn replicas_a_replica_claims_only_what_its_runners_have_room_for() {
+    use pb::connect_request::Msg as In;
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let a = runner_replica(dir.path(), "a", &db.url).await;
+    let b = runner_replica(dir.path(), "b", &db.url).await;
+    let mut on_b = RemoteRunner::with_slots(&b, "two-slots", 2).await;
+    let accept = |a: &pb::RunnerAssignment| {
+        In::Accepted(pb::RunnerAccepted {
+            worker_id: a.worker_id.clone(),
+            lease_token: a.lease_token.clone(),
+        })
+    };
+    let finish = |a: &pb::RunnerAssignment| {
+        In::Finished(pb::RunnerFinished {
+            worker_id: a.worker_id.clone(),
+            lease_token: a.lease_token.clone(),
+            outcome: Some(pb::runner_finished::Outcome::Completed(
+                pb::runner_finished::Completed {
+                    result: format!("done {}", a.worker_id),
+                },
+            )),
+        })
+    };
+    // Accepted and finished back to back: both reach A (maybe in one relay), in order.
+    let w = spawn(&a.client, "back to back", false)
+        .await
+        .worker
+        .unwrap();
+    let asg = on_b.assignment().await;
+    assert_eq!(asg.worker_id, w.id);
+    on_b.send(accept(&asg)).await;
+    on_b.send(finish(&asg)).await;
+    let done = state_on(&a.client, &w.id, pb::WorkerState::Completed).await;
+    assert_eq!(done.result, Some(format!("done {}", w.id)), "{done:?}");
+    assert!(done.start_time.is_some(), "{done:?}");
+    drop(on_b);
+
+    // Three waits published while no runner is connected anywhere: B's first look after its
+    // runner connects sees all three at once.
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let w = spawn(&a.client, &format!("slot job {n}"), false).await;
+        ids.push(w.worker.unwrap().id);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut on_b = RemoteRunner::with_slots(&b, "two-slots-again", 2).await;
+    // Accepted at once (an offer not accepted within the accept timeout goes back).
+    let first = on_b.assignment().await;
+    on_b.send(accept(&first)).await;
+    let second = on_b.assignment().await;
+    on_b.send(accept(&second)).await;
+    let mut taken = vec![first.worker_id.clone(), second.worker_id.clone()];
+    // Nothing more for B's runner while both its slots are held, for longer than a claim tick.
+    let quiet = tokio::time::timeout(Duration::from_millis(1500), on_b.rx.next()).await;
+    match quiet {
+        Err(_) => {}
+        Ok(Some(Ok(pb::ConnectResponse {
+            msg: Some(pb::connect_response::Msg::Assignment(extra)),
+        }))) => panic!("a third assignment for two slots: {extra:?}"),
+        Ok(other) => panic!("unexpected runner message: {other:?}"),
+    }
+    // The third wait is still unclaimed: a runner on A gets it.
+    let mut on_a = RemoteRunner::connect(&a, "on-a").await;
+    let third = tokio::time::timeout(Duration::from_secs(5), on_a.assignment())
+        .await
+        .expect("the third wait left for A's runner (B has no slot for it)");
+    taken.push(third.worker_id.clone());
+    taken.sort();
+    let mut want = ids.clone();
+    want.sort();
+    assert_eq!(taken, want);
+    // Accepted and finished back to back: they may reach A in one relay.
+    on_a.send(accept(&third)).await;
+    on_a.send(finish(&third)).await;
+    on_b.send(finish(&first)).await;
+    on_b.send(finish(&second)).await;
+    for id in &ids {
+        let done = state_on(&a.client, id, pb::WorkerState::Completed).await;
+        assert_eq!(done.result, Some(format!("done {id}")), "{done:?}");
+        assert!(done.start_time.is_some(), "{done:?}");
+    }
 }
 
 /// A published runner worker nobody claimed (no runner anywhere): its timeout ends it as

@@ -1,7 +1,7 @@
 //! Runners across replicas (docs/runners.md, "Runners across replicas"): a runner worker that
 //! no runner of its own replica serves is published in the shared store; the replica of a
 //! runner that can take it claims it (`FOR UPDATE SKIP LOCKED`, the worker's token rotated in
-//! the same transaction, since the store keeps only token hashes) and puts it in its own hub.
+//! the same statement, since the store keeps only token hashes) and puts it in its own hub.
 //! From then on the two replicas talk through the store: the claimer relays the runner's
 //! `accepted`, `finished` and a lost runner to the owner, whose run future turns them into the
 //! outcome exactly as for a local runner; the owner relays a stop (`cancel` with its reason).
@@ -20,13 +20,16 @@ use std::{
 };
 
 use serde_json::{Value, json};
-use tokio::sync::{broadcast::error::RecvError, mpsc};
+use tokio::sync::{
+    broadcast::error::{RecvError, TryRecvError},
+    mpsc,
+};
 use tokio_util::sync::CancellationToken;
 
 use super::{Finish, RunEvent, RunnerHub};
 use crate::workers::{
     executor::Assignment,
-    model::{WorkerId, WorkerState, generate_token, hash_token},
+    model::{WorkerId, WorkerRecord, generate_token, hash_token},
     spec::WorkerSpec,
     store::{Notice, RunnerWait, StoreError, WorkerStore},
 };
@@ -35,6 +38,39 @@ use crate::workers::{
 const TICK: Duration = Duration::from_secs(1);
 /// Most waits read per look.
 const WAITS_PER_LOOK: i64 = 64;
+
+/// What one turn of the fleet's loop does, from the notices it was woken by.
+#[derive(Default)]
+struct Round {
+    /// Look for waits to claim.
+    claim: bool,
+    /// Take the messages relayed to this replica.
+    take: bool,
+    /// Drop claimed workers whose rows ended elsewhere.
+    drop_ended: bool,
+}
+
+impl Round {
+    /// Adds what notice `n` asks for; a closed channel is dropped (the tick still serves).
+    fn note(
+        &mut self,
+        n: Result<Notice, RecvError>,
+        me: &str,
+        notices: &mut Option<tokio::sync::broadcast::Receiver<Notice>>,
+    ) {
+        match n {
+            Ok(Notice::RunnerWait) => self.claim = true,
+            Ok(Notice::Relay { to_replica }) if to_replica == me => self.take = true,
+            // Notices may have been missed: read everything.
+            Ok(Notice::Resync) | Err(RecvError::Lagged(_)) => {
+                self.claim = true;
+                self.take = true;
+            }
+            Err(RecvError::Closed) => *notices = None,
+            Ok(_) => {}
+        }
+    }
+}
 
 /// One replica's part in sharing runners with the others.
 pub struct Fleet {
@@ -152,7 +188,7 @@ impl Fleet {
             return false;
         };
         let m = message("cancel", json!({"reason": reason}));
-        self.store.relay(&by, id, &m).await.is_ok()
+        self.store.relay(&by, id, &[m]).await.is_ok()
     }
 
     /// The claim of an owned worker, when its claimer's lease has lapsed: that replica's id.
@@ -174,34 +210,47 @@ impl Fleet {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let notice = tokio::select! {
+            let mut round = Round::default();
+            tokio::select! {
                 () = shutdown.cancelled() => return,
-                () = self.slot_freed.notified() => Some(Ok(Notice::RunnerWait)),
-                _ = tick.tick() => None,
+                () = self.slot_freed.notified() => round.claim = true,
+                _ = tick.tick() => round = Round { claim: true, take: true, drop_ended: true },
                 n = async {
                     match notices.as_mut() {
                         Some(rx) => rx.recv().await,
                         None => std::future::pending().await,
                     }
-                } => Some(n),
-            };
-            match notice {
-                Some(Ok(Notice::RunnerWait)) => self.claim().await,
-                Some(Ok(Notice::Relay)) => self.take().await,
-                Some(Ok(Notice::Resync) | Err(RecvError::Lagged(_))) | None => {
-                    self.take().await;
-                    self.claim().await;
-                    if notice.is_none() {
-                        self.drop_ended().await;
+                } => round.note(n, &self.me, &mut notices),
+            }
+            // The notices that came meanwhile (a burst of publishes, the events of every
+            // worker) are served by this one round.
+            while let Some(n) = notices.as_mut().map(|rx| rx.try_recv()) {
+                match n {
+                    Ok(n) => round.note(Ok(n), &self.me, &mut notices),
+                    Err(TryRecvError::Lagged(k)) => {
+                        round.note(Err(RecvError::Lagged(k)), &self.me, &mut notices);
                     }
+                    Err(TryRecvError::Closed) => {
+                        round.note(Err(RecvError::Closed), &self.me, &mut notices);
+                    }
+                    Err(TryRecvError::Empty) => break,
                 }
-                Some(Err(RecvError::Closed)) => notices = None,
-                Some(Ok(_)) => {}
+            }
+            if round.take {
+                self.take().await;
+            }
+            if round.claim {
+                self.claim().await;
+            }
+            if round.drop_ended {
+                self.drop_ended().await;
             }
         }
     }
 
-    /// Claims the waits this replica's runners can take, oldest first.
+    /// Claims the waits this replica's runners can take, oldest first. Each claim is a round
+    /// trip of its own, so they run at once; a wait is chosen only while its runners have a
+    /// slot that neither a worker queued here nor a wait chosen before it in this look takes.
     async fn claim(self: &Arc<Self>) {
         // No runner here: nothing to claim, and no query every tick.
         if self.hub.counts().0 == 0 {
@@ -214,36 +263,40 @@ impl Fleet {
                 return;
             }
         };
+        let mut chosen: HashMap<(String, String), usize> = HashMap::new();
+        let mut claims = tokio::task::JoinSet::new();
         for wait in waits {
-            if !self.hub.can_take(&wait.agent, &wait.caller_scope) {
+            let before = chosen
+                .entry((wait.agent.clone(), wait.caller_scope.clone()))
+                .or_default();
+            if !self.hub.can_take(&wait.agent, &wait.caller_scope, *before) {
                 continue;
             }
-            let token = generate_token();
-            match self
-                .store
-                .claim_runner_wait(&wait.worker_id, &hash_token(&token))
-                .await
-            {
-                Ok(true) => self.take_on(wait, token).await,
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!(worker = %wait.worker_id, error = %e, "cannot claim a runner wait");
+            *before += 1;
+            let fleet = self.clone();
+            claims.spawn(async move {
+                let token = generate_token();
+                match fleet
+                    .store
+                    .claim_runner_wait(&wait.worker_id, &hash_token(&token))
+                    .await
+                {
+                    Ok(Some(rec)) => fleet.take_on(wait, &rec, token),
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(worker = %wait.worker_id, error = %e, "cannot claim a runner wait");
+                    }
                 }
-            }
+            });
         }
+        // Awaited whole: a claim the store committed always reaches the hub, shutdown or not.
+        while claims.join_next().await.is_some() {}
     }
 
-    /// A claimed worker goes into this replica's hub; its runner's events go to the owner.
-    async fn take_on(self: &Arc<Self>, wait: RunnerWait, token: String) {
+    /// A claimed worker (`rec`, as the claim returned it) goes into this replica's hub; its
+    /// runner's events go to the owner, those that come together in one relay.
+    fn take_on(self: &Arc<Self>, wait: RunnerWait, rec: &WorkerRecord, token: String) {
         let id = wait.worker_id.clone();
-        let rec = match self.store.get(&id).await {
-            Ok(Some(rec)) if rec.state == WorkerState::Pending => rec,
-            other => {
-                tracing::warn!(worker = %id, found = ?other.map(|r| r.map(|r| r.state)), "a claimed runner wait has no pending worker");
-                let _ = self.store.withdraw_runner_wait(&id, false).await;
-                return;
-            }
-        };
         let s = &rec.spec;
         let eff = &s.effective;
         let assignment = Arc::new(Assignment {
@@ -271,13 +324,23 @@ impl Fleet {
         tracing::info!(worker = %id, owner = %wait.owner, "took a runner worker of another replica");
         let fleet = self.clone();
         tokio::spawn(async move {
-            while let Some(ev) = rx.recv().await {
-                let (m, last) = match &ev {
-                    RunEvent::Accepted => (message("accepted", json!({})), false),
-                    RunEvent::Finished(f) => (message("finished", finish_json(f)), true),
-                    RunEvent::Lost(name) => (message("lost", json!({"runner": name})), true),
-                };
-                if let Err(e) = fleet.store.relay(&wait.owner, &id, &m).await {
+            let mut last = false;
+            while let Some(first) = rx.recv().await {
+                let mut messages = Vec::new();
+                let mut next = Some(first);
+                while let Some(ev) = next.take() {
+                    let (m, ends) = match &ev {
+                        RunEvent::Accepted => (message("accepted", json!({})), false),
+                        RunEvent::Finished(f) => (message("finished", finish_json(f)), true),
+                        RunEvent::Lost(name) => (message("lost", json!({"runner": name})), true),
+                    };
+                    messages.push(m);
+                    last = ends;
+                    if !last {
+                        next = rx.try_recv().ok();
+                    }
+                }
+                if let Err(e) = fleet.store.relay(&wait.owner, &id, &messages).await {
                     tracing::warn!(worker = %id, error = %e, "cannot relay a runner event to the worker's replica");
                 }
                 if last {
@@ -346,7 +409,7 @@ impl Fleet {
             self.hub.remove(id, reason);
             self.claimed.lock().expect("fleet poisoned").remove(id);
             let m = message("finished", finish_json(&Finish::Canceled));
-            let _ = self.store.relay(&owner, id, &m).await;
+            let _ = self.store.relay(&owner, id, &[m]).await;
         }
     }
 

@@ -501,8 +501,8 @@ impl RunnerHub {
     }
 
     /// Whether the connected runners serving `agent` for `scope` have a free slot that no
-    /// worker already waiting here for them is due to take.
-    pub fn can_take(&self, agent: &str, scope: &str) -> bool {
+    /// worker already waiting here for them is due to take, nor `promised` more on their way.
+    pub fn can_take(&self, agent: &str, scope: &str, promised: usize) -> bool {
         let st = self.state();
         let free: usize = st
             .runners
@@ -516,7 +516,7 @@ impl RunnerHub {
             .filter_map(|(_, id)| st.works.get(id))
             .filter(|w| w.assignment.spec.agent.name == agent && w.assignment.caller_scope == scope)
             .count();
-        free > waiting
+        free > waiting + promised
     }
 
     /// Asks the runner of a running worker to stop it (`cancel`); a waiting or offered worker is

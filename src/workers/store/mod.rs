@@ -210,11 +210,16 @@ pub trait WorkerStore: Send + Sync + 'static {
     }
 
     /// Claims an unclaimed wait for this replica and sets the worker's token hash to
-    /// `token_hash` (a token minted by the claimer) in one transaction, skipping a wait another
-    /// claimer holds locked; true when this replica won it.
-    async fn claim_runner_wait(&self, id: &WorkerId, token_hash: &str) -> Result<bool, StoreError> {
+    /// `token_hash` (a token minted by the claimer) in one statement, skipping a wait another
+    /// claimer holds locked; the worker's record as claimed (pending, with that token hash)
+    /// when this replica won it.
+    async fn claim_runner_wait(
+        &self,
+        id: &WorkerId,
+        token_hash: &str,
+    ) -> Result<Option<WorkerRecord>, StoreError> {
         let _ = (id, token_hash);
-        Ok(false)
+        Ok(None)
     }
 
     /// Deletes a wait (only while unclaimed, when `only_unclaimed`); whether one was deleted.
@@ -237,9 +242,9 @@ pub trait WorkerStore: Send + Sync + 'static {
         Ok(None)
     }
 
-    /// Sends `message` about worker `id` to replica `to`, and notifies it.
-    async fn relay(&self, to: &str, id: &WorkerId, message: &str) -> Result<(), StoreError> {
-        let _ = (to, id, message);
+    /// Sends `messages` about worker `id` to replica `to`, in order, and notifies it once.
+    async fn relay(&self, to: &str, id: &WorkerId, messages: &[String]) -> Result<(), StoreError> {
+        let _ = (to, id, messages);
         Ok(())
     }
 
@@ -297,8 +302,11 @@ pub enum Notice {
     },
     /// A runner worker was published for the runners of every replica.
     RunnerWait,
-    /// A message was relayed to this replica (or another: each replica takes its own).
-    Relay,
+    /// Messages were relayed to a replica: only the addressee takes them.
+    Relay {
+        /// The addressee's replica id.
+        to_replica: String,
+    },
     /// The listener (re)connected and may have missed notices: re-read everything.
     Resync,
 }

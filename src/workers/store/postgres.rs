@@ -756,7 +756,9 @@ fn parse_notice(channel: &str, payload: &str) -> Option<Notice> {
             worker_id: WorkerId::parse(payload).ok()?,
         }),
         "agentry_runner_waits" => Some(Notice::RunnerWait),
-        "agentry_relays" => Some(Notice::Relay),
+        "agentry_relays" => Some(Notice::Relay {
+            to_replica: payload.to_owned(),
+        }),
         _ => None,
     }
 }
@@ -1368,36 +1370,41 @@ impl WorkerStore for PostgresStore {
             .collect()
     }
 
-    async fn claim_runner_wait(&self, id: &WorkerId, token_hash: &str) -> Result<bool, StoreError> {
+    async fn claim_runner_wait(
+        &self,
+        id: &WorkerId,
+        token_hash: &str,
+    ) -> Result<Option<WorkerRecord>, StoreError> {
         let client = self.client().await?;
         // One statement, one commit: lock the wait unless another claimer holds it, rotate the
-        // token of a worker that still waits (pending), and claim the wait; a wait whose
-        // worker no longer waits is dropped instead (PostgreSQL runs every data-modifying
-        // `WITH` part to completion whether or not the outer query reads it).
+        // token of a worker that still waits (pending) and return its row, and claim the wait;
+        // a wait whose worker no longer waits is dropped instead (PostgreSQL runs every
+        // data-modifying `WITH` part to completion whether or not the outer query reads it).
         let row = query_opt_cached(
             &client,
-            "WITH c AS (
-                 SELECT worker_id FROM runner_waits WHERE worker_id = $1 AND claimed_by IS NULL
-                 FOR UPDATE SKIP LOCKED
-             ), t AS (
-                 UPDATE workers w SET token_hash = $2 FROM c
-                  WHERE w.id = c.worker_id AND w.state = 'pending'
-                 RETURNING w.id
-             ), stale AS (
-                 DELETE FROM runner_waits r USING c
-                  WHERE r.worker_id = c.worker_id AND NOT EXISTS (SELECT 1 FROM t)
-                 RETURNING 1
-             ), k AS (
-                 UPDATE runner_waits r SET claimed_by = $3 FROM t
-                  WHERE r.worker_id = t.id
-                 RETURNING 1
-             )
-             SELECT count(*) FROM k",
+            &format!(
+                "WITH c AS (
+                     SELECT worker_id FROM runner_waits WHERE worker_id = $1 AND claimed_by IS NULL
+                     FOR UPDATE SKIP LOCKED
+                 ), t AS (
+                     UPDATE workers w SET token_hash = $2 FROM c
+                      WHERE w.id = c.worker_id AND w.state = 'pending'
+                     RETURNING {COLUMNS}
+                 ), stale AS (
+                     DELETE FROM runner_waits r USING c
+                      WHERE r.worker_id = c.worker_id AND NOT EXISTS (SELECT 1 FROM t)
+                 ), k AS (
+                     UPDATE runner_waits r SET claimed_by = $3 FROM t
+                      WHERE r.worker_id = t.id
+                     RETURNING 1
+                 )
+                 SELECT {COLUMNS} FROM t WHERE EXISTS (SELECT 1 FROM k)"
+            ),
             &[&id.as_str(), &token_hash, &self.replica_id],
         )
         .await
         .pg("claim a runner wait")?;
-        Ok(row.is_some_and(|r| r.get::<_, i64>(0) == 1))
+        row.as_ref().map(read_record).transpose()
     }
 
     async fn withdraw_runner_wait(
@@ -1436,18 +1443,21 @@ impl WorkerStore for PostgresStore {
         }))
     }
 
-    async fn relay(&self, to: &str, id: &WorkerId, message: &str) -> Result<(), StoreError> {
+    async fn relay(&self, to: &str, id: &WorkerId, messages: &[String]) -> Result<(), StoreError> {
         let client = self.client().await?;
-        client
-            .execute(
-                "WITH sent AS (
-                     INSERT INTO runner_relays (to_replica, worker_id, message)
-                     VALUES ($1, $2, $3) RETURNING to_replica)
-                 SELECT pg_notify('agentry_relays', to_replica) FROM sent",
-                &[&to, &id.as_str(), &message],
-            )
-            .await
-            .pg("relay a runner message")?;
+        // The rows are numbered in the order given (`seq` is taken row by row as the ordered
+        // select yields them), and one notice wakes the addressee for all of them.
+        exec_cached(
+            &client,
+            "WITH sent AS (
+                 INSERT INTO runner_relays (to_replica, worker_id, message)
+                 SELECT $1, $2, m FROM unnest($3::text[]) WITH ORDINALITY AS u(m, i) ORDER BY i
+                 RETURNING 1)
+             SELECT pg_notify('agentry_relays', $1) WHERE EXISTS (SELECT 1 FROM sent)",
+            &[&to, &id.as_str(), &messages],
+        )
+        .await
+        .pg("relay runner messages")?;
         Ok(())
     }
 
