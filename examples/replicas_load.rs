@@ -1,6 +1,7 @@
 //! Replicas on one PostgreSQL database, beside SQLite on one replica (docs §9).
 //!
-//! `AGENTRY_TEST_POSTGRES_URL=postgres://… cargo run --release --example replicas_load -- [--quick]`
+//! `AGENTRY_TEST_POSTGRES_URL=postgres://… cargo run --release --example replicas_load -- [--quick] [--runners]`
+//! (`--runners`: only the runner rows.)
 //!
 //! Three set-ups, each on fresh state (a temp dir; for PostgreSQL a fresh database created and
 //! dropped like the tests do), every server an `agentry::grpc::run` in this process on
@@ -454,13 +455,18 @@ async fn runner_rows(dur: Duration) -> [RunnerRow; 2] {
 #[tokio::main]
 async fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    // Only the runner rows (they need PostgreSQL).
+    let runners_only = std::env::args().any(|a| a == "--runners");
     let dur = Duration::from_secs(if quick { 1 } else { 5 });
     let workers = if quick { 10 } else { 100 };
-    let mut rows = vec![measure("sqlite ×1", None, 1, dur, workers).await];
+    let mut rows = Vec::new();
+    if !runners_only {
+        rows.push(measure("sqlite ×1", None, 1, dur, workers).await);
+    }
     let mut runner = None;
     match std::env::var("AGENTRY_TEST_POSTGRES_URL") {
         Ok(_) => {
-            for n in [1, 2] {
+            for n in [1, 2].into_iter().filter(|_| !runners_only) {
                 let db = TestDb::create().await.expect("test database");
                 rows.push(measure(&format!("postgres ×{n}"), Some(&db.url), n, dur, workers).await);
             }

@@ -90,7 +90,7 @@ async fn run(sup: Arc<Supervisor>, lease: Duration) {
                 continue;
             }
             // The fleet's own loop takes these (runners/fleet.rs).
-            Some(Ok(Notice::RunnerWait | Notice::Relay { .. })) => continue,
+            Some(Ok(Notice::RunnerWait(_) | Notice::Relay { .. })) => continue,
             None => {}
         }
         // Half a tick of slack: a tick fires a little less than `renew_every` after the last

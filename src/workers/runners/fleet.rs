@@ -42,8 +42,10 @@ const WAITS_PER_LOOK: i64 = 64;
 /// What one turn of the fleet's loop does, from the notices it was woken by.
 #[derive(Default)]
 struct Round {
-    /// Look for waits to claim.
-    claim: bool,
+    /// Read the waits and claim what this replica's runners can take.
+    look: bool,
+    /// Waits the notices carried, to claim without reading the table (when not `look`).
+    waits: Vec<RunnerWait>,
     /// Take the messages relayed to this replica.
     take: bool,
     /// Drop claimed workers whose rows ended elsewhere.
@@ -59,11 +61,12 @@ impl Round {
         notices: &mut Option<tokio::sync::broadcast::Receiver<Notice>>,
     ) {
         match n {
-            Ok(Notice::RunnerWait) => self.claim = true,
+            Ok(Notice::RunnerWait(Some(wait))) => self.waits.push(wait),
+            Ok(Notice::RunnerWait(None)) => self.look = true,
             Ok(Notice::Relay { to_replica }) if to_replica == me => self.take = true,
             // Notices may have been missed: read everything.
             Ok(Notice::Resync) | Err(RecvError::Lagged(_)) => {
-                self.claim = true;
+                self.look = true;
                 self.take = true;
             }
             Err(RecvError::Closed) => *notices = None,
@@ -213,8 +216,10 @@ impl Fleet {
             let mut round = Round::default();
             tokio::select! {
                 () = shutdown.cancelled() => return,
-                () = self.slot_freed.notified() => round.claim = true,
-                _ = tick.tick() => round = Round { claim: true, take: true, drop_ended: true },
+                () = self.slot_freed.notified() => round.look = true,
+                _ = tick.tick() => {
+                    round = Round { look: true, take: true, drop_ended: true, ..Round::default() };
+                }
                 n = async {
                     match notices.as_mut() {
                         Some(rx) => rx.recv().await,
@@ -239,8 +244,10 @@ impl Fleet {
             if round.take {
                 self.take().await;
             }
-            if round.claim {
-                self.claim().await;
+            if round.look {
+                self.claim(None).await;
+            } else if !round.waits.is_empty() {
+                self.claim(Some(round.waits)).await;
             }
             if round.drop_ended {
                 self.drop_ended().await;
@@ -248,20 +255,24 @@ impl Fleet {
         }
     }
 
-    /// Claims the waits this replica's runners can take, oldest first. Each claim is a round
-    /// trip of its own, so they run at once; a wait is chosen only while its runners have a
-    /// slot that neither a worker queued here nor a wait chosen before it in this look takes.
-    async fn claim(self: &Arc<Self>) {
+    /// Claims the waits this replica's runners can take, oldest first: `notified` ones (in the
+    /// order their notices came), else those read from the store. Each claim is a round trip of
+    /// its own, so they run at once; a wait is chosen only while its runners have a slot that
+    /// neither a worker queued here nor a wait chosen before it in this look takes.
+    async fn claim(self: &Arc<Self>, notified: Option<Vec<RunnerWait>>) {
         // No runner here: nothing to claim, and no query every tick.
         if self.hub.counts().0 == 0 {
             return;
         }
-        let waits = match self.store.runner_waits(WAITS_PER_LOOK).await {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read runner waits");
-                return;
-            }
+        let waits = match notified {
+            Some(waits) => waits,
+            None => match self.store.runner_waits(WAITS_PER_LOOK).await {
+                Ok(w) => w,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read runner waits");
+                    return;
+                }
+            },
         };
         let mut chosen: HashMap<(String, String), usize> = HashMap::new();
         let mut claims = tokio::task::JoinSet::new();

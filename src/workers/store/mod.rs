@@ -300,8 +300,10 @@ pub enum Notice {
         /// The worker.
         worker_id: WorkerId,
     },
-    /// A runner worker was published for the runners of every replica.
-    RunnerWait,
+    /// A runner worker was published for the runners of every replica: the wait itself when
+    /// the notice carried it whole (a replica may claim it without reading the table), else
+    /// `None` (read the waits).
+    RunnerWait(Option<RunnerWait>),
     /// Messages were relayed to a replica: only the addressee takes them.
     Relay {
         /// The addressee's replica id.

@@ -755,12 +755,31 @@ fn parse_notice(channel: &str, payload: &str) -> Option<Notice> {
         "agentry_holds" => Some(Notice::Holds {
             worker_id: WorkerId::parse(payload).ok()?,
         }),
-        "agentry_runner_waits" => Some(Notice::RunnerWait),
+        "agentry_runner_waits" => Some(Notice::RunnerWait(parse_wait(payload))),
         "agentry_relays" => Some(Notice::Relay {
             to_replica: payload.to_owned(),
         }),
         _ => None,
     }
+}
+
+/// The wait a `agentry_runner_waits` notice carries: `[worker, owner, agent, principal,
+/// deadline_ms]` as JSON; `None` when the payload is not that (the waits are read instead).
+fn parse_wait(payload: &str) -> Option<RunnerWait> {
+    let (worker_id, owner, agent, caller_scope, deadline_ms): (
+        String,
+        String,
+        String,
+        String,
+        i64,
+    ) = serde_json::from_str(payload).ok()?;
+    Some(RunnerWait {
+        worker_id: WorkerId::parse(&worker_id).ok()?,
+        owner,
+        agent,
+        caller_scope,
+        deadline_ms,
+    })
 }
 
 /// Decodes a `workers` row selected as [`COLUMNS`].
@@ -1330,7 +1349,8 @@ impl WorkerStore for PostgresStore {
                 "WITH added AS (
                      INSERT INTO runner_waits (worker_id, owner_replica, agent, caller_scope, deadline_ms)
                      VALUES ($1, $2, $3, $4, $5) ON CONFLICT (worker_id) DO NOTHING RETURNING 1)
-                 SELECT pg_notify('agentry_runner_waits', '') FROM added",
+                 SELECT pg_notify('agentry_runner_waits', json_build_array($1, $2, $3, $4, $5)::text)
+                   FROM added",
                 &[
                     &wait.worker_id.as_str(),
                     &wait.owner,
@@ -1933,7 +1953,37 @@ mod tests {
         );
         assert_eq!(
             parse_notice("agentry_stop", id.as_str()),
-            Some(Notice::Stop { worker_id: id })
+            Some(Notice::Stop {
+                worker_id: id.clone()
+            })
+        );
+        let wait = RunnerWait {
+            worker_id: id.clone(),
+            owner: "r-1".into(),
+            agent: "reviewer".into(),
+            caller_scope: "team:a".into(),
+            deadline_ms: 1_700_000_000_000,
+        };
+        assert_eq!(
+            parse_notice(
+                "agentry_runner_waits",
+                &format!(r#"["{id}", "r-1", "reviewer", "team:a", 1700000000000]"#)
+            ),
+            Some(Notice::RunnerWait(Some(wait)))
+        );
+        // A wait notice that does not carry a wait still says "look".
+        for payload in ["", "[1, 2]", r#"["not-an-id", "r", "a", "s", 1]"#] {
+            assert_eq!(
+                parse_notice("agentry_runner_waits", payload),
+                Some(Notice::RunnerWait(None)),
+                "{payload}"
+            );
+        }
+        assert_eq!(
+            parse_notice("agentry_relays", "r-2"),
+            Some(Notice::Relay {
+                to_replica: "r-2".into()
+            })
         );
         for (channel, payload) in [
             ("agentry_events", "nonsense"),
