@@ -1374,7 +1374,7 @@ async fn replicas_a_runner_worker_survives_neither_replica_dying_silently() {
 /// several waits arrive at once and its claims run together: with a two-slot runner on B and
 /// three workers spawned on A, B takes two and the third is left for a runner that connects to
 /// A. Each worker completes with its own result, also one whose runner sent `accepted` and
-/// `finished` back to back.
+/// `finished` back to back and one whose result is too large to ride on a notice.
 #[tokio::test]
 async fn replicas_a_replica_claims_only_what_its_runners_have_room_for() {
     use pb::connect_request::Msg as In;
@@ -1414,6 +1414,26 @@ async fn replicas_a_replica_claims_only_what_its_runners_have_room_for() {
     let done = state_on(&a.client, &w.id, pb::WorkerState::Completed).await;
     assert_eq!(done.result, Some(format!("done {}", w.id)), "{done:?}");
     assert!(done.start_time.is_some(), "{done:?}");
+    // A result too large for a notice to carry is read from the store instead.
+    let w = spawn(&a.client, "large result", false)
+        .await
+        .worker
+        .unwrap();
+    let asg = on_b.assignment().await;
+    on_b.send(accept(&asg)).await;
+    let large = "é".repeat(10_000);
+    on_b.send(In::Finished(pb::RunnerFinished {
+        worker_id: asg.worker_id.clone(),
+        lease_token: asg.lease_token.clone(),
+        outcome: Some(pb::runner_finished::Outcome::Completed(
+            pb::runner_finished::Completed {
+                result: large.clone(),
+            },
+        )),
+    }))
+    .await;
+    let done = state_on(&a.client, &w.id, pb::WorkerState::Completed).await;
+    assert_eq!(done.result.as_deref(), Some(large.as_str()));
     drop(on_b);
 
     // Three waits published while no runner is connected anywhere: B's first look after its

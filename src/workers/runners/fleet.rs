@@ -16,7 +16,7 @@
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use serde_json::{Value, json};
@@ -31,11 +31,14 @@ use crate::workers::{
     executor::Assignment,
     model::{WorkerId, WorkerRecord, generate_token, hash_token},
     spec::WorkerSpec,
-    store::{Notice, RunnerWait, StoreError, WorkerStore},
+    store::{Notice, Relayed, RunnerWait, StoreError, WorkerStore},
 };
 
 /// How often waits are looked for and relays taken without a notice.
 const TICK: Duration = Duration::from_secs(1);
+/// How long an applied relayed message is remembered: far longer than a notice takes to arrive
+/// after its row was committed (and taken).
+const REMEMBER_APPLIED: Duration = Duration::from_secs(30);
 /// Most waits read per look.
 const WAITS_PER_LOOK: i64 = 64;
 
@@ -48,6 +51,8 @@ struct Round {
     waits: Vec<RunnerWait>,
     /// Take the messages relayed to this replica.
     take: bool,
+    /// Messages to this replica that the notices carried, to apply without a read.
+    relayed: Vec<Relayed>,
     /// Drop claimed workers whose rows ended elsewhere.
     drop_ended: bool,
 }
@@ -63,7 +68,13 @@ impl Round {
         match n {
             Ok(Notice::RunnerWait(Some(wait))) => self.waits.push(wait),
             Ok(Notice::RunnerWait(None)) => self.look = true,
-            Ok(Notice::Relay { to_replica }) if to_replica == me => self.take = true,
+            Ok(Notice::Relay {
+                to_replica,
+                relayed,
+            }) if to_replica == me => match relayed {
+                Some(relayed) => self.relayed.extend(relayed),
+                None => self.take = true,
+            },
             // Notices may have been missed: read everything.
             Ok(Notice::Resync) | Err(RecvError::Lagged(_)) => {
                 self.look = true;
@@ -87,6 +98,9 @@ pub struct Fleet {
     claimed: Mutex<HashMap<WorkerId, String>>,
     /// A claimed worker ended here, so a runner slot came free: look for waits.
     slot_freed: tokio::sync::Notify,
+    /// The relayed messages applied lately, by sequence, and when: one that both its notice
+    /// and a take bring is applied once.
+    applied: Mutex<HashMap<i64, Instant>>,
 }
 
 /// A relayed message, as JSON text.
@@ -135,6 +149,7 @@ impl Fleet {
             owned: Mutex::default(),
             claimed: Mutex::default(),
             slot_freed: tokio::sync::Notify::new(),
+            applied: Mutex::default(),
         }))
     }
 
@@ -241,8 +256,13 @@ impl Fleet {
                     Err(TryRecvError::Empty) => break,
                 }
             }
+            // Taken first: a message carried by a notice is in order after the rows a take
+            // returns, or among them (then applied once).
             if round.take {
                 self.take().await;
+            }
+            for r in round.relayed {
+                self.apply(r).await;
             }
             if round.look {
                 self.claim(None).await;
@@ -251,6 +271,10 @@ impl Fleet {
             }
             if round.drop_ended {
                 self.drop_ended().await;
+                self.applied
+                    .lock()
+                    .expect("fleet poisoned")
+                    .retain(|_, at| at.elapsed() < REMEMBER_APPLIED);
             }
         }
     }
@@ -374,35 +398,50 @@ impl Fleet {
                 return;
             }
         };
-        for (id, text) in relays {
-            let Ok(m) = serde_json::from_str::<Value>(&text) else {
-                tracing::warn!(worker = %id, text, "an unreadable relayed runner message");
-                continue;
-            };
-            let kind = m.get("kind").and_then(Value::as_str).unwrap_or_default();
-            if kind == "cancel" {
-                let reason = m
-                    .get("reason")
+        for r in relays {
+            self.apply(r).await;
+        }
+    }
+
+    /// Applies one message relayed to this replica, unless it was already.
+    async fn apply(&self, r: Relayed) {
+        let fresh = self
+            .applied
+            .lock()
+            .expect("fleet poisoned")
+            .insert(r.seq, Instant::now())
+            .is_none();
+        if !fresh {
+            return;
+        }
+        let (id, text) = (r.worker_id, r.message);
+        let Ok(m) = serde_json::from_str::<Value>(&text) else {
+            tracing::warn!(worker = %id, text, "an unreadable relayed runner message");
+            return;
+        };
+        let kind = m.get("kind").and_then(Value::as_str).unwrap_or_default();
+        if kind == "cancel" {
+            let reason = m
+                .get("reason")
+                .and_then(Value::as_str)
+                .unwrap_or("stop requested");
+            self.cancel_claimed(&id, reason).await;
+            return;
+        }
+        let ev = match kind {
+            "accepted" => RunEvent::Accepted,
+            "finished" => RunEvent::Finished(finish_of(&m)),
+            "lost" => RunEvent::Lost(
+                m.get("runner")
                     .and_then(Value::as_str)
-                    .unwrap_or("stop requested");
-                self.cancel_claimed(&id, reason).await;
-                continue;
-            }
-            let ev = match kind {
-                "accepted" => RunEvent::Accepted,
-                "finished" => RunEvent::Finished(finish_of(&m)),
-                "lost" => RunEvent::Lost(
-                    m.get("runner")
-                        .and_then(Value::as_str)
-                        .unwrap_or("unknown")
-                        .to_owned(),
-                ),
-                _ => continue,
-            };
-            let to = self.owned.lock().expect("fleet poisoned").get(&id).cloned();
-            if let Some(to) = to {
-                let _ = to.send(ev);
-            }
+                    .unwrap_or("unknown")
+                    .to_owned(),
+            ),
+            _ => return,
+        };
+        let to = self.owned.lock().expect("fleet poisoned").get(&id).cloned();
+        if let Some(to) = to {
+            let _ = to.send(ev);
         }
     }
 

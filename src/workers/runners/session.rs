@@ -160,8 +160,8 @@ impl Session {
 
 /// Returns once worker `id` is no longer pending (or is gone): a worker of this replica
 /// announces its transitions on `events`; another replica's (runners across replicas,
-/// recorded by its owner when the relayed `accepted` reaches it) is read from the store, on
-/// each of its notices or every few milliseconds.
+/// recorded by its owner when the relayed `accepted` reaches it) is read from the store once,
+/// then followed by its notices (read again after a resync or every few milliseconds).
 async fn running_recorded(
     sup: &Supervisor,
     id: &WorkerId,
@@ -184,7 +184,14 @@ async fn running_recorded(
                     return;
                 }
             }
-            None => sup.store_changed(id, &mut notices, REMOTE_START_POLL).await,
+            // Its creation is event 1, so the notice of a later one says it left pending
+            // without another read.
+            None => {
+                let seen = sup.store_changed(id, &mut notices, REMOTE_START_POLL).await;
+                if seen.is_some_and(|sequence| sequence >= 2) {
+                    return;
+                }
+            }
         }
     }
 }

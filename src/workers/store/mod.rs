@@ -249,7 +249,7 @@ pub trait WorkerStore: Send + Sync + 'static {
     }
 
     /// Takes (deletes and returns, in order) the messages sent to this replica.
-    async fn take_relays(&self) -> Result<Vec<(WorkerId, String)>, StoreError> {
+    async fn take_relays(&self) -> Result<Vec<Relayed>, StoreError> {
         Ok(Vec::new())
     }
 }
@@ -267,6 +267,17 @@ pub struct RunnerWait {
     pub caller_scope: String,
     /// When its timeout passes, in unix milliseconds.
     pub deadline_ms: i64,
+}
+
+/// A message relayed to a replica ([`WorkerStore::relay`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Relayed {
+    /// Its place in the order of every relayed message (unique).
+    pub seq: i64,
+    /// The worker it is about.
+    pub worker_id: WorkerId,
+    /// Its text.
+    pub message: String,
 }
 
 /// What [`WorkerStore::renew_lease`] found.
@@ -308,6 +319,9 @@ pub enum Notice {
     Relay {
         /// The addressee's replica id.
         to_replica: String,
+        /// The messages, when the notice carried them whole (the addressee applies them at
+        /// once and deletes their rows later); `None`: take them from the store.
+        relayed: Option<Vec<Relayed>>,
     },
     /// The listener (re)connected and may have missed notices: re-read everything.
     Resync,

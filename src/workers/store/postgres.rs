@@ -26,8 +26,8 @@ use super::pg_schema;
 use super::rows::{Snapshot, advance, progress_event, to_sql_sequence};
 use super::schema::COLUMNS;
 use super::{
-    Applied, Lease, ListQuery, Notice, ParentFilter, Patch, RunnerWait, StoreError, WorkerStore,
-    creation_event,
+    Applied, Lease, ListQuery, Notice, ParentFilter, Patch, Relayed, RunnerWait, StoreError,
+    WorkerStore, creation_event,
 };
 use crate::workers::lifecycle::Event;
 use crate::workers::model::{
@@ -36,6 +36,9 @@ use crate::workers::model::{
 
 /// Connections in the pool.
 const POOL_SIZE: usize = 16;
+/// The largest relay notice that carries its messages (PostgreSQL takes payloads shorter than
+/// 8000 bytes).
+const RELAY_NOTICE_BYTES: usize = 7900;
 /// How long a start-up or pooled connection attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Pause between two attempts of the listener to reconnect.
@@ -756,11 +759,37 @@ fn parse_notice(channel: &str, payload: &str) -> Option<Notice> {
             worker_id: WorkerId::parse(payload).ok()?,
         }),
         "agentry_runner_waits" => Some(Notice::RunnerWait(parse_wait(payload))),
-        "agentry_relays" => Some(Notice::Relay {
-            to_replica: payload.to_owned(),
-        }),
+        "agentry_relays" => parse_relay(payload),
         _ => None,
     }
+}
+
+/// An `agentry_relays` notice: `[to, worker, [[seq, message], …]]` with the messages, or `[to]`
+/// (too large to carry; they are taken from the table). Without an addressee it is dropped.
+fn parse_relay(payload: &str) -> Option<Notice> {
+    type Whole = (String, String, Vec<(i64, String)>);
+    if let Ok((to_replica, worker, messages)) = serde_json::from_str::<Whole>(payload) {
+        // A carried message about an unreadable worker id: take them from the table instead.
+        let relayed = WorkerId::parse(&worker).ok().map(|worker_id| {
+            messages
+                .into_iter()
+                .map(|(seq, message)| Relayed {
+                    seq,
+                    worker_id: worker_id.clone(),
+                    message,
+                })
+                .collect()
+        });
+        return Some(Notice::Relay {
+            to_replica,
+            relayed,
+        });
+    }
+    let (to_replica,): (String,) = serde_json::from_str(payload).ok()?;
+    Some(Notice::Relay {
+        to_replica,
+        relayed: None,
+    })
 }
 
 /// The wait a `agentry_runner_waits` notice carries: `[worker, owner, agent, principal,
@@ -1466,14 +1495,25 @@ impl WorkerStore for PostgresStore {
     async fn relay(&self, to: &str, id: &WorkerId, messages: &[String]) -> Result<(), StoreError> {
         let client = self.client().await?;
         // The rows are numbered in the order given (`seq` is taken row by row as the ordered
-        // select yields them), and one notice wakes the addressee for all of them.
+        // select yields them), and one notice wakes the addressee for all of them. The notice
+        // carries them (`[to, worker, [[seq, message], …]]`) when that fits in a notice, so the
+        // addressee needs no round trip to read them; else only `[to]`.
         exec_cached(
             &client,
-            "WITH sent AS (
-                 INSERT INTO runner_relays (to_replica, worker_id, message)
-                 SELECT $1, $2, m FROM unnest($3::text[]) WITH ORDINALITY AS u(m, i) ORDER BY i
-                 RETURNING 1)
-             SELECT pg_notify('agentry_relays', $1) WHERE EXISTS (SELECT 1 FROM sent)",
+            &format!(
+                "WITH sent AS (
+                     INSERT INTO runner_relays (to_replica, worker_id, message)
+                     SELECT $1, $2, m FROM unnest($3::text[]) WITH ORDINALITY AS u(m, i) ORDER BY i
+                     RETURNING seq, message
+                 ), whole AS (
+                     SELECT json_build_array($1, $2, json_agg(json_build_array(seq, message)
+                                                              ORDER BY seq))::text AS p
+                       FROM sent HAVING count(*) > 0
+                 )
+                 SELECT pg_notify('agentry_relays', CASE WHEN octet_length(p) <= {RELAY_NOTICE_BYTES}
+                                                         THEN p ELSE json_build_array($1)::text END)
+                   FROM whole"
+            ),
             &[&to, &id.as_str(), &messages],
         )
         .await
@@ -1481,7 +1521,7 @@ impl WorkerStore for PostgresStore {
         Ok(())
     }
 
-    async fn take_relays(&self) -> Result<Vec<(WorkerId, String)>, StoreError> {
+    async fn take_relays(&self) -> Result<Vec<Relayed>, StoreError> {
         let client = self.client().await?;
         let rows = client
             .query(
@@ -1491,15 +1531,18 @@ impl WorkerStore for PostgresStore {
             )
             .await
             .pg("take relayed runner messages")?;
-        let mut out: Vec<(i64, WorkerId, String)> = rows
+        let mut out: Vec<Relayed> = rows
             .iter()
             .filter_map(|row| {
-                let id = WorkerId::parse(row.get::<_, &str>(1)).ok()?;
-                Some((row.get(0), id, row.get(2)))
+                Some(Relayed {
+                    seq: row.get(0),
+                    worker_id: WorkerId::parse(row.get::<_, &str>(1)).ok()?,
+                    message: row.get(2),
+                })
             })
             .collect();
-        out.sort_by_key(|(seq, _, _)| *seq);
-        Ok(out.into_iter().map(|(_, id, m)| (id, m)).collect())
+        out.sort_by_key(|r| r.seq);
+        Ok(out)
     }
 
     async fn renew_lease(&self) -> Result<Lease, StoreError> {
@@ -1980,15 +2023,38 @@ mod tests {
             );
         }
         assert_eq!(
-            parse_notice("agentry_relays", "r-2"),
+            parse_notice("agentry_relays", r#"["r-2"]"#),
             Some(Notice::Relay {
-                to_replica: "r-2".into()
+                to_replica: "r-2".into(),
+                relayed: None
+            })
+        );
+        let carried = format!(r#"["r-2", "{id}", [[7, "{{\"kind\":\"accepted\"}}"], [8, "x"]]]"#);
+        assert_eq!(
+            parse_notice("agentry_relays", &carried),
+            Some(Notice::Relay {
+                to_replica: "r-2".into(),
+                relayed: Some(vec![
+                    Relayed {
+                        seq: 7,
+                        worker_id: id.clone(),
+                        message: r#"{"kind":"accepted"}"#.into()
+                    },
+                    Relayed {
+                        seq: 8,
+                        worker_id: id.clone(),
+                        message: "x".into()
+                    },
+                ])
             })
         );
         for (channel, payload) in [
             ("agentry_events", "nonsense"),
             ("agentry_events", "w:x"),
             ("agentry_stop", ""),
+            ("agentry_relays", ""),
+            ("agentry_relays", "[]"),
+            ("agentry_relays", "[1]"),
             ("other", "x"),
         ] {
             assert_eq!(parse_notice(channel, payload), None, "{channel} {payload}");

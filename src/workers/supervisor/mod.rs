@@ -628,27 +628,32 @@ impl Supervisor {
         Ok(rec)
     }
 
-    /// Waits until the store may hold something new about `id`: a notice about it, a resync of
-    /// the listener, or `poll` passed (notices are only hints).
+    /// Waits until the store may hold something new about `id`: a notice about it (then the
+    /// sequence it announced), a resync of the listener, or `poll` passed (notices are only
+    /// hints).
     pub async fn store_changed(
         &self,
         id: &WorkerId,
         notices: &mut Option<broadcast::Receiver<super::store::Notice>>,
         poll: Duration,
-    ) {
+    ) -> Option<u64> {
         use super::store::Notice;
         let deadline = tokio::time::sleep(poll);
         tokio::pin!(deadline);
         loop {
             let Some(rx) = notices.as_mut() else {
                 deadline.await;
-                return;
+                return None;
             };
             tokio::select! {
-                () = &mut deadline => return,
+                () = &mut deadline => return None,
                 n = rx.recv() => match n {
-                    Ok(Notice::Event { worker_id, .. }) if worker_id == *id => return,
-                    Ok(Notice::Resync) | Err(broadcast::error::RecvError::Lagged(_)) => return,
+                    Ok(Notice::Event { worker_id, sequence }) if worker_id == *id => {
+                        return Some(sequence);
+                    }
+                    Ok(Notice::Resync) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                        return None;
+                    }
                     Ok(_) => {}
                     Err(broadcast::error::RecvError::Closed) => *notices = None,
                 },

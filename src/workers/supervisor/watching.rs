@@ -111,7 +111,7 @@ impl Follow {
             }
             Source::Store(notices) => {
                 let shutting_down = tokio::select! {
-                    () = self.sup.store_changed(&self.id, notices, REMOTE_WATCH_POLL) => false,
+                    _ = self.sup.store_changed(&self.id, notices, REMOTE_WATCH_POLL) => false,
                     () = self.shutdown.cancelled() => true,
                 };
                 self.queue = self.sup.events_after(&self.id, self.last).await?.into();
