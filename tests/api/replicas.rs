@@ -45,7 +45,7 @@ struct Pair {
     a: Replica,
     b: Replica,
     // Last: the database is dropped after both processes are gone.
-    _db: TestDb,
+    db: TestDb,
 }
 
 /// Writes the config of replica `name` on `url` and returns its path.
@@ -84,7 +84,17 @@ async fn pair(extra: &str) -> Option<Pair> {
     let dir = tempfile::tempdir().unwrap();
     let a = start_replica(dir.path(), "a", &db.url, extra).await;
     let b = start_replica(dir.path(), "b", &db.url, extra).await;
-    Some(Pair { dir, a, b, _db: db })
+    Some(Pair { dir, a, b, db })
+}
+
+/// Two replicas `a` and `b` on one fresh database that run workers on runners
+/// ([`runner_replica`]).
+async fn runner_pair() -> Option<Pair> {
+    let db = TestDb::create().await?;
+    let dir = tempfile::tempdir().unwrap();
+    let a = runner_replica(dir.path(), "a", &db.url).await;
+    let b = runner_replica(dir.path(), "b", &db.url).await;
+    Some(Pair { dir, a, b, db })
 }
 
 /// Every (sequence, state) a watch delivers until it ends.
@@ -686,7 +696,7 @@ async fn replicas_survive_terminated_connections() {
     let Some(p) = pair("").await else {
         return;
     };
-    let (killer, conn) = tokio_postgres::connect(&p._db.url, tokio_postgres::NoTls)
+    let (killer, conn) = tokio_postgres::connect(&p.db.url, tokio_postgres::NoTls)
         .await
         .unwrap();
     tokio::spawn(conn);
@@ -978,7 +988,7 @@ async fn holds_in(url: &str) -> i64 {
 #[tokio::test]
 async fn replicas_a_waiting_caller_on_b_binds_a_worker_run_on_a() {
     let Some(p) = pair("").await else { return };
-    let url = p._db.url.clone();
+    let url = p.db.url.clone();
     let on_a = {
         let a = p.a.client.clone();
         tokio::spawn(async move { spawn(&a, "long bound job", true).await })
@@ -1162,17 +1172,41 @@ impl RemoteRunner {
             .unwrap();
     }
 
+    /// Sends `accepted` for `a`.
+    async fn accept(&self, a: &pb::RunnerAssignment) {
+        self.send(pb::connect_request::Msg::Accepted(pb::RunnerAccepted {
+            worker_id: a.worker_id.clone(),
+            lease_token: a.lease_token.clone(),
+        }))
+        .await;
+    }
+
+    /// Sends `finished` for `a` with `outcome`.
+    async fn finish(&self, a: &pb::RunnerAssignment, outcome: pb::runner_finished::Outcome) {
+        self.send(pb::connect_request::Msg::Finished(pb::RunnerFinished {
+            worker_id: a.worker_id.clone(),
+            lease_token: a.lease_token.clone(),
+            outcome: Some(outcome),
+        }))
+        .await;
+    }
+
+    /// Sends `finished` for `a`, completed with `result`.
+    async fn complete(&self, a: &pb::RunnerAssignment, result: &str) {
+        let done = pb::runner_finished::Completed {
+            result: result.to_owned(),
+        };
+        self.finish(a, pb::runner_finished::Outcome::Completed(done))
+            .await;
+    }
+
     /// Accepts `a`, then waits until `on` shows its worker running.
     async fn accept_until_running(
         &self,
         a: &pb::RunnerAssignment,
         on: &AgentRegistryServiceClient<Channel>,
     ) {
-        self.send(pb::connect_request::Msg::Accepted(pb::RunnerAccepted {
-            worker_id: a.worker_id.clone(),
-            lease_token: a.lease_token.clone(),
-        }))
-        .await;
+        self.accept(a).await;
         state_on(on, &a.worker_id, pb::WorkerState::Running).await;
     }
 }
@@ -1201,13 +1235,11 @@ async fn state_on(
 #[tokio::test]
 async fn replicas_a_runner_on_b_runs_a_worker_spawned_on_a() {
     use pb::connect_request::Msg as In;
-    let Some(db) = TestDb::create().await else {
+    let Some(p) = runner_pair().await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let a = runner_replica(dir.path(), "a", &db.url).await;
-    let b = runner_replica(dir.path(), "b", &db.url).await;
-    let mut r = RemoteRunner::connect(&b, "on-b").await;
+    let (a, b) = (&p.a, &p.b);
+    let mut r = RemoteRunner::connect(b, "on-b").await;
 
     // 1. Spawned on A, assigned to the runner on B, completed there, recorded on A.
     let w = spawn(&a.client, "remote job", false).await.worker.unwrap();
@@ -1240,16 +1272,7 @@ async fn replicas_a_runner_on_b_runs_a_worker_spawned_on_a() {
         ))
         .await
         .unwrap();
-    r.send(In::Finished(pb::RunnerFinished {
-        worker_id: w.id.clone(),
-        lease_token: asg.lease_token.clone(),
-        outcome: Some(pb::runner_finished::Outcome::Completed(
-            pb::runner_finished::Completed {
-                result: "done on b".into(),
-            },
-        )),
-    }))
-    .await;
+    r.complete(&asg, "done on b").await;
     let done = state_on(&a.client, &w.id, pb::WorkerState::Completed).await;
     assert_eq!(done.result.as_deref(), Some("done on b"));
     let mut texts = Vec::new();
@@ -1297,14 +1320,9 @@ async fn replicas_a_runner_on_b_runs_a_worker_spawned_on_a() {
         "cancel took {:?}",
         t0.elapsed()
     );
-    r.send(In::Finished(pb::RunnerFinished {
-        worker_id: w.id.clone(),
-        lease_token: asg.lease_token.clone(),
-        outcome: Some(pb::runner_finished::Outcome::Canceled(
-            pb::runner_finished::Canceled::default(),
-        )),
-    }))
-    .await;
+    let canceled = pb::runner_finished::Canceled::default();
+    r.finish(&asg, pb::runner_finished::Outcome::Canceled(canceled))
+        .await;
     let stopped = stop.await.unwrap().worker.unwrap();
     assert_eq!(stopped.state, pb::WorkerState::Killed as i32, "{stopped:?}");
 
@@ -1318,7 +1336,7 @@ async fn replicas_a_runner_on_b_runs_a_worker_spawned_on_a() {
     drop(r);
     let lost = state_on(&a.client, &w.id, pb::WorkerState::Failed).await;
     assert_eq!(lost.error.as_deref(), Some("runner lost: on-b"));
-    drop((a, b));
+    drop(p);
 }
 
 /// Runners across replicas when a replica dies (docs/runners.md): the claimer B killed while
@@ -1327,16 +1345,14 @@ async fn replicas_a_runner_on_b_runs_a_worker_spawned_on_a() {
 /// row closed by B's sweeper, and B cancels the worker on its runner.
 #[tokio::test]
 async fn replicas_a_runner_worker_survives_neither_replica_dying_silently() {
-    let Some(db) = TestDb::create().await else {
+    let Some(p) = runner_pair().await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let a = runner_replica(dir.path(), "a", &db.url).await;
-    let b = runner_replica(dir.path(), "b", &db.url).await;
+    let (a, b) = (&p.a, &p.b);
 
     // The claimer dies.
     let r = {
-        let mut r = RemoteRunner::connect(&b, "on-b").await;
+        let mut r = RemoteRunner::connect(b, "on-b").await;
         let w = spawn(&a.client, "claimer dies", false)
             .await
             .worker
@@ -1355,7 +1371,7 @@ async fn replicas_a_runner_worker_survives_neither_replica_dying_silently() {
     drop(r);
 
     // The owner dies.
-    let b = runner_replica(dir.path(), "b2", &db.url).await;
+    let b = runner_replica(p.dir.path(), "b2", &p.db.url).await;
     let mut r = RemoteRunner::connect(&b, "on-b2").await;
     let w = spawn(&a.client, "owner dies", false).await.worker.unwrap();
     let asg = r.assignment().await;
@@ -1377,31 +1393,12 @@ async fn replicas_a_runner_worker_survives_neither_replica_dying_silently() {
 /// `finished` back to back and one whose result is too large to ride on a notice.
 #[tokio::test]
 async fn replicas_a_replica_claims_only_what_its_runners_have_room_for() {
-    use pb::connect_request::Msg as In;
-    let Some(db) = TestDb::create().await else {
+    let Some(p) = runner_pair().await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let a = runner_replica(dir.path(), "a", &db.url).await;
-    let b = runner_replica(dir.path(), "b", &db.url).await;
-    let mut on_b = RemoteRunner::with_slots(&b, "two-slots", 2).await;
-    let accept = |a: &pb::RunnerAssignment| {
-        In::Accepted(pb::RunnerAccepted {
-            worker_id: a.worker_id.clone(),
-            lease_token: a.lease_token.clone(),
-        })
-    };
-    let finish = |a: &pb::RunnerAssignment| {
-        In::Finished(pb::RunnerFinished {
-            worker_id: a.worker_id.clone(),
-            lease_token: a.lease_token.clone(),
-            outcome: Some(pb::runner_finished::Outcome::Completed(
-                pb::runner_finished::Completed {
-                    result: format!("done {}", a.worker_id),
-                },
-            )),
-        })
-    };
+    let (a, b) = (&p.a, &p.b);
+    let mut on_b = RemoteRunner::with_slots(b, "two-slots", 2).await;
+    let done_of = |a: &pb::RunnerAssignment| format!("done {}", a.worker_id);
     // Accepted and finished back to back: both reach A (maybe in one relay), in order.
     let w = spawn(&a.client, "back to back", false)
         .await
@@ -1409,8 +1406,8 @@ async fn replicas_a_replica_claims_only_what_its_runners_have_room_for() {
         .unwrap();
     let asg = on_b.assignment().await;
     assert_eq!(asg.worker_id, w.id);
-    on_b.send(accept(&asg)).await;
-    on_b.send(finish(&asg)).await;
+    on_b.accept(&asg).await;
+    on_b.complete(&asg, &done_of(&asg)).await;
     let done = state_on(&a.client, &w.id, pb::WorkerState::Completed).await;
     assert_eq!(done.result, Some(format!("done {}", w.id)), "{done:?}");
     assert!(done.start_time.is_some(), "{done:?}");
@@ -1420,18 +1417,9 @@ async fn replicas_a_replica_claims_only_what_its_runners_have_room_for() {
         .worker
         .unwrap();
     let asg = on_b.assignment().await;
-    on_b.send(accept(&asg)).await;
+    on_b.accept(&asg).await;
     let large = "é".repeat(10_000);
-    on_b.send(In::Finished(pb::RunnerFinished {
-        worker_id: asg.worker_id.clone(),
-        lease_token: asg.lease_token.clone(),
-        outcome: Some(pb::runner_finished::Outcome::Completed(
-            pb::runner_finished::Completed {
-                result: large.clone(),
-            },
-        )),
-    }))
-    .await;
+    on_b.complete(&asg, &large).await;
     let done = state_on(&a.client, &w.id, pb::WorkerState::Completed).await;
     assert_eq!(done.result.as_deref(), Some(large.as_str()));
     drop(on_b);
@@ -1444,12 +1432,12 @@ async fn replicas_a_replica_claims_only_what_its_runners_have_room_for() {
         ids.push(w.worker.unwrap().id);
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut on_b = RemoteRunner::with_slots(&b, "two-slots-again", 2).await;
+    let mut on_b = RemoteRunner::with_slots(b, "two-slots-again", 2).await;
     // Accepted at once (an offer not accepted within the accept timeout goes back).
     let first = on_b.assignment().await;
-    on_b.send(accept(&first)).await;
+    on_b.accept(&first).await;
     let second = on_b.assignment().await;
-    on_b.send(accept(&second)).await;
+    on_b.accept(&second).await;
     let mut taken = vec![first.worker_id.clone(), second.worker_id.clone()];
     // Nothing more for B's runner while both its slots are held, for longer than a claim tick.
     let quiet = tokio::time::timeout(Duration::from_millis(1500), on_b.rx.next()).await;
@@ -1461,7 +1449,7 @@ async fn replicas_a_replica_claims_only_what_its_runners_have_room_for() {
         Ok(other) => panic!("unexpected runner message: {other:?}"),
     }
     // The third wait is still unclaimed: a runner on A gets it.
-    let mut on_a = RemoteRunner::connect(&a, "on-a").await;
+    let mut on_a = RemoteRunner::connect(a, "on-a").await;
     let third = tokio::time::timeout(Duration::from_secs(5), on_a.assignment())
         .await
         .expect("the third wait left for A's runner (B has no slot for it)");
@@ -1471,10 +1459,10 @@ async fn replicas_a_replica_claims_only_what_its_runners_have_room_for() {
     want.sort();
     assert_eq!(taken, want);
     // Accepted and finished back to back: they may reach A in one relay.
-    on_a.send(accept(&third)).await;
-    on_a.send(finish(&third)).await;
-    on_b.send(finish(&first)).await;
-    on_b.send(finish(&second)).await;
+    on_a.accept(&third).await;
+    on_a.complete(&third, &done_of(&third)).await;
+    on_b.complete(&first, &done_of(&first)).await;
+    on_b.complete(&second, &done_of(&second)).await;
     for id in &ids {
         let done = state_on(&a.client, id, pb::WorkerState::Completed).await;
         assert_eq!(done.result, Some(format!("done {id}")), "{done:?}");
@@ -1487,12 +1475,10 @@ async fn replicas_a_replica_claims_only_what_its_runners_have_room_for() {
 /// a runner that connects afterwards is offered nothing (docs/runners.md).
 #[tokio::test]
 async fn replicas_an_unclaimed_runner_worker_times_out_or_stops_and_is_withdrawn() {
-    let Some(db) = TestDb::create().await else {
+    let Some(p) = runner_pair().await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let a = runner_replica(dir.path(), "a", &db.url).await;
-    let b = runner_replica(dir.path(), "b", &db.url).await;
+    let (a, b) = (&p.a, &p.b);
     let timed_out = a
         .client
         .clone()
@@ -1542,7 +1528,7 @@ async fn replicas_an_unclaimed_runner_worker_times_out_or_stops_and_is_withdrawn
     assert_eq!(stopped.state, pb::WorkerState::Killed as i32);
     assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
 
-    let mut r = RemoteRunner::connect(&b, "late").await;
+    let mut r = RemoteRunner::connect(b, "late").await;
     let offered = tokio::time::timeout(Duration::from_millis(2500), r.rx.next()).await;
     assert!(
         offered.is_err(),

@@ -245,16 +245,13 @@ impl Fleet {
             // The notices that came meanwhile (a burst of publishes, the events of every
             // worker) are served by this one round.
             while let Some(n) = notices.as_mut().map(|rx| rx.try_recv()) {
-                match n {
-                    Ok(n) => round.note(Ok(n), &self.me, &mut notices),
-                    Err(TryRecvError::Lagged(k)) => {
-                        round.note(Err(RecvError::Lagged(k)), &self.me, &mut notices);
-                    }
-                    Err(TryRecvError::Closed) => {
-                        round.note(Err(RecvError::Closed), &self.me, &mut notices);
-                    }
+                let n = match n {
                     Err(TryRecvError::Empty) => break,
-                }
+                    Err(TryRecvError::Lagged(k)) => Err(RecvError::Lagged(k)),
+                    Err(TryRecvError::Closed) => Err(RecvError::Closed),
+                    Ok(n) => Ok(n),
+                };
+                round.note(n, &self.me, &mut notices);
             }
             // Taken first: a message carried by a notice is in order after the rows a take
             // returns, or among them (then applied once).

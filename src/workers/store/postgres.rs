@@ -619,6 +619,51 @@ impl EventParams {
     }
 }
 
+/// A runner claim (`claim_runner_wait`): lock the wait unless another claimer holds it, rotate
+/// the token of a worker that still waits (pending) and return its row, and claim the wait; a
+/// wait whose worker no longer waits is dropped instead (PostgreSQL runs every data-modifying
+/// `WITH` part to completion whether or not the outer query reads it).
+static CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH c AS (
+             SELECT worker_id FROM runner_waits WHERE worker_id = $1 AND claimed_by IS NULL
+             FOR UPDATE SKIP LOCKED
+         ), t AS (
+             UPDATE workers w SET token_hash = $2 FROM c
+              WHERE w.id = c.worker_id AND w.state = 'pending'
+             RETURNING {COLUMNS}
+         ), stale AS (
+             DELETE FROM runner_waits r USING c
+              WHERE r.worker_id = c.worker_id AND NOT EXISTS (SELECT 1 FROM t)
+         ), k AS (
+             UPDATE runner_waits r SET claimed_by = $3 FROM t
+              WHERE r.worker_id = t.id
+             RETURNING 1
+         )
+         SELECT {COLUMNS} FROM t WHERE EXISTS (SELECT 1 FROM k)"
+    )
+});
+
+/// Relayed messages (`relay`): rows numbered in the order given (`seq` is taken row by row as
+/// the ordered select yields them), and one notice that carries them (`[to, worker, [[seq,
+/// message], …]]`) when that fits in a notice, else only `[to]`.
+static RELAY_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH sent AS (
+             INSERT INTO runner_relays (to_replica, worker_id, message)
+             SELECT $1, $2, m FROM unnest($3::text[]) WITH ORDINALITY AS u(m, i) ORDER BY i
+             RETURNING seq, message
+         ), whole AS (
+             SELECT json_build_array($1, $2, json_agg(json_build_array(seq, message)
+                                                      ORDER BY seq))::text AS p
+               FROM sent HAVING count(*) > 0
+         )
+         SELECT pg_notify('agentry_relays', CASE WHEN octet_length(p) <= {RELAY_NOTICE_BYTES}
+                                                 THEN p ELSE json_build_array($1)::text END)
+           FROM whole"
+    )
+});
+
 /// A new worker row and its creation event.
 static CREATE_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
@@ -1425,30 +1470,10 @@ impl WorkerStore for PostgresStore {
         token_hash: &str,
     ) -> Result<Option<WorkerRecord>, StoreError> {
         let client = self.client().await?;
-        // One statement, one commit: lock the wait unless another claimer holds it, rotate the
-        // token of a worker that still waits (pending) and return its row, and claim the wait;
-        // a wait whose worker no longer waits is dropped instead (PostgreSQL runs every
-        // data-modifying `WITH` part to completion whether or not the outer query reads it).
+        // One statement, one commit ([`CLAIM_SQL`]).
         let row = query_opt_cached(
             &client,
-            &format!(
-                "WITH c AS (
-                     SELECT worker_id FROM runner_waits WHERE worker_id = $1 AND claimed_by IS NULL
-                     FOR UPDATE SKIP LOCKED
-                 ), t AS (
-                     UPDATE workers w SET token_hash = $2 FROM c
-                      WHERE w.id = c.worker_id AND w.state = 'pending'
-                     RETURNING {COLUMNS}
-                 ), stale AS (
-                     DELETE FROM runner_waits r USING c
-                      WHERE r.worker_id = c.worker_id AND NOT EXISTS (SELECT 1 FROM t)
-                 ), k AS (
-                     UPDATE runner_waits r SET claimed_by = $3 FROM t
-                      WHERE r.worker_id = t.id
-                     RETURNING 1
-                 )
-                 SELECT {COLUMNS} FROM t WHERE EXISTS (SELECT 1 FROM k)"
-            ),
+            &CLAIM_SQL,
             &[&id.as_str(), &token_hash, &self.replica_id],
         )
         .await
@@ -1494,30 +1519,10 @@ impl WorkerStore for PostgresStore {
 
     async fn relay(&self, to: &str, id: &WorkerId, messages: &[String]) -> Result<(), StoreError> {
         let client = self.client().await?;
-        // The rows are numbered in the order given (`seq` is taken row by row as the ordered
-        // select yields them), and one notice wakes the addressee for all of them. The notice
-        // carries them (`[to, worker, [[seq, message], …]]`) when that fits in a notice, so the
-        // addressee needs no round trip to read them; else only `[to]`.
-        exec_cached(
-            &client,
-            &format!(
-                "WITH sent AS (
-                     INSERT INTO runner_relays (to_replica, worker_id, message)
-                     SELECT $1, $2, m FROM unnest($3::text[]) WITH ORDINALITY AS u(m, i) ORDER BY i
-                     RETURNING seq, message
-                 ), whole AS (
-                     SELECT json_build_array($1, $2, json_agg(json_build_array(seq, message)
-                                                              ORDER BY seq))::text AS p
-                       FROM sent HAVING count(*) > 0
-                 )
-                 SELECT pg_notify('agentry_relays', CASE WHEN octet_length(p) <= {RELAY_NOTICE_BYTES}
-                                                         THEN p ELSE json_build_array($1)::text END)
-                   FROM whole"
-            ),
-            &[&to, &id.as_str(), &messages],
-        )
-        .await
-        .pg("relay runner messages")?;
+        // Carried by the notice, the messages need no read by their addressee ([`RELAY_SQL`]).
+        exec_cached(&client, &RELAY_SQL, &[&to, &id.as_str(), &messages])
+            .await
+            .pg("relay runner messages")?;
         Ok(())
     }
 
