@@ -1,7 +1,7 @@
 //! Replicas on one PostgreSQL database, beside SQLite on one replica (docs §9).
 //!
 //! `AGENTRY_TEST_POSTGRES_URL=postgres://… cargo run --release --example replicas_load -- [--quick] [--runners]`
-//! (`--runners`: only the runner rows.)
+//! (`--runners`: only the runner rows; `--spawns`: only the background spawn rows.)
 //!
 //! Three set-ups, each on fresh state (a temp dir; for PostgreSQL a fresh database created and
 //! dropped like the tests do), every server an `agentry::grpc::run` in this process on
@@ -279,15 +279,20 @@ struct Row {
 async fn measure(setup: &str, url: Option<&str>, n: usize, dur: Duration, workers: usize) -> Row {
     let root = tempfile::tempdir().expect("temp dir");
     let servers = start(root.path(), url, n, &["/bin/true"]).await;
+    // On stderr, so a profiler can be started on this phase.
+    eprintln!("measuring: {setup} background spawns");
     let (spawns_per_s, drain) = throughput(&servers, dur).await;
     for s in servers {
         s.shutdown().await;
     }
-    let root = tempfile::tempdir().expect("temp dir");
-    let servers = start(root.path(), url, n, &["/bin/sleep", "0.2"]).await;
-    let mut delays = watch_latency(&servers, workers).await;
-    for s in servers {
-        s.shutdown().await;
+    let mut delays = Vec::new();
+    if workers > 0 {
+        let root = tempfile::tempdir().expect("temp dir");
+        let servers = start(root.path(), url, n, &["/bin/sleep", "0.2"]).await;
+        delays = watch_latency(&servers, workers).await;
+        for s in servers {
+            s.shutdown().await;
+        }
     }
     delays.sort_unstable();
     Row {
@@ -458,7 +463,13 @@ async fn main() {
     // Only the runner rows (they need PostgreSQL).
     let runners_only = std::env::args().any(|a| a == "--runners");
     let dur = Duration::from_secs(if quick { 1 } else { 5 });
-    let workers = if quick { 10 } else { 100 };
+    // Only the background spawn rows (no watch latency, no runners).
+    let spawns_only = std::env::args().any(|a| a == "--spawns");
+    let workers = match (spawns_only, quick) {
+        (true, _) => 0,
+        (false, true) => 10,
+        (false, false) => 100,
+    };
     let mut rows = Vec::new();
     if !runners_only {
         rows.push(measure("sqlite ×1", None, 1, dur, workers).await);
@@ -470,7 +481,9 @@ async fn main() {
                 let db = TestDb::create().await.expect("test database");
                 rows.push(measure(&format!("postgres ×{n}"), Some(&db.url), n, dur, workers).await);
             }
-            runner = Some(runner_rows(dur).await);
+            if !spawns_only {
+                runner = Some(runner_rows(dur).await);
+            }
         }
         Err(_) => println!("PostgreSQL rows skipped: AGENTRY_TEST_POSTGRES_URL is not set"),
     }

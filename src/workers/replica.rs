@@ -74,12 +74,15 @@ async fn run(sup: Arc<Supervisor>, lease: Duration) {
                 continue;
             }
             // An event of a worker that may run here, committed by another replica (a
-            // progress report sent there): its watchers here must see it.
+            // progress report sent there): its watchers here must see it. This replica's own
+            // commits were published as they were made (the notice can arrive before the
+            // live record has moved on, and must not cost a read).
             Some(Ok(Notice::Event {
                 worker_id,
                 sequence,
+                by_this_replica,
             })) => {
-                if sup.is_behind(&worker_id, sequence) {
+                if !by_this_replica && sup.is_behind(&worker_id, sequence) {
                     let sup = sup.clone();
                     tokio::spawn(async move { sup.catch_up(&worker_id, sequence).await });
                 }

@@ -19,6 +19,7 @@ use tokio::sync::broadcast;
 use super::lifecycle::{Event, IllegalTransition};
 use super::model::{Progress, WorkerEvent, WorkerId, WorkerRecord, WorkerState};
 
+mod pg_batch;
 mod pg_schema;
 mod postgres;
 mod rows;
@@ -63,6 +64,20 @@ pub trait WorkerStore: Send + Sync + 'static {
         patch: Patch,
         now_ms: i64,
     ) -> Result<Applied, StoreError>;
+
+    /// [`apply`](Self::apply) for a caller that holds the row as this process last wrote or
+    /// read it (`known`): a backend may decide the transition on `known` and write it without
+    /// reading the row first, as long as the write is a compare-and-set that finds a row moved
+    /// since (then it reads the row and decides again). The outcome is `apply`'s.
+    async fn apply_from(
+        &self,
+        known: &WorkerRecord,
+        event: Event,
+        patch: Patch,
+        now_ms: i64,
+    ) -> Result<Applied, StoreError> {
+        self.apply(&known.id, event, patch, now_ms).await
+    }
 
     /// The worker as stored, if it exists.
     async fn get(&self, id: &WorkerId) -> Result<Option<WorkerRecord>, StoreError>;
@@ -299,6 +314,9 @@ pub enum Notice {
         worker_id: WorkerId,
         /// The sequence committed.
         sequence: u64,
+        /// Whether this replica committed it (then it has already published the event to
+        /// its own watchers and live record).
+        by_this_replica: bool,
     },
     /// Someone asked the owner of this worker to stop it.
     Stop {

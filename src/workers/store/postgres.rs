@@ -1,13 +1,15 @@
 //! The shared backend: PostgreSQL for several replicas (docs §9), through `tokio-postgres` with
 //! a `deadpool-postgres` pool.
 //!
-//! The database is the arbiter of every race: a transition reads its row, asks the lifecycle,
-//! and writes row, event and `NOTIFY` in one statement that moves the row only if its sequence
-//! and token are still the ones read (a compare-and-set; a row that moved is read again and the
-//! lifecycle asked again); a create is likewise one statement; the orphan close is a
-//! compare-and-set on the state of rows whose replica's lease expired on the database clock;
-//! dedupe claims are `INSERT … ON CONFLICT`. Each commit of an event sends `NOTIFY agentry_events
-//! '<worker_id>:<sequence>'`; one dedicated `LISTEN` connection per process turns those (and
+//! The database is the arbiter of every race: a transition reads its row (or takes the row as
+//! its replica last wrote it), asks the lifecycle, and writes row, event and `NOTIFY` in one
+//! statement that moves the row only if its sequence and token are still the ones read (a
+//! compare-and-set; a row that moved is read again and the lifecycle asked again); a create is
+//! likewise one statement; the orphan close is a compare-and-set on the state of rows whose
+//! replica's lease expired on the database clock; dedupe claims are `INSERT … ON CONFLICT`.
+//! Claims, creates and transitions made at the same time are written together, one statement
+//! and one commit per batch (`pg_batch`). Each commit of an event sends `NOTIFY agentry_events
+//! '<worker_id>:<sequence>:<replica_id>'`; one dedicated `LISTEN` connection per process turns those (and
 //! stop requests on `agentry_stop`) into [`Notice`]s. Notices are hints: the listener sends
 //! [`Notice::Resync`] after every (re)connect, and readers poll as well.
 
@@ -22,6 +24,7 @@ use tokio::sync::broadcast;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, IsolationLevel, NoTls, Row};
 
+use super::pg_batch::{Batcher, ClaimWrite, CreateWrite, TransitionWrite, write_transition_in};
 use super::pg_schema;
 use super::rows::{Snapshot, advance, progress_event, to_sql_sequence};
 use super::schema::COLUMNS;
@@ -36,6 +39,14 @@ use crate::workers::model::{
 
 /// Connections in the pool.
 const POOL_SIZE: usize = 16;
+/// Connections of the batch writers (`pg_batch`): at most two batches of each of three kinds
+/// at once.
+const BATCH_POOL_SIZE: usize = 6;
+/// How the batch writers' connections plan: index lookups of the rows named, never a scan of
+/// a whole table (an `unnest` of parameters looks like ten rows to the planner, and the tables
+/// look small until their first `ANALYZE`).
+const BATCH_PLANNER_OPTIONS: &str =
+    "-c enable_seqscan=off -c enable_hashjoin=off -c enable_mergejoin=off";
 /// The largest relay notice that carries its messages (PostgreSQL takes payloads shorter than
 /// 8000 bytes).
 const RELAY_NOTICE_BYTES: usize = 7900;
@@ -45,9 +56,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const LISTEN_RETRY: Duration = Duration::from_millis(500);
 /// Notices buffered per receiver; one that lags re-reads (it gets `Lagged`, then resyncs).
 const NOTICE_BUFFER: usize = 1024;
-/// A dedupe claim whose worker row has not appeared after this long is taken over: its replica
-/// died between the claim and the row.
-const CLAIM_WITHOUT_ROW_SECS: f64 = 10.0;
 
 /// Who this process is among the replicas (`replica.name`, `replica.lease`).
 #[derive(Clone, Debug)]
@@ -68,6 +76,10 @@ pub struct PostgresStore {
     notices: broadcast::Sender<Notice>,
     /// The `LISTEN` task, ended with the store.
     listener: tokio::task::JoinHandle<()>,
+    /// Writes transitions, creates and dedupe claims in batches (group commit, `pg_batch`).
+    transitions: Batcher<TransitionWrite>,
+    creates: Batcher<CreateWrite>,
+    claims: Batcher<ClaimWrite>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -153,6 +165,16 @@ async fn query_opt_cached(
     c.query_opt(&statement, params).await
 }
 
+/// `query` of a statement prepared once per connection.
+async fn query_cached(
+    c: &impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<Row>, tokio_postgres::Error> {
+    let statement = c.prepare_cached(sql).await?;
+    c.query(&statement, params).await
+}
+
 /// Attaches what the store was doing to a driver or pool error.
 pub(super) trait PgContext<T> {
     /// Adds a fixed description.
@@ -233,23 +255,16 @@ impl PostgresStore {
         if config.get_application_name().is_none() {
             config.application_name("agentry");
         }
-        let manager = Manager::from_config(
-            config.clone(),
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(POOL_SIZE)
-            .wait_timeout(Some(CONNECT_TIMEOUT * 2))
-            .create_timeout(Some(CONNECT_TIMEOUT))
-            .runtime(deadpool_postgres::Runtime::Tokio1)
-            .build()
-            .map_err(|e| StoreError::Unreachable {
-                url: shown.clone(),
-                message: e.to_string(),
-            })?;
+        let pool = new_pool(config.clone(), POOL_SIZE, &shown)?;
+        // The batch writers' own connections, planning their statements for a few rows of
+        // many (`pg_batch`): a plan made while the tables are still small (a fresh database)
+        // would otherwise scan a whole table for each batch until statistics catch up.
+        let mut planned = config.clone();
+        planned.options(&match config.get_options() {
+            Some(given) => format!("{given} {BATCH_PLANNER_OPTIONS}"),
+            None => BATCH_PLANNER_OPTIONS.to_owned(),
+        });
+        let batch_pool = new_pool(planned, BATCH_POOL_SIZE, &shown)?;
         let mut client = pool.get().await.map_err(|e| StoreError::Unreachable {
             url: shown.clone(),
             message: pool_error_text(&e),
@@ -275,14 +290,23 @@ impl PostgresStore {
         drop(client);
         let (notices, _) = broadcast::channel(NOTICE_BUFFER);
         let (ready_tx, ready) = tokio::sync::oneshot::channel();
-        let listener = tokio::spawn(listen(config, notices.clone(), ready_tx));
+        let listener = tokio::spawn(listen(
+            config,
+            replica_id.clone(),
+            notices.clone(),
+            ready_tx,
+        ));
         // Listening before anything is committed, so this process misses no notice of its
         // own start; a listener slow to connect is not fatal (readers poll anyway).
         if tokio::time::timeout(CONNECT_TIMEOUT, ready).await.is_err() {
             tracing::warn!(url = %shown, "store listener not connected yet; watchers poll until it is");
         }
         tracing::info!(replica = %replica.name, replica_id = %replica_id, url = %shown, "registered replica");
+        let origin: Arc<str> = Arc::from(replica_id.as_str());
         Ok(PostgresStore {
+            transitions: Batcher::start(batch_pool.clone(), origin.clone()),
+            creates: Batcher::start(batch_pool.clone(), origin.clone()),
+            claims: Batcher::start(batch_pool, origin),
             pool,
             replica_id,
             replica,
@@ -380,7 +404,7 @@ impl PostgresStore {
         let w = &event.worker;
         let effective = serde_json::to_string(&w.spec.effective)
             .map_err(|e| StoreError::Corrupt(format!("cannot encode effective agent: {e}")))?;
-        let row = EventRow::of(event)?;
+        let row = EventRow::of(event, &self.replica_id)?;
         let client = self.client().await?;
         // The row, its creation event and the notification: one statement, one commit.
         let id = w.id.as_str();
@@ -447,40 +471,71 @@ impl PostgresStore {
 
     /// One attempt at [`WorkerStore::apply`], optimistic: read the row, decide, and write the
     /// transition as one compare-and-set statement on its sequence and token (one commit, no
-    /// lock held across round trips); a row that moved in between is read again.
+    /// lock held across round trips); a row that moved in between is read again. With
+    /// `known` (the row as the caller last saw it, [`WorkerStore::apply_from`]) the first
+    /// decision is made on it without a read; a write that misses, or a decision other than a
+    /// move (the row may have moved on where `known` has not), reads the row and decides again.
     async fn apply_once(
         &self,
         id: &WorkerId,
+        known: Option<&WorkerRecord>,
         event: Event,
         patch: Patch,
         now_ms: i64,
         retry: bool,
     ) -> Result<Applied, StoreError> {
-        let client = self.client().await?;
         let mut first = true;
+        // A retry first checks what the attempt before did, which needs the row.
+        let mut known = known.filter(|_| !retry);
         loop {
-            let current = select_worker(&client, id, false)
-                .await?
-                .ok_or_else(|| StoreError::NotFound(id.clone()))?;
-            if retry && first {
-                // The attempt before may have committed: then the row's latest event is this
-                // very transition (same state, same time), and it is answered as applied.
-                if let Some(ev) = latest_event(&client, &current).await?
-                    && ev.progress.is_none()
-                    && ev.time_ms == now_ms
-                    && Some(ev.state) == event.leads_to()
+            if let Some(assumed) = known.take() {
+                if let Ok(Some(next)) = advance(assumed, event, patch.clone(), now_ms)
+                    && let Some(moved) = self.write_transition(assumed, next, now_ms).await?
                 {
-                    return Ok(Applied::Moved(ev));
+                    return Ok(Applied::Moved(moved));
                 }
+                continue;
             }
+            // The connection goes back to the pool before the write, which takes its own.
+            let current = {
+                let client = self.client().await?;
+                let current = select_worker(&client, id, false)
+                    .await?
+                    .ok_or_else(|| StoreError::NotFound(id.clone()))?;
+                if retry && first {
+                    // The attempt before may have committed: then the row's latest event is
+                    // this very transition (same state, same time), and it is answered as
+                    // applied.
+                    if let Some(ev) = latest_event(&client, &current).await?
+                        && ev.progress.is_none()
+                        && ev.time_ms == now_ms
+                        && Some(ev.state) == event.leads_to()
+                    {
+                        return Ok(Applied::Moved(ev));
+                    }
+                }
+                current
+            };
             first = false;
             let Some(next) = advance(&current, event, patch.clone(), now_ms)? else {
                 return Ok(Applied::Absorbed(current));
             };
-            if let Some(moved) = write_transition(&client, &current, next, now_ms).await? {
+            if let Some(moved) = self.write_transition(&current, next, now_ms).await? {
                 return Ok(Applied::Moved(moved));
             }
         }
+    }
+
+    /// Writes `next` over `current` with whatever other transitions are being written (the
+    /// batcher); `None`: the row moved in between, so the caller reads it again.
+    async fn write_transition(
+        &self,
+        current: &WorkerRecord,
+        next: WorkerRecord,
+        now_ms: i64,
+    ) -> Result<Option<WorkerEvent>, StoreError> {
+        let (event, write) = transition_write(current, next, now_ms)?;
+        Ok(self.transitions.write(write).await?.then_some(event))
     }
 
     /// One attempt at [`WorkerStore::append_progress`], optimistic like
@@ -513,7 +568,7 @@ impl PostgresStore {
             let expected = current.sequence;
             let token = current.token_hash.clone();
             let event = progress_event(current, progress.clone(), now_ms, max_events)?;
-            let row = EventRow::of(&event)?;
+            let row = EventRow::of(&event, &self.replica_id)?;
             let expected = to_sql_sequence(expected);
             let mut params: Vec<&(dyn ToSql + Sync)> =
                 vec![&id_text, &row.sequence, &now_ms, &expected, &token];
@@ -528,7 +583,8 @@ impl PostgresStore {
     }
 }
 
-/// An event's encoded columns and its notification's payload.
+/// An event's encoded columns and its notification's payload (`worker:sequence:replica`, the
+/// replica that committed it last, so it can tell its own commits from others').
 struct EventRow {
     sequence: i64,
     state: &'static str,
@@ -539,7 +595,7 @@ struct EventRow {
 }
 
 impl EventRow {
-    fn of(event: &WorkerEvent) -> Result<Self, StoreError> {
+    fn of(event: &WorkerEvent, origin: &str) -> Result<Self, StoreError> {
         let snapshot = serde_json::to_string(&Snapshot::of(&event.worker))
             .map_err(|e| StoreError::Corrupt(format!("cannot encode event snapshot: {e}")))?;
         let progress = event
@@ -554,7 +610,7 @@ impl EventRow {
             time_ms: event.time_ms,
             snapshot,
             progress,
-            payload: format!("{}:{}", event.worker_id, event.sequence),
+            payload: format!("{}:{}:{origin}", event.worker_id, event.sequence),
         })
     }
 
@@ -677,23 +733,6 @@ static CREATE_SQL: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// A transition: the row moves only if it is still at the sequence and token it was read with
-/// (a runner claim rotates the token without a new sequence), and its event follows.
-static TRANSITION_SQL: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "WITH g AS (
-             UPDATE workers SET state = $2, sequence = $3, start_time_ms = $4,
-                    close_time_ms = $5, result = $6, structured_result = $7, error = $8,
-                    exit_code = $9, token_hash = $10, last_activity_ms = $12,
-                    stop_reason = CASE WHEN $13 THEN NULL ELSE stop_reason END, usage = $14,
-                    worktree = $15
-              WHERE id = $1 AND sequence = $11 AND token_hash IS NOT DISTINCT FROM $16
-             RETURNING id
-         ){}",
-        EventParams::from(17).tail()
-    )
-});
-
 /// A progress report: the next sequence on a running row still at the sequence and token it
 /// was read with.
 static PROGRESS_SQL: LazyLock<String> = LazyLock::new(|| {
@@ -709,7 +748,29 @@ static PROGRESS_SQL: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// A pool error with its cause (the pool's own text says only "backend error").
-fn pool_error_text(e: &deadpool_postgres::PoolError) -> String {
+/// A connection pool of at most `size` on `config`; `shown` names the URL without its
+/// password in an error.
+fn new_pool(config: tokio_postgres::Config, size: usize, shown: &str) -> Result<Pool, StoreError> {
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(size)
+        .wait_timeout(Some(CONNECT_TIMEOUT * 2))
+        .create_timeout(Some(CONNECT_TIMEOUT))
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()
+        .map_err(|e| StoreError::Unreachable {
+            url: shown.to_owned(),
+            message: e.to_string(),
+        })
+}
+
+pub(super) fn pool_error_text(e: &deadpool_postgres::PoolError) -> String {
     use std::error::Error;
     let mut text = e.to_string();
     let mut source = e.source();
@@ -733,6 +794,7 @@ fn lease_ms(lease: Duration) -> i64 {
 /// [`Notice::Resync`] after each connect so receivers re-read what they may have missed.
 async fn listen(
     config: tokio_postgres::Config,
+    this_replica: String,
     notices: broadcast::Sender<Notice>,
     ready: tokio::sync::oneshot::Sender<()>,
 ) {
@@ -773,7 +835,7 @@ async fn listen(
                         let _ = ready.send(());
                     }
                     while let Some((channel, payload)) = rx.recv().await {
-                        if let Some(notice) = parse_notice(&channel, &payload) {
+                        if let Some(notice) = parse_notice(&channel, &payload, &this_replica) {
                             let _ = notices.send(notice);
                         }
                     }
@@ -788,13 +850,17 @@ async fn listen(
 }
 
 /// A notification payload as a [`Notice`]; anything malformed is dropped (only a hint).
-fn parse_notice(channel: &str, payload: &str) -> Option<Notice> {
+fn parse_notice(channel: &str, payload: &str, this_replica: &str) -> Option<Notice> {
     match channel {
         "agentry_events" => {
-            let (id, sequence) = payload.rsplit_once(':')?;
+            // `worker:sequence:replica`; a replica of an earlier build sends no replica.
+            let mut parts = payload.splitn(3, ':');
+            let worker_id = WorkerId::parse(parts.next()?).ok()?;
+            let sequence = parts.next()?.parse().ok()?;
             Some(Notice::Event {
-                worker_id: WorkerId::parse(id).ok()?,
-                sequence: sequence.parse().ok()?,
+                worker_id,
+                sequence,
+                by_this_replica: parts.next() == Some(this_replica),
             })
         }
         "agentry_stop" => Some(Notice::Stop {
@@ -968,15 +1034,61 @@ async fn select_worker(
     row.as_ref().map(read_record).transpose()
 }
 
-/// Writes `next` over `current` as one statement: the row moves only if it is still at
+/// A creation event's worker as its batched write (`pg_batch`).
+fn create_write(event: &WorkerEvent) -> Result<CreateWrite, StoreError> {
+    let w = &event.worker;
+    let effective = serde_json::to_string(&w.spec.effective)
+        .map_err(|e| StoreError::Corrupt(format!("cannot encode effective agent: {e}")))?;
+    let snapshot = serde_json::to_string(&Snapshot::of(w))
+        .map_err(|e| StoreError::Corrupt(format!("cannot encode event snapshot: {e}")))?;
+    Ok(CreateWrite {
+        id: w.id.as_str().to_owned(),
+        agent: w.spec.agent.clone(),
+        description: w.spec.description.clone(),
+        prompt: w.spec.prompt.clone(),
+        workspace: w.spec.workspace.clone(),
+        parent_id: w.spec.parent_id.as_ref().map(|p| p.as_str().to_owned()),
+        depth: i64::from(w.spec.depth),
+        create_time_ms: w.spec.create_time_ms,
+        caller_scope: w.spec.caller_scope.clone(),
+        request_id: w.spec.request_id.clone(),
+        token_hash: w.token_hash.clone(),
+        effective,
+        last_activity_ms: w.last_activity_ms,
+        worktree: w.worktree.clone(),
+        snapshot,
+    })
+}
+
+/// The event `next` makes and its write over `current`: the row moves only if it is still at
 /// `current`'s sequence and token, and its event and notification (sent by the server at
-/// commit) follow. `None`: the row moved in between, so the caller reads it again.
-async fn write_transition(
-    c: &impl GenericClient,
+/// commit) follow (`pg_batch`).
+fn transition_write(
     current: &WorkerRecord,
     next: WorkerRecord,
     now_ms: i64,
-) -> Result<Option<WorkerEvent>, StoreError> {
+) -> Result<(WorkerEvent, TransitionWrite), StoreError> {
+    let snapshot = serde_json::to_string(&Snapshot::of(&next))
+        .map_err(|e| StoreError::Corrupt(format!("cannot encode event snapshot: {e}")))?;
+    let write = TransitionWrite {
+        id: next.id.as_str().to_owned(),
+        state: next.state.as_str(),
+        sequence: to_sql_sequence(next.sequence),
+        start_time_ms: next.start_time_ms,
+        close_time_ms: next.close_time_ms,
+        result: next.result.clone(),
+        structured_result: next.structured_result.clone(),
+        error: next.error.clone(),
+        exit_code: next.exit_code,
+        token_hash: next.token_hash.clone(),
+        last_activity_ms: next.last_activity_ms,
+        usage: next.usage.clone(),
+        worktree: next.worktree.clone(),
+        expected_sequence: to_sql_sequence(current.sequence),
+        expected_token: current.token_hash.clone(),
+        time_ms: now_ms,
+        snapshot,
+    };
     let event = WorkerEvent {
         worker_id: next.id.clone(),
         sequence: next.sequence,
@@ -985,42 +1097,14 @@ async fn write_transition(
         worker: next,
         progress: None,
     };
-    let written = {
-        let row = EventRow::of(&event)?;
-        let next = &event.worker;
-        let expected = to_sql_sequence(current.sequence);
-        let terminal = next.state.is_terminal();
-        let id = next.id.as_str();
-        let mut params: Vec<&(dyn ToSql + Sync)> = vec![
-            &id,
-            &row.state,
-            &row.sequence,
-            &next.start_time_ms,
-            &next.close_time_ms,
-            &next.result,
-            &next.structured_result,
-            &next.error,
-            &next.exit_code,
-            &next.token_hash,
-            &expected,
-            &next.last_activity_ms,
-            &terminal,
-            &next.usage,
-            &next.worktree,
-            &current.token_hash,
-        ];
-        params.extend(row.params());
-        exec_cached(c, &TRANSITION_SQL, &params)
-            .await
-            .pg("update worker")?
-    };
-    Ok((written == 1).then_some(event))
+    Ok((event, write))
 }
 
 /// The transition inside the caller's transaction, with the row locked: the same rules as
 /// SQLite's, and the compare-and-set of [`write_transition`] as a second guard.
 async fn apply_in(
     tx: &impl GenericClient,
+    origin: &str,
     id: &WorkerId,
     event: Event,
     patch: Patch,
@@ -1032,9 +1116,13 @@ async fn apply_in(
     let Some(next) = advance(&current, event, patch, now_ms)? else {
         return Ok(Applied::Absorbed(current));
     };
-    match write_transition(tx, &current, next, now_ms).await? {
-        Some(moved) => Ok(Applied::Moved(moved)),
-        None => Err(StoreError::Corrupt(format!(
+    let (moved, write) = transition_write(&current, next, now_ms)?;
+    let written = write_transition_in(tx, origin, &write)
+        .await
+        .pg("update worker")?;
+    match written {
+        true => Ok(Applied::Moved(moved)),
+        false => Err(StoreError::Corrupt(format!(
             "worker {id} changed under its row lock (expected sequence {})",
             current.sequence
         ))),
@@ -1168,6 +1256,19 @@ fn list_sql(q: &ListQuery) -> (String, Vec<Box<dyn ToSql + Sync + Send>>) {
 impl WorkerStore for PostgresStore {
     async fn create(&self, rec: &WorkerRecord) -> Result<WorkerEvent, StoreError> {
         let event = creation_event(rec);
+        // With whatever else is being created (`pg_batch`); a row that did not go in (its
+        // request_id is taken) or a batch error is written alone, which names the conflict.
+        match self.creates.write(create_write(&event)?).await {
+            Ok(true) => return Ok(event),
+            Ok(false) | Err(StoreError::Postgres { .. }) => {}
+            // The batch's commit may have happened: the retries look for the row first.
+            Err(StoreError::Lost { .. }) => {
+                return self
+                    .retrying("create worker", |_| self.create_once(&event, true))
+                    .await;
+            }
+            Err(e) => return Err(e),
+        }
         self.retrying("create worker", |n| self.create_once(&event, n > 0))
             .await
     }
@@ -1180,7 +1281,20 @@ impl WorkerStore for PostgresStore {
         now_ms: i64,
     ) -> Result<Applied, StoreError> {
         self.retrying("apply worker event", |n| {
-            self.apply_once(id, event, patch.clone(), now_ms, n > 0)
+            self.apply_once(id, None, event, patch.clone(), now_ms, n > 0)
+        })
+        .await
+    }
+
+    async fn apply_from(
+        &self,
+        known: &WorkerRecord,
+        event: Event,
+        patch: Patch,
+        now_ms: i64,
+    ) -> Result<Applied, StoreError> {
+        self.retrying("apply worker event", |n| {
+            self.apply_once(&known.id, Some(known), event, patch.clone(), now_ms, n > 0)
         })
         .await
     }
@@ -1221,14 +1335,14 @@ impl WorkerStore for PostgresStore {
         let worker = select_worker(&tx, id, false)
             .await?
             .ok_or_else(|| StoreError::NotFound(id.clone()))?;
-        let rows = tx
-            .query(
-                "SELECT sequence, state, time_ms, snapshot, progress FROM worker_events
-                 WHERE worker_id = $1 AND sequence > $2 ORDER BY sequence",
-                &[&id.as_str(), &to_sql_sequence(after_sequence)],
-            )
-            .await
-            .pg("read worker events")?;
+        let rows = query_cached(
+            &tx,
+            "SELECT sequence, state, time_ms, snapshot, progress FROM worker_events
+             WHERE worker_id = $1 AND sequence > $2 ORDER BY sequence",
+            &[&id.as_str(), &to_sql_sequence(after_sequence)],
+        )
+        .await
+        .pg("read worker events")?;
         let events = rows
             .iter()
             .map(|row| read_event(row, &worker))
@@ -1260,7 +1374,9 @@ impl WorkerStore for PostgresStore {
                 ..Patch::default()
             };
             // The row is locked and open (the lock re-checked it): this moves it to failed.
-            if let Applied::Moved(_) = apply_in(&tx, &id, Event::Fail, patch, now_ms).await? {
+            if let Applied::Moved(_) =
+                apply_in(&tx, &self.replica_id, &id, Event::Fail, patch, now_ms).await?
+            {
                 closed.push(id);
             }
         }
@@ -1614,33 +1730,18 @@ impl WorkerStore for PostgresStore {
         worker: &WorkerId,
         ttl: Duration,
     ) -> Result<Option<WorkerId>, StoreError> {
-        let client = self.client().await?;
-        let ttl_ms = lease_ms(ttl);
-        // One statement: insert, or take over a claim that no longer serves (expired, its
-        // worker failed or was killed, or its worker never appeared); the row lock taken by ON
-        // CONFLICT makes concurrent claimers queue, so exactly one wins.
-        let won = query_opt_cached(
-            &client,
-            "INSERT INTO dedupe_claims (key, worker_id, expires_at)
-                 VALUES ($1, $2, now() + $3::BIGINT * interval '1 millisecond')
-                 ON CONFLICT (key) DO UPDATE
-                    SET worker_id = EXCLUDED.worker_id, claimed_at = now(),
-                        expires_at = EXCLUDED.expires_at
-                  WHERE dedupe_claims.expires_at <= now()
-                     OR EXISTS (SELECT 1 FROM workers w WHERE w.id = dedupe_claims.worker_id
-                                AND w.state IN ('failed', 'killed'))
-                     OR (NOT EXISTS (SELECT 1 FROM workers w
-                                     WHERE w.id = dedupe_claims.worker_id)
-                         AND dedupe_claims.claimed_at
-                             < now() - $4::DOUBLE PRECISION * interval '1 second')
-                 RETURNING worker_id",
-            &[&key, &worker.as_str(), &ttl_ms, &CLAIM_WITHOUT_ROW_SECS],
-        )
-        .await
-        .pg("claim dedupe key")?;
-        if won.is_some() {
+        let won = self
+            .claims
+            .write(ClaimWrite {
+                key: key.to_owned(),
+                worker_id: worker.as_str().to_owned(),
+                ttl_ms: lease_ms(ttl),
+            })
+            .await?;
+        if won {
             return Ok(None);
         }
+        let client = self.client().await?;
         let holder = query_opt_cached(
             &client,
             "SELECT worker_id FROM dedupe_claims WHERE key = $1",
@@ -1829,26 +1930,31 @@ mod tests {
         };
         let a = open(&db, "a").await;
         let b = open(&db, "b").await;
-        let mut notices = b.notices().unwrap();
+        let mut on_b = b.notices().unwrap();
+        let mut on_a = a.notices().unwrap();
         let rec = create(&a, None, 1_000).await;
         a.apply(&rec.id, Event::Start, Patch::default(), 1_100)
             .await
             .unwrap();
-        let mut seen = Vec::new();
-        while seen.len() < 2 {
-            match tokio::time::timeout(Duration::from_secs(10), notices.recv())
-                .await
-                .unwrap()
-                .unwrap()
-            {
-                Notice::Event {
-                    worker_id,
-                    sequence,
-                } if worker_id == rec.id => seen.push(sequence),
-                _ => {}
+        // Both replicas hear both events; only `a` hears them as its own.
+        for (notices, own) in [(&mut on_b, false), (&mut on_a, true)] {
+            let mut seen = Vec::new();
+            while seen.len() < 2 {
+                match tokio::time::timeout(Duration::from_secs(10), notices.recv())
+                    .await
+                    .unwrap()
+                    .unwrap()
+                {
+                    Notice::Event {
+                        worker_id,
+                        sequence,
+                        by_this_replica,
+                    } if worker_id == rec.id => seen.push((sequence, by_this_replica)),
+                    _ => {}
+                }
             }
+            assert_eq!(seen, [(1, own), (2, own)]);
         }
-        assert_eq!(seen, [1, 2]);
     }
 
     #[tokio::test]
@@ -1991,16 +2097,26 @@ mod tests {
 
     #[test]
     fn notices_parse_and_bad_payloads_are_dropped() {
+        let parse = |channel: &str, payload: &str| parse_notice(channel, payload, "r-me");
         let id = WorkerId::generate();
+        // Whose commit it was: this replica's, another's, or (an earlier build) not said.
+        for (payload, by_this_replica) in [
+            (format!("{id}:7:r-me"), true),
+            (format!("{id}:7:r-other"), false),
+            (format!("{id}:7"), false),
+        ] {
+            assert_eq!(
+                parse("agentry_events", &payload),
+                Some(Notice::Event {
+                    worker_id: id.clone(),
+                    sequence: 7,
+                    by_this_replica,
+                }),
+                "{payload}"
+            );
+        }
         assert_eq!(
-            parse_notice("agentry_events", &format!("{id}:7")),
-            Some(Notice::Event {
-                worker_id: id.clone(),
-                sequence: 7
-            })
-        );
-        assert_eq!(
-            parse_notice("agentry_stop", id.as_str()),
+            parse("agentry_stop", id.as_str()),
             Some(Notice::Stop {
                 worker_id: id.clone()
             })
@@ -2013,7 +2129,7 @@ mod tests {
             deadline_ms: 1_700_000_000_000,
         };
         assert_eq!(
-            parse_notice(
+            parse(
                 "agentry_runner_waits",
                 &format!(r#"["{id}", "r-1", "reviewer", "team:a", 1700000000000]"#)
             ),
@@ -2022,13 +2138,13 @@ mod tests {
         // A wait notice that does not carry a wait still says "look".
         for payload in ["", "[1, 2]", r#"["not-an-id", "r", "a", "s", 1]"#] {
             assert_eq!(
-                parse_notice("agentry_runner_waits", payload),
+                parse("agentry_runner_waits", payload),
                 Some(Notice::RunnerWait(None)),
                 "{payload}"
             );
         }
         assert_eq!(
-            parse_notice("agentry_relays", r#"["r-2"]"#),
+            parse("agentry_relays", r#"["r-2"]"#),
             Some(Notice::Relay {
                 to_replica: "r-2".into(),
                 relayed: None
@@ -2036,7 +2152,7 @@ mod tests {
         );
         let carried = format!(r#"["r-2", "{id}", [[7, "{{\"kind\":\"accepted\"}}"], [8, "x"]]]"#);
         assert_eq!(
-            parse_notice("agentry_relays", &carried),
+            parse("agentry_relays", &carried),
             Some(Notice::Relay {
                 to_replica: "r-2".into(),
                 relayed: Some(vec![
@@ -2056,13 +2172,14 @@ mod tests {
         for (channel, payload) in [
             ("agentry_events", "nonsense"),
             ("agentry_events", "w:x"),
+            ("agentry_events", "w-1:7:r-me"),
             ("agentry_stop", ""),
             ("agentry_relays", ""),
             ("agentry_relays", "[]"),
             ("agentry_relays", "[1]"),
             ("other", "x"),
         ] {
-            assert_eq!(parse_notice(channel, payload), None, "{channel} {payload}");
+            assert_eq!(parse(channel, payload), None, "{channel} {payload}");
         }
     }
 }

@@ -124,6 +124,18 @@ macro_rules! store_suite {
                 $open.await else { return };
             $crate::workers::store::suite::a_replica_s_own_rows_are_never_remote(&*store).await;
         }
+        #[tokio::test]
+        async fn a_transition_from_a_stale_record_is_decided_on_the_row() {
+            let Some((_guard, store)): Option<(_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>)> =
+                $open.await else { return };
+            $crate::workers::store::suite::a_transition_from_a_stale_record_is_decided_on_the_row(&*store).await;
+        }
+        #[tokio::test]
+        async fn writes_made_together_each_get_their_own_answer() {
+            let Some((_guard, store)): Option<(_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>)> =
+                $open.await else { return };
+            $crate::workers::store::suite::writes_made_together_each_get_their_own_answer(&*store).await;
+        }
     };
 }
 pub(crate) use store_suite;
@@ -852,4 +864,186 @@ pub(crate) async fn a_replica_s_own_rows_are_never_remote(store: &dyn WorkerStor
         store.claim_dedupe("k1", &other.id, ttl).await.unwrap(),
         None
     );
+}
+
+/// `apply_from` given the row as it was before another write moved it: the write against the
+/// stale record must miss, and the transition be decided on the row as stored.
+pub(crate) async fn a_transition_from_a_stale_record_is_decided_on_the_row(
+    store: &dyn WorkerStore,
+) {
+    let pending = create(store, None, 1_000).await;
+    // Known and current: written without surprises.
+    let running = moved(
+        store
+            .apply_from(&pending, Event::Start, Patch::default(), 1_100)
+            .await
+            .unwrap(),
+    );
+    assert_eq!((running.sequence, running.state), (2, WorkerState::Running));
+    // Stale (still pending): a progress report moved the row on, so the Start decided on the
+    // stale record would be a second start; the row says running, and Complete moves it.
+    let progressed = store
+        .append_progress(
+            &pending.id,
+            Progress {
+                kind: ProgressKind::ToolCall,
+                text: "halfway".to_owned(),
+                data_json: None,
+            },
+            1_150,
+            100,
+        )
+        .await
+        .unwrap();
+    assert_eq!(progressed.sequence, 3);
+    let done = moved(
+        store
+            .apply_from(&pending, Event::Complete, Patch::default(), 1_200)
+            .await
+            .unwrap(),
+    );
+    assert_eq!((done.sequence, done.state), (4, WorkerState::Completed));
+    assert_eq!(
+        done.worker.start_time_ms,
+        Some(1_100),
+        "decided on the stored row"
+    );
+    // Stale, and finished on the row: a kill is the row's refusal (not cancelable), not a
+    // second ending decided on the record that still says running.
+    let err = store
+        .apply_from(&running.worker, Event::Kill, Patch::default(), 1_300)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Illegal(IllegalTransition::NotCancelable {
+                state: WorkerState::Completed
+            })
+        ),
+        "{err:?}"
+    );
+    // Stale with an event the row refuses: the row's refusal, not the record's.
+    let err = store
+        .apply_from(&pending, Event::Start, Patch::default(), 1_400)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Illegal(_)), "{err:?}");
+    let events = store.events_after(&pending.id, 0).await.unwrap();
+    let seqs: Vec<(u64, WorkerState)> = events.iter().map(|e| (e.sequence, e.state)).collect();
+    assert_eq!(
+        seqs,
+        [
+            (1, WorkerState::Pending),
+            (2, WorkerState::Running),
+            (3, WorkerState::Running),
+            (4, WorkerState::Completed)
+        ]
+    );
+}
+
+/// Many creates and transitions at once (a backend may write them in one statement): each
+/// caller gets its own answer, a request_id taken twice among them is refused for exactly one,
+/// and every row and event is as if written alone.
+pub(crate) async fn writes_made_together_each_get_their_own_answer(store: &dyn WorkerStore) {
+    let n = 40;
+    let records: Vec<WorkerRecord> = (0..n).map(|i| record(None, 5_000 + i)).collect();
+    let mut twins = [record(None, 6_000), record(None, 6_001)];
+    for t in &mut twins {
+        let mut spec = (*t.spec).clone();
+        spec.request_id = Some("same-request".to_owned());
+        t.spec = Arc::new(spec);
+    }
+    let creates = records.iter().chain(twins.iter()).map(|r| store.create(r));
+    let mut created = Vec::new();
+    let mut refused = Vec::new();
+    for outcome in join_all(creates).await {
+        match outcome {
+            Ok(ev) => created.push(ev.worker),
+            Err(StoreError::DuplicateRequestId { request_id, .. }) => refused.push(request_id),
+            Err(e) => panic!("create failed: {e:?}"),
+        }
+    }
+    assert_eq!(refused, ["same-request"], "exactly one twin refused");
+    assert_eq!(created.len(), records.len() + 1);
+    // Every worker started at once, then half completed and half failed at once.
+    let starts = created
+        .iter()
+        .map(|w| store.apply_from(w, Event::Start, Patch::default(), 7_000));
+    let running: Vec<WorkerRecord> = join_all(starts)
+        .await
+        .into_iter()
+        .map(|a| moved(a.unwrap()).worker)
+        .collect();
+    let ends = running.iter().enumerate().map(|(i, w)| {
+        let (event, patch) = if i % 2 == 0 {
+            (
+                Event::Complete,
+                Patch {
+                    result: Some(format!("result {i}")),
+                    ..Patch::default()
+                },
+            )
+        } else {
+            (
+                Event::Fail,
+                Patch {
+                    error: Some(format!("error {i}")),
+                    ..Patch::default()
+                },
+            )
+        };
+        store.apply_from(w, event, patch, 8_000)
+    });
+    let ended: Vec<WorkerEvent> = join_all(ends)
+        .await
+        .into_iter()
+        .map(|a| moved(a.unwrap()))
+        .collect();
+    for (i, ev) in ended.iter().enumerate() {
+        let stored = store.get(&ev.worker_id).await.unwrap().unwrap();
+        assert_eq!(stored.sequence, 3);
+        assert_eq!(stored, ev.worker, "the answer is the row as stored");
+        if i % 2 == 0 {
+            assert_eq!(stored.state, WorkerState::Completed);
+            assert_eq!(
+                stored.result.as_deref(),
+                Some(format!("result {i}").as_str())
+            );
+        } else {
+            assert_eq!(stored.state, WorkerState::Failed);
+            assert_eq!(stored.error.as_deref(), Some(format!("error {i}").as_str()));
+        }
+        let events = store.events_after(&ev.worker_id, 0).await.unwrap();
+        assert_eq!(events.len(), 3, "one event per write for {}", ev.worker_id);
+    }
+}
+
+/// Runs futures concurrently on the current task and collects their outputs in order.
+async fn join_all<T, F: std::future::Future<Output = T>>(
+    futures: impl IntoIterator<Item = F>,
+) -> Vec<T> {
+    let futures: Vec<F> = futures.into_iter().collect();
+    let mut out: Vec<Option<T>> = futures.iter().map(|_| None).collect();
+    let mut pinned: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in pinned.iter_mut().enumerate() {
+            if out[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => out[i] = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter()
+        .map(|v| v.expect("every future ended"))
+        .collect()
 }

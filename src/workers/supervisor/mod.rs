@@ -648,7 +648,7 @@ impl Supervisor {
             tokio::select! {
                 () = &mut deadline => return None,
                 n = rx.recv() => match n {
-                    Ok(Notice::Event { worker_id, sequence }) if worker_id == *id => {
+                    Ok(Notice::Event { worker_id, sequence, .. }) if worker_id == *id => {
                         return Some(sequence);
                     }
                     Ok(Notice::Resync) | Err(broadcast::error::RecvError::Lagged(_)) => {

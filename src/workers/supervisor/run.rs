@@ -251,7 +251,18 @@ impl Supervisor {
         event: Event,
         patch: Patch,
     ) -> Result<WorkerRecord, WorkerError> {
-        match self.store.apply(id, event, patch, now_ms()).await? {
+        // The live record is the row as this process last wrote it: the store may write
+        // against it without reading the row first (a compare-and-set catches a row that moved).
+        let known = self.live().get(id).map(|l| l.record.clone());
+        let applied = match known {
+            Some(known) => {
+                self.store
+                    .apply_from(&known, event, patch, now_ms())
+                    .await?
+            }
+            None => self.store.apply(id, event, patch, now_ms()).await?,
+        };
+        match applied {
             Applied::Moved(ev) => {
                 let rec = ev.worker.clone();
                 if let Some(l) = self.live().get_mut(id) {

@@ -1,0 +1,502 @@
+//! Group commit on PostgreSQL (docs/replicas.md, "Throughput"): the hot writes — dedupe claims,
+//! creates and transitions — of many workers as one statement and one commit.
+//!
+//! Written one by one, each of those writes costs a round trip, a statement's start-up and a
+//! commit with its WAL flush, and with many workers moving at once those overheads are most of
+//! what the database does. A [`Batcher`] writes the writes of one kind that arrive together as
+//! **one** statement: they queue while earlier batches are in flight (at most [`IN_FLIGHT`]),
+//! and the next free slot takes everything queued, up to [`MAX_BATCH`]. Under light load a
+//! batch is a single write, sent at once; nothing waits on a timer.
+//!
+//! Each write keeps its own condition and its own answer: a transition is still a
+//! compare-and-set on its row's sequence and token (one that missed is read and decided again
+//! by its caller, exactly as when written alone), a claim says whether it won its key, a create
+//! whether its row went in (one that did not — a `request_id` taken — is written alone by its
+//! caller, which names the conflict). Two writes about the same row never share a batch. A batch
+//! the database refuses as a whole (a constraint one of its rows breaks) is written again one
+//! write at a time, so each caller gets its own answer; a lost connection is every caller's
+//! [`StoreError::Lost`], which each retries as before (checking whether its write committed
+//! after all).
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::Arc;
+
+use deadpool_postgres::{GenericClient, Pool};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio_postgres::types::ToSql;
+
+use super::StoreError;
+use super::postgres::{PgContext, pool_error_text};
+
+/// Batches written at once; more transitions wait for one of them to end.
+const IN_FLIGHT: usize = 2;
+/// The most transitions in one statement.
+const MAX_BATCH: usize = 64;
+
+/// One transition as it is written: the worker's new columns, the sequence and token it must
+/// still be at, and its event.
+#[derive(Clone, Debug)]
+pub(super) struct TransitionWrite {
+    pub id: String,
+    pub state: &'static str,
+    pub sequence: i64,
+    pub start_time_ms: Option<i64>,
+    pub close_time_ms: Option<i64>,
+    pub result: Option<String>,
+    pub structured_result: Option<String>,
+    pub error: Option<String>,
+    pub exit_code: Option<i32>,
+    pub token_hash: Option<String>,
+    pub last_activity_ms: i64,
+    pub usage: Option<String>,
+    pub worktree: Option<String>,
+    /// The sequence the row must still be at.
+    pub expected_sequence: i64,
+    /// The token hash the row must still have (a runner claim rotates it).
+    pub expected_token: Option<String>,
+    /// The event's time.
+    pub time_ms: i64,
+    /// The event's snapshot (JSON).
+    pub snapshot: String,
+}
+
+/// A new worker as it is written (in `pending` at sequence 1), with its creation event's
+/// snapshot.
+#[derive(Clone, Debug)]
+pub(super) struct CreateWrite {
+    pub id: String,
+    pub agent: String,
+    pub description: String,
+    pub prompt: String,
+    pub workspace: Option<String>,
+    pub parent_id: Option<String>,
+    pub depth: i64,
+    pub create_time_ms: i64,
+    pub caller_scope: String,
+    pub request_id: Option<String>,
+    pub token_hash: Option<String>,
+    /// The effective agent (JSON).
+    pub effective: String,
+    pub last_activity_ms: i64,
+    pub worktree: Option<String>,
+    /// The creation event's snapshot (JSON).
+    pub snapshot: String,
+}
+
+/// A dedupe claim: `key` for `worker_id` until `ttl_ms` from now on the database clock.
+#[derive(Clone, Debug)]
+pub(super) struct ClaimWrite {
+    pub key: String,
+    pub worker_id: String,
+    pub ttl_ms: i64,
+}
+
+/// Transitions, each a compare-and-set on its row's sequence and token, with their events
+/// and notifications (`worker:sequence:origin`), in one statement. Returns the ordinal (from
+/// 1) of every transition written.
+const TRANSITIONS_SQL: &str = "WITH i AS (
+         SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[],
+                              $6::text[], $7::text[], $8::text[], $9::integer[], $10::text[],
+                              $11::bigint[], $12::text[], $13::text[], $14::bigint[], $15::text[],
+                              $16::bigint[], $17::text[])
+             WITH ORDINALITY AS i(id, state, sequence, start_time_ms, close_time_ms, result,
+                                  structured_result, error, exit_code, token_hash,
+                                  last_activity_ms, usage, worktree, expected_sequence,
+                                  expected_token, time_ms, snapshot, ord)
+     ), g AS (
+         UPDATE workers w
+            SET state = i.state, sequence = i.sequence, start_time_ms = i.start_time_ms,
+                close_time_ms = i.close_time_ms, result = i.result,
+                structured_result = i.structured_result, error = i.error,
+                exit_code = i.exit_code, token_hash = i.token_hash,
+                last_activity_ms = i.last_activity_ms,
+                stop_reason = CASE WHEN i.close_time_ms IS NOT NULL THEN NULL
+                                   ELSE w.stop_reason END,
+                usage = i.usage, worktree = i.worktree
+           FROM i
+          WHERE w.id = i.id AND w.sequence = i.expected_sequence
+            AND w.token_hash IS NOT DISTINCT FROM i.expected_token
+         RETURNING w.id, i.sequence AS seq, i.state AS st, i.time_ms AS at, i.snapshot AS snap,
+                   i.ord
+     ), e AS (
+         INSERT INTO worker_events (worker_id, sequence, state, time_ms, snapshot, progress)
+         SELECT id, seq, st, at, snap, NULL FROM g
+         RETURNING worker_id, sequence
+     )
+     SELECT g.ord, pg_notify('agentry_events', e.worker_id || ':' || e.sequence || ':' || $18::text)
+       FROM g JOIN e ON e.worker_id = g.id AND e.sequence = g.seq";
+
+/// Writes `writes` as one statement on `c`; the set holds the index (in `writes`) of each one
+/// that moved its row.
+async fn write_transitions(
+    c: &impl GenericClient,
+    origin: &str,
+    writes: &[TransitionWrite],
+) -> Result<HashSet<usize>, tokio_postgres::Error> {
+    fn column<'a, T>(
+        writes: &'a [TransitionWrite],
+        f: impl Fn(&'a TransitionWrite) -> T,
+    ) -> Vec<T> {
+        writes.iter().map(f).collect()
+    }
+    let id = column(writes, |w| w.id.as_str());
+    let state = column(writes, |w| w.state);
+    let sequence = column(writes, |w| w.sequence);
+    let start = column(writes, |w| w.start_time_ms);
+    let close = column(writes, |w| w.close_time_ms);
+    let result = column(writes, |w| w.result.as_deref());
+    let structured = column(writes, |w| w.structured_result.as_deref());
+    let error = column(writes, |w| w.error.as_deref());
+    let exit_code = column(writes, |w| w.exit_code);
+    let token = column(writes, |w| w.token_hash.as_deref());
+    let activity = column(writes, |w| w.last_activity_ms);
+    let usage = column(writes, |w| w.usage.as_deref());
+    let worktree = column(writes, |w| w.worktree.as_deref());
+    let expected = column(writes, |w| w.expected_sequence);
+    let expected_token = column(writes, |w| w.expected_token.as_deref());
+    let time = column(writes, |w| w.time_ms);
+    let snapshot = column(writes, |w| w.snapshot.as_str());
+    let params: [&(dyn ToSql + Sync); 18] = [
+        &id,
+        &state,
+        &sequence,
+        &start,
+        &close,
+        &result,
+        &structured,
+        &error,
+        &exit_code,
+        &token,
+        &activity,
+        &usage,
+        &worktree,
+        &expected,
+        &expected_token,
+        &time,
+        &snapshot,
+        &origin,
+    ];
+    let statement = c.prepare_cached(TRANSITIONS_SQL).await?;
+    let rows = c.query(&statement, &params).await?;
+    Ok(rows
+        .iter()
+        .filter_map(|row| usize::try_from(row.get::<_, i64>(0)).ok())
+        .filter_map(|ord| ord.checked_sub(1))
+        .collect())
+}
+
+/// New workers, each with its creation event and notification, in one statement; a row that
+/// conflicts with one already there (its id, or its caller's `request_id`) is skipped, not an
+/// error. Returns the ids written.
+const CREATES_SQL: &str = "WITH i AS (
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+                              $6::text[], $7::bigint[], $8::bigint[], $9::text[], $10::text[],
+                              $11::text[], $12::text[], $13::bigint[], $14::text[], $15::text[])
+             AS i(id, agent, description, prompt, workspace, parent_id, depth, create_time_ms,
+                  caller_scope, request_id, token_hash, effective, last_activity_ms, worktree,
+                  snapshot)
+     ), g AS (
+         INSERT INTO workers (id, agent, description, prompt, workspace, parent_id, depth, state,
+                              sequence, create_time_ms, caller_scope, request_id, token_hash,
+                              effective, last_activity_ms, worktree, replica_id)
+         SELECT id, agent, description, prompt, workspace, parent_id, depth, 'pending', 1,
+                create_time_ms, caller_scope, request_id, token_hash, effective,
+                last_activity_ms, worktree, $16::text
+           FROM i
+         ON CONFLICT DO NOTHING
+         RETURNING id
+     ), e AS (
+         INSERT INTO worker_events (worker_id, sequence, state, time_ms, snapshot, progress)
+         SELECT i.id, 1, 'pending', i.create_time_ms, i.snapshot, NULL FROM i JOIN g ON g.id = i.id
+         RETURNING worker_id
+     )
+     SELECT worker_id, pg_notify('agentry_events', worker_id || ':1:' || $16::text) FROM e";
+
+async fn write_creates(
+    c: &impl GenericClient,
+    origin: &str,
+    writes: &[CreateWrite],
+) -> Result<HashSet<String>, tokio_postgres::Error> {
+    let id: Vec<&str> = writes.iter().map(|w| w.id.as_str()).collect();
+    let agent: Vec<&str> = writes.iter().map(|w| w.agent.as_str()).collect();
+    let description: Vec<&str> = writes.iter().map(|w| w.description.as_str()).collect();
+    let prompt: Vec<&str> = writes.iter().map(|w| w.prompt.as_str()).collect();
+    let workspace: Vec<Option<&str>> = writes.iter().map(|w| w.workspace.as_deref()).collect();
+    let parent: Vec<Option<&str>> = writes.iter().map(|w| w.parent_id.as_deref()).collect();
+    let depth: Vec<i64> = writes.iter().map(|w| w.depth).collect();
+    let created: Vec<i64> = writes.iter().map(|w| w.create_time_ms).collect();
+    let scope: Vec<&str> = writes.iter().map(|w| w.caller_scope.as_str()).collect();
+    let request: Vec<Option<&str>> = writes.iter().map(|w| w.request_id.as_deref()).collect();
+    let token: Vec<Option<&str>> = writes.iter().map(|w| w.token_hash.as_deref()).collect();
+    let effective: Vec<&str> = writes.iter().map(|w| w.effective.as_str()).collect();
+    let activity: Vec<i64> = writes.iter().map(|w| w.last_activity_ms).collect();
+    let worktree: Vec<Option<&str>> = writes.iter().map(|w| w.worktree.as_deref()).collect();
+    let snapshot: Vec<&str> = writes.iter().map(|w| w.snapshot.as_str()).collect();
+    let params: [&(dyn ToSql + Sync); 16] = [
+        &id,
+        &agent,
+        &description,
+        &prompt,
+        &workspace,
+        &parent,
+        &depth,
+        &created,
+        &scope,
+        &request,
+        &token,
+        &effective,
+        &activity,
+        &worktree,
+        &snapshot,
+        &origin,
+    ];
+    let statement = c.prepare_cached(CREATES_SQL).await?;
+    let rows = c.query(&statement, &params).await?;
+    Ok(rows.iter().map(|row| row.get::<_, String>(0)).collect())
+}
+
+/// Dedupe claims in one statement: each inserts its key, or takes over a claim that no longer
+/// serves (expired, its worker failed or was killed, or its worker never appeared after
+/// `$4` seconds); the row lock taken by `ON CONFLICT` makes concurrent claimers queue, so
+/// exactly one wins. Returns the keys won. The worker of a claim is looked up by its id (a
+/// scalar subquery, which the planner cannot turn into a hash of every worker).
+const CLAIMS_SQL: &str = "INSERT INTO dedupe_claims (key, worker_id, expires_at)
+     SELECT key, worker_id, now() + ttl_ms * interval '1 millisecond'
+       FROM unnest($1::text[], $2::text[], $3::bigint[]) AS i(key, worker_id, ttl_ms)
+     ON CONFLICT (key) DO UPDATE
+        SET worker_id = EXCLUDED.worker_id, claimed_at = now(),
+            expires_at = EXCLUDED.expires_at
+      WHERE dedupe_claims.expires_at <= now()
+         OR (SELECT w.state FROM workers w WHERE w.id = dedupe_claims.worker_id)
+            IN ('failed', 'killed')
+         OR ((SELECT w.state FROM workers w WHERE w.id = dedupe_claims.worker_id) IS NULL
+             AND dedupe_claims.claimed_at < now() - $4::DOUBLE PRECISION * interval '1 second')
+     RETURNING key";
+
+/// A dedupe claim whose worker row has not appeared after this long is taken over: its replica
+/// died between the claim and the row.
+const CLAIM_WITHOUT_ROW_SECS: f64 = 10.0;
+
+async fn write_claims(
+    c: &impl GenericClient,
+    writes: &[ClaimWrite],
+) -> Result<HashSet<String>, tokio_postgres::Error> {
+    let key: Vec<&str> = writes.iter().map(|w| w.key.as_str()).collect();
+    let worker: Vec<&str> = writes.iter().map(|w| w.worker_id.as_str()).collect();
+    let ttl: Vec<i64> = writes.iter().map(|w| w.ttl_ms).collect();
+    let statement = c.prepare_cached(CLAIMS_SQL).await?;
+    let rows = c
+        .query(&statement, &[&key, &worker, &ttl, &CLAIM_WITHOUT_ROW_SECS])
+        .await?;
+    Ok(rows.iter().map(|row| row.get::<_, String>(0)).collect())
+}
+
+/// One kind of write the [`Batcher`] groups.
+pub(super) trait Batched: Clone + Send + Sync + 'static {
+    /// What the database did with one write.
+    type Answer: Send + 'static;
+    /// What a failed batch was doing, for its error.
+    const CONTEXT: &'static str;
+    /// The row it writes: two writes of one row never share a batch.
+    fn row(&self) -> &str;
+    /// Writes `batch` as one statement, answering each write in order.
+    fn write_all(
+        c: &deadpool_postgres::Client,
+        origin: &str,
+        batch: &[Self],
+    ) -> impl Future<Output = Result<Vec<Self::Answer>, tokio_postgres::Error>> + Send;
+}
+
+impl Batched for TransitionWrite {
+    /// Whether it moved its row (false: the row was no longer at the expected sequence and
+    /// token).
+    type Answer = bool;
+    const CONTEXT: &'static str = "update worker";
+    fn row(&self) -> &str {
+        &self.id
+    }
+    async fn write_all(
+        c: &deadpool_postgres::Client,
+        origin: &str,
+        batch: &[Self],
+    ) -> Result<Vec<bool>, tokio_postgres::Error> {
+        let moved = write_transitions(c, origin, batch).await?;
+        Ok((0..batch.len()).map(|i| moved.contains(&i)).collect())
+    }
+}
+
+impl Batched for CreateWrite {
+    /// Whether its row went in (false: it conflicts with one already there).
+    type Answer = bool;
+    const CONTEXT: &'static str = "insert worker";
+    fn row(&self) -> &str {
+        &self.id
+    }
+    async fn write_all(
+        c: &deadpool_postgres::Client,
+        origin: &str,
+        batch: &[Self],
+    ) -> Result<Vec<bool>, tokio_postgres::Error> {
+        let written = write_creates(c, origin, batch).await?;
+        Ok(batch.iter().map(|w| written.contains(&w.id)).collect())
+    }
+}
+
+impl Batched for ClaimWrite {
+    /// Whether it won its key.
+    type Answer = bool;
+    const CONTEXT: &'static str = "claim dedupe key";
+    fn row(&self) -> &str {
+        &self.key
+    }
+    async fn write_all(
+        c: &deadpool_postgres::Client,
+        _origin: &str,
+        batch: &[Self],
+    ) -> Result<Vec<bool>, tokio_postgres::Error> {
+        let won = write_claims(c, batch).await?;
+        Ok(batch.iter().map(|w| won.contains(&w.key)).collect())
+    }
+}
+
+/// The one-write form of the transitions statement, for a caller inside its own transaction.
+pub(super) async fn write_transition_in(
+    c: &impl GenericClient,
+    origin: &str,
+    write: &TransitionWrite,
+) -> Result<bool, tokio_postgres::Error> {
+    Ok(!write_transitions(c, origin, std::slice::from_ref(write))
+        .await?
+        .is_empty())
+}
+
+/// A write waiting for its batch, and where its answer goes.
+struct Queued<T: Batched> {
+    write: T,
+    answer: oneshot::Sender<Result<T::Answer, StoreError>>,
+}
+
+/// Writes of kind `T` in batches (the module's doc); ends with the store.
+pub(super) struct Batcher<T: Batched> {
+    queue: mpsc::UnboundedSender<Queued<T>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl<T: Batched> Batcher<T> {
+    /// Starts the batching task on `pool`; notifications name `origin` (this replica).
+    pub(super) fn start(pool: Pool, origin: Arc<str>) -> Self {
+        let (queue, rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(run(pool, origin, rx));
+        Self { queue, task }
+    }
+
+    /// Writes `write` with whatever else of its kind is queued.
+    pub(super) async fn write(&self, write: T) -> Result<T::Answer, StoreError> {
+        let (answer, rx) = oneshot::channel();
+        let lost = || StoreError::Lost {
+            context: T::CONTEXT.to_owned(),
+            message: "the store's batch writer has stopped".to_owned(),
+        };
+        self.queue
+            .send(Queued { write, answer })
+            .map_err(|_| lost())?;
+        rx.await.map_err(|_| lost())?
+    }
+}
+
+impl<T: Batched> Drop for Batcher<T> {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn run<T: Batched>(pool: Pool, origin: Arc<str>, mut rx: mpsc::UnboundedReceiver<Queued<T>>) {
+    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+    let mut next = None;
+    loop {
+        let first = match next.take() {
+            Some(q) => q,
+            None => match rx.recv().await {
+                Some(q) => q,
+                None => return,
+            },
+        };
+        // Wait for a free slot before taking the queue: what arrives meanwhile joins the batch.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let mut batch = vec![first];
+        // One write per row in a batch: a second one for the same row starts the next batch
+        // (rare: two transitions of one worker at once, two claims of one key).
+        let mut rows: HashSet<String> = HashSet::from([batch[0].write.row().to_owned()]);
+        while batch.len() < MAX_BATCH {
+            let Ok(q) = rx.try_recv() else { break };
+            if !rows.insert(q.write.row().to_owned()) {
+                next = Some(q);
+                break;
+            }
+            batch.push(q);
+        }
+        let (pool, origin) = (pool.clone(), origin.clone());
+        tokio::spawn(async move {
+            commit(&pool, &origin, batch).await;
+            drop(slot);
+        });
+    }
+}
+
+/// Writes one batch and answers each of its writes.
+async fn commit<T: Batched>(pool: &Pool, origin: &str, batch: Vec<Queued<T>>) {
+    let client = match pool.get().await {
+        Ok(c) => c,
+        Err(e) => {
+            for q in batch {
+                let _ = q.answer.send(Err(StoreError::Lost {
+                    context: "get a connection".to_owned(),
+                    message: pool_error_text(&e),
+                }));
+            }
+            return;
+        }
+    };
+    let writes: Vec<T> = batch.iter().map(|q| q.write.clone()).collect();
+    let outcome = T::write_all(&client, origin, &writes).await.pg(T::CONTEXT);
+    match outcome {
+        Ok(answers) => {
+            for (q, a) in batch.into_iter().zip(answers) {
+                let _ = q.answer.send(Ok(a));
+            }
+        }
+        // Refused as a whole: each alone, so each gets its own answer.
+        Err(StoreError::Postgres { .. }) if batch.len() > 1 => {
+            for q in batch {
+                let alone = T::write_all(&client, origin, std::slice::from_ref(&q.write))
+                    .await
+                    .pg(T::CONTEXT)
+                    .and_then(|mut a| {
+                        a.pop().ok_or_else(|| {
+                            StoreError::Corrupt(format!("{}: no answer", T::CONTEXT))
+                        })
+                    });
+                let _ = q.answer.send(alone);
+            }
+        }
+        // Every caller of the batch gets the error (a lost connection: each retries).
+        Err(e) => {
+            for q in batch {
+                let copy = match &e {
+                    StoreError::Lost { context, message } => StoreError::Lost {
+                        context: context.clone(),
+                        message: message.clone(),
+                    },
+                    other => StoreError::Postgres {
+                        context: T::CONTEXT.to_owned(),
+                        message: other.to_string(),
+                    },
+                };
+                let _ = q.answer.send(Err(copy));
+            }
+        }
+    }
+}
