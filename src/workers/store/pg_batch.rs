@@ -11,8 +11,9 @@
 //! Each write keeps its own condition and its own answer: a transition is still a
 //! compare-and-set on its row's sequence and token (one that missed is read and decided again
 //! by its caller, exactly as when written alone), a claim says whether it won its key, a create
-//! whether its row went in (one that did not — a `request_id` taken — is written alone by its
-//! caller, which names the conflict). Two writes about the same row never share a batch. A batch
+//! whether its row went in (one that did not met a row with its id or its caller's
+//! `request_id`, which its caller then names). Two writes about the same row never share a
+//! batch. A batch
 //! the database refuses as a whole (a constraint one of its rows breaks) is written again one
 //! write at a time, so each caller gets its own answer; a lost connection is every caller's
 //! [`StoreError::Lost`], which each retries as before (checking whether its write committed
@@ -28,68 +29,47 @@ use tokio_postgres::types::ToSql;
 
 use super::StoreError;
 use super::postgres::{PgContext, pool_error_text};
+use super::rows::to_sql_sequence;
+use crate::workers::model::WorkerEvent;
 
 /// Batches written at once; more transitions wait for one of them to end.
 const IN_FLIGHT: usize = 2;
 /// The most transitions in one statement.
 const MAX_BATCH: usize = 64;
 
-/// One transition as it is written: the worker's new columns, the sequence and token it must
-/// still be at, and its event.
-#[derive(Clone, Debug)]
+/// One transition as it is written: its event (the worker as it moves), the sequence and
+/// token the row must still be at, and the event's snapshot.
+#[derive(Debug)]
 pub(super) struct TransitionWrite {
-    pub id: String,
-    pub state: &'static str,
-    pub sequence: i64,
-    pub start_time_ms: Option<i64>,
-    pub close_time_ms: Option<i64>,
-    pub result: Option<String>,
-    pub structured_result: Option<String>,
-    pub error: Option<String>,
-    pub exit_code: Option<i32>,
-    pub token_hash: Option<String>,
-    pub last_activity_ms: i64,
-    pub usage: Option<String>,
-    pub worktree: Option<String>,
+    pub event: WorkerEvent,
     /// The sequence the row must still be at.
     pub expected_sequence: i64,
     /// The token hash the row must still have (a runner claim rotates it).
     pub expected_token: Option<String>,
-    /// The event's time.
-    pub time_ms: i64,
     /// The event's snapshot (JSON).
     pub snapshot: String,
 }
 
-/// A new worker as it is written (in `pending` at sequence 1), with its creation event's
-/// snapshot.
-#[derive(Clone, Debug)]
+/// A new worker as it is written (in `pending` at sequence 1): its creation event, its
+/// effective agent and the event's snapshot, both as JSON.
+#[derive(Debug)]
 pub(super) struct CreateWrite {
-    pub id: String,
-    pub agent: String,
-    pub description: String,
-    pub prompt: String,
-    pub workspace: Option<String>,
-    pub parent_id: Option<String>,
-    pub depth: i64,
-    pub create_time_ms: i64,
-    pub caller_scope: String,
-    pub request_id: Option<String>,
-    pub token_hash: Option<String>,
-    /// The effective agent (JSON).
+    pub event: WorkerEvent,
     pub effective: String,
-    pub last_activity_ms: i64,
-    pub worktree: Option<String>,
-    /// The creation event's snapshot (JSON).
     pub snapshot: String,
 }
 
 /// A dedupe claim: `key` for `worker_id` until `ttl_ms` from now on the database clock.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(super) struct ClaimWrite {
     pub key: String,
     pub worker_id: String,
     pub ttl_ms: i64,
+}
+
+/// One column of a batch: `f` of every write, in order.
+fn column<'a, W, T>(writes: &'a [W], f: impl Fn(&'a W) -> T) -> Vec<T> {
+    writes.iter().map(f).collect()
 }
 
 /// Transitions, each a compare-and-set on its row's sequence and token, with their events
@@ -127,35 +107,28 @@ const TRANSITIONS_SQL: &str = "WITH i AS (
      SELECT g.ord, pg_notify('agentry_events', e.worker_id || ':' || e.sequence || ':' || $18::text)
        FROM g JOIN e ON e.worker_id = g.id AND e.sequence = g.seq";
 
-/// Writes `writes` as one statement on `c`; the set holds the index (in `writes`) of each one
-/// that moved its row.
+/// Writes `writes` as one statement on `c`: whether each moved its row.
 async fn write_transitions(
     c: &impl GenericClient,
     origin: &str,
     writes: &[TransitionWrite],
-) -> Result<HashSet<usize>, tokio_postgres::Error> {
-    fn column<'a, T>(
-        writes: &'a [TransitionWrite],
-        f: impl Fn(&'a TransitionWrite) -> T,
-    ) -> Vec<T> {
-        writes.iter().map(f).collect()
-    }
-    let id = column(writes, |w| w.id.as_str());
-    let state = column(writes, |w| w.state);
-    let sequence = column(writes, |w| w.sequence);
-    let start = column(writes, |w| w.start_time_ms);
-    let close = column(writes, |w| w.close_time_ms);
-    let result = column(writes, |w| w.result.as_deref());
-    let structured = column(writes, |w| w.structured_result.as_deref());
-    let error = column(writes, |w| w.error.as_deref());
-    let exit_code = column(writes, |w| w.exit_code);
-    let token = column(writes, |w| w.token_hash.as_deref());
-    let activity = column(writes, |w| w.last_activity_ms);
-    let usage = column(writes, |w| w.usage.as_deref());
-    let worktree = column(writes, |w| w.worktree.as_deref());
+) -> Result<Vec<bool>, tokio_postgres::Error> {
+    let id = column(writes, |w| w.event.worker_id.as_str());
+    let state = column(writes, |w| w.event.state.as_str());
+    let sequence = column(writes, |w| to_sql_sequence(w.event.sequence));
+    let start = column(writes, |w| w.event.worker.start_time_ms);
+    let close = column(writes, |w| w.event.worker.close_time_ms);
+    let result = column(writes, |w| w.event.worker.result.as_deref());
+    let structured = column(writes, |w| w.event.worker.structured_result.as_deref());
+    let error = column(writes, |w| w.event.worker.error.as_deref());
+    let exit_code = column(writes, |w| w.event.worker.exit_code);
+    let token = column(writes, |w| w.event.worker.token_hash.as_deref());
+    let activity = column(writes, |w| w.event.worker.last_activity_ms);
+    let usage = column(writes, |w| w.event.worker.usage.as_deref());
+    let worktree = column(writes, |w| w.event.worker.worktree.as_deref());
     let expected = column(writes, |w| w.expected_sequence);
     let expected_token = column(writes, |w| w.expected_token.as_deref());
-    let time = column(writes, |w| w.time_ms);
+    let time = column(writes, |w| w.event.time_ms);
     let snapshot = column(writes, |w| w.snapshot.as_str());
     let params: [&(dyn ToSql + Sync); 18] = [
         &id,
@@ -178,11 +151,15 @@ async fn write_transitions(
         &origin,
     ];
     let statement = c.prepare_cached(TRANSITIONS_SQL).await?;
-    let rows = c.query(&statement, &params).await?;
-    Ok(rows
+    let moved: HashSet<i64> = c
+        .query(&statement, &params)
+        .await?
         .iter()
-        .filter_map(|row| usize::try_from(row.get::<_, i64>(0)).ok())
-        .filter_map(|ord| ord.checked_sub(1))
+        .map(|row| row.get(0))
+        .collect();
+    // The statement's ordinals count from 1.
+    Ok((1..=writes.len())
+        .map(|ord| i64::try_from(ord).is_ok_and(|ord| moved.contains(&ord)))
         .collect())
 }
 
@@ -213,26 +190,29 @@ const CREATES_SQL: &str = "WITH i AS (
      )
      SELECT worker_id, pg_notify('agentry_events', worker_id || ':1:' || $16::text) FROM e";
 
+/// Writes `writes` as one statement on `c`: whether each row went in.
 async fn write_creates(
     c: &impl GenericClient,
     origin: &str,
     writes: &[CreateWrite],
-) -> Result<HashSet<String>, tokio_postgres::Error> {
-    let id: Vec<&str> = writes.iter().map(|w| w.id.as_str()).collect();
-    let agent: Vec<&str> = writes.iter().map(|w| w.agent.as_str()).collect();
-    let description: Vec<&str> = writes.iter().map(|w| w.description.as_str()).collect();
-    let prompt: Vec<&str> = writes.iter().map(|w| w.prompt.as_str()).collect();
-    let workspace: Vec<Option<&str>> = writes.iter().map(|w| w.workspace.as_deref()).collect();
-    let parent: Vec<Option<&str>> = writes.iter().map(|w| w.parent_id.as_deref()).collect();
-    let depth: Vec<i64> = writes.iter().map(|w| w.depth).collect();
-    let created: Vec<i64> = writes.iter().map(|w| w.create_time_ms).collect();
-    let scope: Vec<&str> = writes.iter().map(|w| w.caller_scope.as_str()).collect();
-    let request: Vec<Option<&str>> = writes.iter().map(|w| w.request_id.as_deref()).collect();
-    let token: Vec<Option<&str>> = writes.iter().map(|w| w.token_hash.as_deref()).collect();
-    let effective: Vec<&str> = writes.iter().map(|w| w.effective.as_str()).collect();
-    let activity: Vec<i64> = writes.iter().map(|w| w.last_activity_ms).collect();
-    let worktree: Vec<Option<&str>> = writes.iter().map(|w| w.worktree.as_deref()).collect();
-    let snapshot: Vec<&str> = writes.iter().map(|w| w.snapshot.as_str()).collect();
+) -> Result<Vec<bool>, tokio_postgres::Error> {
+    let id = column(writes, |w| w.event.worker_id.as_str());
+    let agent = column(writes, |w| w.event.worker.spec.agent.as_str());
+    let description = column(writes, |w| w.event.worker.spec.description.as_str());
+    let prompt = column(writes, |w| w.event.worker.spec.prompt.as_str());
+    let workspace = column(writes, |w| w.event.worker.spec.workspace.as_deref());
+    let parent = column(writes, |w| {
+        w.event.worker.spec.parent_id.as_ref().map(|p| p.as_str())
+    });
+    let depth = column(writes, |w| i64::from(w.event.worker.spec.depth));
+    let created = column(writes, |w| w.event.worker.spec.create_time_ms);
+    let scope = column(writes, |w| w.event.worker.spec.caller_scope.as_str());
+    let request = column(writes, |w| w.event.worker.spec.request_id.as_deref());
+    let token = column(writes, |w| w.event.worker.token_hash.as_deref());
+    let effective = column(writes, |w| w.effective.as_str());
+    let activity = column(writes, |w| w.event.worker.last_activity_ms);
+    let worktree = column(writes, |w| w.event.worker.worktree.as_deref());
+    let snapshot = column(writes, |w| w.snapshot.as_str());
     let params: [&(dyn ToSql + Sync); 16] = [
         &id,
         &agent,
@@ -252,8 +232,13 @@ async fn write_creates(
         &origin,
     ];
     let statement = c.prepare_cached(CREATES_SQL).await?;
-    let rows = c.query(&statement, &params).await?;
-    Ok(rows.iter().map(|row| row.get::<_, String>(0)).collect())
+    let written: HashSet<String> = c
+        .query(&statement, &params)
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    Ok(id.iter().map(|id| written.contains(*id)).collect())
 }
 
 /// Dedupe claims in one statement: each inserts its key, or takes over a claim that no longer
@@ -278,24 +263,27 @@ const CLAIMS_SQL: &str = "INSERT INTO dedupe_claims (key, worker_id, expires_at)
 /// died between the claim and the row.
 const CLAIM_WITHOUT_ROW_SECS: f64 = 10.0;
 
+/// Writes `writes` as one statement on `c`: whether each won its key.
 async fn write_claims(
     c: &impl GenericClient,
     writes: &[ClaimWrite],
-) -> Result<HashSet<String>, tokio_postgres::Error> {
-    let key: Vec<&str> = writes.iter().map(|w| w.key.as_str()).collect();
-    let worker: Vec<&str> = writes.iter().map(|w| w.worker_id.as_str()).collect();
-    let ttl: Vec<i64> = writes.iter().map(|w| w.ttl_ms).collect();
+) -> Result<Vec<bool>, tokio_postgres::Error> {
+    let key = column(writes, |w| w.key.as_str());
+    let worker = column(writes, |w| w.worker_id.as_str());
+    let ttl = column(writes, |w| w.ttl_ms);
     let statement = c.prepare_cached(CLAIMS_SQL).await?;
-    let rows = c
+    let won: HashSet<String> = c
         .query(&statement, &[&key, &worker, &ttl, &CLAIM_WITHOUT_ROW_SECS])
-        .await?;
-    Ok(rows.iter().map(|row| row.get::<_, String>(0)).collect())
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    Ok(key.iter().map(|k| won.contains(*k)).collect())
 }
 
-/// One kind of write the [`Batcher`] groups.
-pub(super) trait Batched: Clone + Send + Sync + 'static {
-    /// What the database did with one write.
-    type Answer: Send + 'static;
+/// One kind of write the [`Batcher`] groups; each is answered yes or no (a transition: it
+/// moved its row; a create: its row went in; a claim: it won its key).
+pub(super) trait Batched: Send + Sync + 'static {
     /// What a failed batch was doing, for its error.
     const CONTEXT: &'static str;
     /// The row it writes: two writes of one row never share a batch.
@@ -305,47 +293,40 @@ pub(super) trait Batched: Clone + Send + Sync + 'static {
         c: &deadpool_postgres::Client,
         origin: &str,
         batch: &[Self],
-    ) -> impl Future<Output = Result<Vec<Self::Answer>, tokio_postgres::Error>> + Send;
+    ) -> impl Future<Output = Result<Vec<bool>, tokio_postgres::Error>> + Send
+    where
+        Self: Sized;
 }
 
 impl Batched for TransitionWrite {
-    /// Whether it moved its row (false: the row was no longer at the expected sequence and
-    /// token).
-    type Answer = bool;
     const CONTEXT: &'static str = "update worker";
     fn row(&self) -> &str {
-        &self.id
+        self.event.worker_id.as_str()
     }
     async fn write_all(
         c: &deadpool_postgres::Client,
         origin: &str,
         batch: &[Self],
     ) -> Result<Vec<bool>, tokio_postgres::Error> {
-        let moved = write_transitions(c, origin, batch).await?;
-        Ok((0..batch.len()).map(|i| moved.contains(&i)).collect())
+        write_transitions(c, origin, batch).await
     }
 }
 
 impl Batched for CreateWrite {
-    /// Whether its row went in (false: it conflicts with one already there).
-    type Answer = bool;
     const CONTEXT: &'static str = "insert worker";
     fn row(&self) -> &str {
-        &self.id
+        self.event.worker_id.as_str()
     }
     async fn write_all(
         c: &deadpool_postgres::Client,
         origin: &str,
         batch: &[Self],
     ) -> Result<Vec<bool>, tokio_postgres::Error> {
-        let written = write_creates(c, origin, batch).await?;
-        Ok(batch.iter().map(|w| written.contains(&w.id)).collect())
+        write_creates(c, origin, batch).await
     }
 }
 
 impl Batched for ClaimWrite {
-    /// Whether it won its key.
-    type Answer = bool;
     const CONTEXT: &'static str = "claim dedupe key";
     fn row(&self) -> &str {
         &self.key
@@ -355,8 +336,7 @@ impl Batched for ClaimWrite {
         _origin: &str,
         batch: &[Self],
     ) -> Result<Vec<bool>, tokio_postgres::Error> {
-        let won = write_claims(c, batch).await?;
-        Ok(batch.iter().map(|w| won.contains(&w.key)).collect())
+        write_claims(c, batch).await
     }
 }
 
@@ -366,15 +346,15 @@ pub(super) async fn write_transition_in(
     origin: &str,
     write: &TransitionWrite,
 ) -> Result<bool, tokio_postgres::Error> {
-    Ok(!write_transitions(c, origin, std::slice::from_ref(write))
+    Ok(write_transitions(c, origin, std::slice::from_ref(write))
         .await?
-        .is_empty())
+        .contains(&true))
 }
 
 /// A write waiting for its batch, and where its answer goes.
 struct Queued<T: Batched> {
     write: T,
-    answer: oneshot::Sender<Result<T::Answer, StoreError>>,
+    answer: oneshot::Sender<Result<bool, StoreError>>,
 }
 
 /// Writes of kind `T` in batches (the module's doc); ends with the store.
@@ -392,7 +372,7 @@ impl<T: Batched> Batcher<T> {
     }
 
     /// Writes `write` with whatever else of its kind is queued.
-    pub(super) async fn write(&self, write: T) -> Result<T::Answer, StoreError> {
+    pub(super) async fn write(&self, write: T) -> Result<bool, StoreError> {
         let (answer, rx) = oneshot::channel();
         let lost = || StoreError::Lost {
             context: T::CONTEXT.to_owned(),
@@ -448,55 +428,59 @@ async fn run<T: Batched>(pool: Pool, origin: Arc<str>, mut rx: mpsc::UnboundedRe
 
 /// Writes one batch and answers each of its writes.
 async fn commit<T: Batched>(pool: &Pool, origin: &str, batch: Vec<Queued<T>>) {
+    let (writes, answers): (Vec<T>, Vec<_>) =
+        batch.into_iter().map(|q| (q.write, q.answer)).unzip();
     let client = match pool.get().await {
         Ok(c) => c,
         Err(e) => {
-            for q in batch {
-                let _ = q.answer.send(Err(StoreError::Lost {
-                    context: "get a connection".to_owned(),
-                    message: pool_error_text(&e),
-                }));
-            }
-            return;
+            let lost = StoreError::Lost {
+                context: "get a connection".to_owned(),
+                message: pool_error_text(&e),
+            };
+            return fail_all(answers, lost);
         }
     };
-    let writes: Vec<T> = batch.iter().map(|q| q.write.clone()).collect();
-    let outcome = T::write_all(&client, origin, &writes).await.pg(T::CONTEXT);
-    match outcome {
-        Ok(answers) => {
-            for (q, a) in batch.into_iter().zip(answers) {
-                let _ = q.answer.send(Ok(a));
+    match T::write_all(&client, origin, &writes).await.pg(T::CONTEXT) {
+        Ok(moved) => {
+            for (answer, yes) in answers.into_iter().zip(moved) {
+                let _ = answer.send(Ok(yes));
             }
         }
         // Refused as a whole: each alone, so each gets its own answer.
-        Err(StoreError::Postgres { .. }) if batch.len() > 1 => {
-            for q in batch {
-                let alone = T::write_all(&client, origin, std::slice::from_ref(&q.write))
+        Err(StoreError::Postgres { .. }) if writes.len() > 1 => {
+            for (write, answer) in writes.iter().zip(answers) {
+                let alone = T::write_all(&client, origin, std::slice::from_ref(write))
                     .await
                     .pg(T::CONTEXT)
-                    .and_then(|mut a| {
-                        a.pop().ok_or_else(|| {
-                            StoreError::Corrupt(format!("{}: no answer", T::CONTEXT))
-                        })
-                    });
-                let _ = q.answer.send(alone);
+                    .map(|yes| yes.contains(&true));
+                let _ = answer.send(alone);
             }
         }
         // Every caller of the batch gets the error (a lost connection: each retries).
-        Err(e) => {
-            for q in batch {
-                let copy = match &e {
-                    StoreError::Lost { context, message } => StoreError::Lost {
-                        context: context.clone(),
-                        message: message.clone(),
-                    },
-                    other => StoreError::Postgres {
-                        context: T::CONTEXT.to_owned(),
-                        message: other.to_string(),
-                    },
-                };
-                let _ = q.answer.send(Err(copy));
-            }
-        }
+        Err(e) => fail_all(answers, e),
+    }
+}
+
+/// Answers every write of a batch with `e`: the first gets it, the others a copy (a lost
+/// connection stays `Lost` for each, so each caller retries).
+fn fail_all(answers: Vec<oneshot::Sender<Result<bool, StoreError>>>, e: StoreError) {
+    let copy = |e: &StoreError| match e {
+        StoreError::Lost { context, message } => StoreError::Lost {
+            context: context.clone(),
+            message: message.clone(),
+        },
+        StoreError::Postgres { context, message } => StoreError::Postgres {
+            context: context.clone(),
+            message: message.clone(),
+        },
+        other => StoreError::Corrupt(other.to_string()),
+    };
+    let mut answers = answers.into_iter();
+    let first = answers.next();
+    for answer in answers {
+        let _ = answer.send(Err(copy(&e)));
+    }
+    if let Some(first) = first {
+        let _ = first.send(Err(e));
     }
 }

@@ -232,11 +232,6 @@ fn error_text(e: &impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// The SQLSTATE of a driver error, if the server sent one.
-fn sqlstate(e: &tokio_postgres::Error) -> Option<&str> {
-    e.code().map(tokio_postgres::error::SqlState::code)
-}
-
 impl PostgresStore {
     /// Connects to `url`, brings the schema up to date under the migration lock (refusing a
     /// newer one), registers this process as a replica with a fresh lease and starts the
@@ -396,77 +391,40 @@ impl PostgresStore {
         }
     }
 
+    /// One attempt at [`WorkerStore::create`]: the row, its creation event and the
+    /// notification, written with whatever else is being created (`pg_batch`). A row that did
+    /// not go in met one with its id — on a retry, the attempt before committed (ids are random,
+    /// so nobody else has this one) — or one with its caller's `request_id`: the unique index
+    /// decides a `request_id` race between replicas.
     async fn create_once(
         &self,
         event: &WorkerEvent,
         retry: bool,
     ) -> Result<WorkerEvent, StoreError> {
         let w = &event.worker;
-        let effective = serde_json::to_string(&w.spec.effective)
-            .map_err(|e| StoreError::Corrupt(format!("cannot encode effective agent: {e}")))?;
-        let row = EventRow::of(event, &self.replica_id)?;
-        let client = self.client().await?;
-        // The row, its creation event and the notification: one statement, one commit.
-        let id = w.id.as_str();
-        let parent = w.spec.parent_id.as_ref().map(WorkerId::as_str);
-        let depth = i64::from(w.spec.depth);
-        // The creation event is the worker as created: same state, same sequence.
-        let mut params: Vec<&(dyn ToSql + Sync)> = vec![
-            &id,
-            &w.spec.agent,
-            &w.spec.description,
-            &w.spec.prompt,
-            &w.spec.workspace,
-            &parent,
-            &depth,
-            &row.state,
-            &row.sequence,
-            &w.spec.create_time_ms,
-            &w.start_time_ms,
-            &w.close_time_ms,
-            &w.result,
-            &w.structured_result,
-            &w.error,
-            &w.exit_code,
-            &w.spec.caller_scope,
-            &w.spec.request_id,
-            &w.token_hash,
-            &effective,
-            &w.last_activity_ms,
-            &w.usage,
-            &w.worktree,
-            &self.replica_id,
-        ];
-        params.extend(row.params());
-        let inserted = exec_cached(&client, &CREATE_SQL, &params).await;
-        match inserted {
-            Ok(1) => Ok(event.clone()),
-            Ok(n) => Err(StoreError::Corrupt(format!(
-                "creating worker {} wrote {n} events, not 1",
-                w.id
-            ))),
-            Err(e) => {
-                if sqlstate(&e) == Some("23505") {
-                    // A retry that finds its own row: the attempt before committed (ids are
-                    // random, so nobody else has this one).
-                    if retry && self.get(&w.id).await?.is_some() {
-                        return Ok(event.clone());
-                    }
-                    // The unique index decides a request_id race between replicas.
-                    if let Some(request_id) = &w.spec.request_id
-                        && let Some(existing) = self
-                            .find_by_request_id(&w.spec.caller_scope, request_id)
-                            .await?
-                    {
-                        return Err(StoreError::DuplicateRequestId {
-                            request_id: request_id.clone(),
-                            existing: existing.id,
-                        });
-                    }
-                }
-                Err(e).pg("insert worker")
-            }
+        if self.creates.write(create_write(event)?).await? {
+            return Ok(event.clone());
         }
+        if retry && self.get(&w.id).await?.is_some() {
+            return Ok(event.clone());
+        }
+        if let Some(request_id) = &w.spec.request_id
+            && let Some(existing) = self
+                .find_by_request_id(&w.spec.caller_scope, request_id)
+                .await?
+        {
+            return Err(StoreError::DuplicateRequestId {
+                request_id: request_id.clone(),
+                existing: existing.id,
+            });
+        }
+        Err(StoreError::Postgres {
+            context: "insert worker".to_owned(),
+            message: format!(
+                "worker {} conflicts with a stored row (its id or its caller's request_id)",
+                w.id
+            ),
+        })
     }
 
     /// One attempt at [`WorkerStore::apply`], optimistic: read the row, decide, and write the
@@ -534,7 +492,8 @@ impl PostgresStore {
         next: WorkerRecord,
         now_ms: i64,
     ) -> Result<Option<WorkerEvent>, StoreError> {
-        let (event, write) = transition_write(current, next, now_ms)?;
+        let write = transition_write(current, next, now_ms)?;
+        let event = write.event.clone();
         Ok(self.transitions.write(write).await?.then_some(event))
     }
 
@@ -717,19 +676,6 @@ static RELAY_SQL: LazyLock<String> = LazyLock::new(|| {
          SELECT pg_notify('agentry_relays', CASE WHEN octet_length(p) <= {RELAY_NOTICE_BYTES}
                                                  THEN p ELSE json_build_array($1)::text END)
            FROM whole"
-    )
-});
-
-/// A new worker row and its creation event.
-static CREATE_SQL: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "WITH g AS (
-             INSERT INTO workers ({COLUMNS}, replica_id) VALUES
-                 ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-                  $17, $18, $19, $20, $21, $22, $23, $24)
-             RETURNING id
-         ){}",
-        EventParams::from(25).tail()
     )
 });
 
@@ -1034,30 +980,22 @@ async fn select_worker(
     row.as_ref().map(read_record).transpose()
 }
 
-/// A creation event's worker as its batched write (`pg_batch`).
+/// A creation event as its batched write (`pg_batch`).
 fn create_write(event: &WorkerEvent) -> Result<CreateWrite, StoreError> {
     let w = &event.worker;
     let effective = serde_json::to_string(&w.spec.effective)
         .map_err(|e| StoreError::Corrupt(format!("cannot encode effective agent: {e}")))?;
-    let snapshot = serde_json::to_string(&Snapshot::of(w))
-        .map_err(|e| StoreError::Corrupt(format!("cannot encode event snapshot: {e}")))?;
     Ok(CreateWrite {
-        id: w.id.as_str().to_owned(),
-        agent: w.spec.agent.clone(),
-        description: w.spec.description.clone(),
-        prompt: w.spec.prompt.clone(),
-        workspace: w.spec.workspace.clone(),
-        parent_id: w.spec.parent_id.as_ref().map(|p| p.as_str().to_owned()),
-        depth: i64::from(w.spec.depth),
-        create_time_ms: w.spec.create_time_ms,
-        caller_scope: w.spec.caller_scope.clone(),
-        request_id: w.spec.request_id.clone(),
-        token_hash: w.token_hash.clone(),
+        event: event.clone(),
         effective,
-        last_activity_ms: w.last_activity_ms,
-        worktree: w.worktree.clone(),
-        snapshot,
+        snapshot: snapshot_of(w)?,
     })
+}
+
+/// The JSON snapshot an event of `worker` carries.
+fn snapshot_of(worker: &WorkerRecord) -> Result<String, StoreError> {
+    serde_json::to_string(&Snapshot::of(worker))
+        .map_err(|e| StoreError::Corrupt(format!("cannot encode event snapshot: {e}")))
 }
 
 /// The event `next` makes and its write over `current`: the row moves only if it is still at
@@ -1067,41 +1005,24 @@ fn transition_write(
     current: &WorkerRecord,
     next: WorkerRecord,
     now_ms: i64,
-) -> Result<(WorkerEvent, TransitionWrite), StoreError> {
-    let snapshot = serde_json::to_string(&Snapshot::of(&next))
-        .map_err(|e| StoreError::Corrupt(format!("cannot encode event snapshot: {e}")))?;
-    let write = TransitionWrite {
-        id: next.id.as_str().to_owned(),
-        state: next.state.as_str(),
-        sequence: to_sql_sequence(next.sequence),
-        start_time_ms: next.start_time_ms,
-        close_time_ms: next.close_time_ms,
-        result: next.result.clone(),
-        structured_result: next.structured_result.clone(),
-        error: next.error.clone(),
-        exit_code: next.exit_code,
-        token_hash: next.token_hash.clone(),
-        last_activity_ms: next.last_activity_ms,
-        usage: next.usage.clone(),
-        worktree: next.worktree.clone(),
+) -> Result<TransitionWrite, StoreError> {
+    Ok(TransitionWrite {
+        snapshot: snapshot_of(&next)?,
         expected_sequence: to_sql_sequence(current.sequence),
         expected_token: current.token_hash.clone(),
-        time_ms: now_ms,
-        snapshot,
-    };
-    let event = WorkerEvent {
-        worker_id: next.id.clone(),
-        sequence: next.sequence,
-        state: next.state,
-        time_ms: now_ms,
-        worker: next,
-        progress: None,
-    };
-    Ok((event, write))
+        event: WorkerEvent {
+            worker_id: next.id.clone(),
+            sequence: next.sequence,
+            state: next.state,
+            time_ms: now_ms,
+            worker: next,
+            progress: None,
+        },
+    })
 }
 
 /// The transition inside the caller's transaction, with the row locked: the same rules as
-/// SQLite's, and the compare-and-set of [`write_transition`] as a second guard.
+/// SQLite's, and the compare-and-set of the write as a second guard.
 async fn apply_in(
     tx: &impl GenericClient,
     origin: &str,
@@ -1116,12 +1037,12 @@ async fn apply_in(
     let Some(next) = advance(&current, event, patch, now_ms)? else {
         return Ok(Applied::Absorbed(current));
     };
-    let (moved, write) = transition_write(&current, next, now_ms)?;
+    let write = transition_write(&current, next, now_ms)?;
     let written = write_transition_in(tx, origin, &write)
         .await
         .pg("update worker")?;
     match written {
-        true => Ok(Applied::Moved(moved)),
+        true => Ok(Applied::Moved(write.event)),
         false => Err(StoreError::Corrupt(format!(
             "worker {id} changed under its row lock (expected sequence {})",
             current.sequence
@@ -1256,19 +1177,6 @@ fn list_sql(q: &ListQuery) -> (String, Vec<Box<dyn ToSql + Sync + Send>>) {
 impl WorkerStore for PostgresStore {
     async fn create(&self, rec: &WorkerRecord) -> Result<WorkerEvent, StoreError> {
         let event = creation_event(rec);
-        // With whatever else is being created (`pg_batch`); a row that did not go in (its
-        // request_id is taken) or a batch error is written alone, which names the conflict.
-        match self.creates.write(create_write(&event)?).await {
-            Ok(true) => return Ok(event),
-            Ok(false) | Err(StoreError::Postgres { .. }) => {}
-            // The batch's commit may have happened: the retries look for the row first.
-            Err(StoreError::Lost { .. }) => {
-                return self
-                    .retrying("create worker", |_| self.create_once(&event, true))
-                    .await;
-            }
-            Err(e) => return Err(e),
-        }
         self.retrying("create worker", |n| self.create_once(&event, n > 0))
             .await
     }

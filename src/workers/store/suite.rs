@@ -140,20 +140,30 @@ macro_rules! store_suite {
 }
 pub(crate) use store_suite;
 
-/// Runs futures concurrently on the current task and waits for all of them.
-async fn futures_join_all<F: std::future::Future<Output = ()>>(
+/// Runs futures concurrently on the current task and collects their outputs in order.
+async fn join_all<T, F: std::future::Future<Output = T>>(
     futures: impl IntoIterator<Item = F>,
-) {
-    let mut set: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+) -> Vec<T> {
+    let mut pending: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut out: Vec<Option<T>> = pending.iter().map(|_| None).collect();
     std::future::poll_fn(|cx| {
-        set.retain_mut(|f| f.as_mut().poll(cx).is_pending());
-        if set.is_empty() {
-            std::task::Poll::Ready(())
-        } else {
+        let mut waiting = false;
+        for (f, done) in pending.iter_mut().zip(out.iter_mut()) {
+            if done.is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => *done = Some(v),
+                    std::task::Poll::Pending => waiting = true,
+                }
+            }
+        }
+        if waiting {
             std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
         }
     })
     .await;
+    out.into_iter().flatten().collect()
 }
 
 /// The effective agent of the suite's workers.
@@ -714,7 +724,7 @@ pub(crate) async fn concurrent_callers_each_see_consistent_runs(store: &dyn Work
                 .unwrap();
         }
     });
-    futures_join_all(runs).await;
+    join_all(runs).await;
     let done = store
         .list(&ListQuery {
             limit: 1_000,
@@ -1017,33 +1027,4 @@ pub(crate) async fn writes_made_together_each_get_their_own_answer(store: &dyn W
         let events = store.events_after(&ev.worker_id, 0).await.unwrap();
         assert_eq!(events.len(), 3, "one event per write for {}", ev.worker_id);
     }
-}
-
-/// Runs futures concurrently on the current task and collects their outputs in order.
-async fn join_all<T, F: std::future::Future<Output = T>>(
-    futures: impl IntoIterator<Item = F>,
-) -> Vec<T> {
-    let futures: Vec<F> = futures.into_iter().collect();
-    let mut out: Vec<Option<T>> = futures.iter().map(|_| None).collect();
-    let mut pinned: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (i, f) in pinned.iter_mut().enumerate() {
-            if out[i].is_none() {
-                match f.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => out[i] = Some(v),
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
-    })
-    .await;
-    out.into_iter()
-        .map(|v| v.expect("every future ended"))
-        .collect()
 }
