@@ -791,15 +791,25 @@ async fn replicas_survive_terminated_connections() {
         let all = eventually("every row terminal", Duration::from_secs(20), || {
             let mut c = c.clone();
             async move {
-                let l = c
-                    .list_workers(pb::ListWorkersRequest {
-                        page_size: 1000,
-                        ..Default::default()
-                    })
-                    .await
-                    .map_err(|e| format!("{e:?}"))?
-                    .into_inner()
-                    .workers;
+                // Every page: a run here can complete more workers than one page holds.
+                let mut l = Vec::new();
+                let mut page_token = String::new();
+                loop {
+                    let page = c
+                        .list_workers(pb::ListWorkersRequest {
+                            page_size: 1000,
+                            page_token,
+                            ..Default::default()
+                        })
+                        .await
+                        .map_err(|e| format!("{e:?}"))?
+                        .into_inner();
+                    l.extend(page.workers);
+                    if page.next_page_token.is_empty() {
+                        break;
+                    }
+                    page_token = page.next_page_token;
+                }
                 let open: Vec<_> = l
                     .iter()
                     .filter(|w| {
