@@ -198,7 +198,7 @@ async fn mcp_calls(program: &str, runs: usize) -> (Duration, Duration) {
         command: vec![program.to_owned(), "--local-timezone".into(), "UTC".into()],
         ..McpServer::default()
     };
-    let (session, tools) = mcp::start("time", &server, "")
+    let (session, tools) = mcp::start("time", &server, "", 8 << 20, true)
         .await
         .expect("mcp-server-time starts");
     assert!(tools.iter().any(|t| t.name == "get_current_time"));

@@ -26,6 +26,7 @@ pub mod app;
 pub mod auth;
 pub mod check;
 pub mod config;
+pub mod confine;
 pub mod discovery;
 pub mod grpc;
 pub mod paging;

@@ -76,6 +76,28 @@ pub struct ModelLoop {
     pub tool_timeout: Duration,
     /// Retries of a 429, a 5xx or a failed connection. Default 4.
     pub max_retries: u32,
+    /// The longest wait between two attempts, a server's `Retry-After` included. Default 30 s.
+    #[serde(with = "humantime_serde")]
+    pub max_backoff: Duration,
+    /// Bytes of one answer body read from the endpoint (an event stream or a JSON answer);
+    /// past it the worker fails and nothing more is read. Default 16 MiB.
+    pub max_response_bytes: usize,
+    /// Bytes of one streamed event (one `data:` payload, or one line while it is read).
+    /// Default 1 MiB.
+    pub max_event_bytes: usize,
+    /// Bytes of text and tool-call arguments of one answer. Default 1 MiB.
+    pub max_answer_bytes: usize,
+    /// Bytes of an error answer's body read for its message; the rest is not read. Default
+    /// 64 KiB.
+    pub max_error_bytes: usize,
+    /// Tool calls of one answer (and so the largest `index` a call may have). Default 64.
+    pub max_tool_calls: usize,
+    /// Bytes of a tool's result handed to the model; a longer one is cut, with a note saying
+    /// so. Default 128 KiB.
+    pub max_tool_result_bytes: usize,
+    /// Bytes of one message from an MCP server (a stdio line); a larger one ends that server's
+    /// connection and fails its call at once. Default 8 MiB.
+    pub max_mcp_message_bytes: usize,
 }
 
 impl Default for ModelLoop {
@@ -86,6 +108,14 @@ impl Default for ModelLoop {
             idle_timeout: Duration::from_secs(60),
             tool_timeout: Duration::from_secs(60),
             max_retries: 4,
+            max_backoff: Duration::from_secs(30),
+            max_response_bytes: 16 << 20,
+            max_event_bytes: 1 << 20,
+            max_answer_bytes: 1 << 20,
+            max_error_bytes: 64 << 10,
+            max_tool_calls: 64,
+            max_tool_result_bytes: 128 << 10,
+            max_mcp_message_bytes: 8 << 20,
         }
     }
 }
@@ -155,8 +185,22 @@ pub(super) fn validate(
     for (key, d) in [
         ("model.idle_timeout", looping.idle_timeout),
         ("model.tool_timeout", looping.tool_timeout),
+        ("model.max_backoff", looping.max_backoff),
     ] {
         if d.is_zero() {
+            return refuse(key.to_owned(), "must be positive");
+        }
+    }
+    for (key, n) in [
+        ("model.max_response_bytes", looping.max_response_bytes),
+        ("model.max_event_bytes", looping.max_event_bytes),
+        ("model.max_answer_bytes", looping.max_answer_bytes),
+        ("model.max_error_bytes", looping.max_error_bytes),
+        ("model.max_tool_calls", looping.max_tool_calls),
+        ("model.max_tool_result_bytes", looping.max_tool_result_bytes),
+        ("model.max_mcp_message_bytes", looping.max_mcp_message_bytes),
+    ] {
+        if n == 0 {
             return refuse(key.to_owned(), "must be positive");
         }
     }

@@ -799,8 +799,12 @@ fn plain_scalar(s: &str) -> Option<&str> {
     Some(s)
 }
 
-/// Why a name is unusable, if it is.
+/// Why a name is unusable, if it is. A name is a name, never a path: paths are built from it
+/// (an agent's memory directory), so `.` and `..` are refused with the separators.
 pub(super) fn invalid_name(n: &str) -> Option<String> {
+    if n == "." || n == ".." {
+        return Some("is a relative path, not a name".to_owned());
+    }
     if n.len() > MAX_NAME_BYTES {
         return Some(format!(
             "is {} bytes long; the limit is {MAX_NAME_BYTES}",

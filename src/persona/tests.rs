@@ -57,7 +57,7 @@ fn missing_and_unclosed() {
 
 #[test]
 fn invalid_names() {
-    for bad in ["a/b", "a\\\\b", "a\\u0001b"] {
+    for bad in ["a/b", "a\\\\b", "a\\u0001b", ".", "..", "a\\u0000b"] {
         let r = p(&format!("---\nname: \"{bad}\"\ndescription: d\n---\n"));
         assert_eq!(codes(&r), ["invalid_name"], "{bad}");
     }

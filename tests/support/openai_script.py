@@ -4,6 +4,7 @@
 A real HTTP/1.1 server (standard library only) that answers
 POST /v1/chat/completions (and POST /chat/completions) from a script file
 instead of a model.  GET /v1/models lists one model, "scripted".
+GET /v1/_stats (and /_stats) reports what Flood steps wrote (see below).
 
 Usage:
     python3 tests/support/openai_script.py --script FILE [--log FILE]
@@ -38,6 +39,8 @@ STEP is one of:
            "delay_ms": 0,           # sleep between streamed chunks
            "stall_after": K,        # optional: send K events, stall, drop the socket
            "stall_ms": 0,           # how long to stall first
+           "done": true,            # false: no `data: [DONE]` (the body still ends)
+           "plain": false,          # true: never stream, even if the request asks to
            "model": "opt"}          # default: the request's "model"
           With "stream": true in the request this is streamed like OpenAI does
           (SSE over chunked encoding): a role chunk, content pieces, per tool
@@ -45,13 +48,42 @@ STEP is one of:
           finish chunk ("tool_calls" if there are tool calls, else "stop"),
           a usage chunk with "choices": [] if "usage" is present, and
           `data: [DONE]`.  Tool call ids default to "call_<n>_<i>", where n is
-          the request number.  Otherwise one plain "chat.completion" object.
+          the request number.  Otherwise, or with "plain": true (a server that
+          ignores "stream"), one plain "chat.completion" object
+          (application/json).  "done": false with "finish_reason": null makes
+          a stream that just stops: the events, then the terminating chunk.
 
   Raw     {"raw": ["data: {not json\\n\\n", ...], "delay_ms": 0}
           Each string is sent verbatim as one HTTP chunk of an event stream.
 
+  Flood   {"flood": N, "flood_as": "content" | "line" | "error",
+           "chunk": 65536,          # bytes per piece written
+           "status": 500,           # "error" only
+           "headers": {"Retry-After": "1"}}   # "error" only, optional
+          A body of about N bytes, generated as it is written (N may be huge):
+          "content" (the default): a 200 event stream of chat.completion.chunk
+            events, each with a delta.content of `chunk` 'x' characters (the
+            last one shorter) until N characters of content are sent, then a
+            finish chunk ("stop") and `data: [DONE]`;
+          "line": a 200 event stream of ONE event whose line is N bytes,
+            `data: {"choices":[{"delta":{"content":"xxx...`, never ended by a
+            newline; the body then ends (terminating chunk);
+          "error": status `status` with Content-Type text/plain (unless
+            "headers" sets it) and the step's "headers", chunked, whose body
+            is N bytes of 'e'.
+          If the client hangs up midway, the server stops quietly.
+
 Optional fields common to all: "match", "repeat"; "delay_ms" also delays
-Error steps (once, before answering).
+Error and Flood steps (once, before answering).  A step is a Flood step if it
+has "flood", else Raw if it has "raw", else Error if it has "status", else an
+Answer.
+
+GET /v1/_stats (or /_stats) answers, for each Flood request so far, how many
+bytes of its response body (de-chunked) were written to the socket, updated
+after every piece; a client that stops reading early shows little more than
+what it read plus the socket buffers:
+    {"written": {"<request n>": bytes, ...}}
+Stats requests are not numbered, logged or matched against the script.
 
 With --log FILE one JSON line is appended per request, before it is answered:
     {"n": 1, "path": "/v1/chat/completions", "authorization": "Bearer .." | null,
@@ -75,6 +107,7 @@ DISCONNECTS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 
 CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 MODELS_PATHS = ("/v1/models", "/models")
+STATS_PATHS = ("/v1/_stats", "/_stats")
 
 
 def error_body(message, kind="invalid_request_error"):
@@ -135,6 +168,7 @@ class State:
         self.log_path = log_path
         self.lock = threading.Lock()
         self.count = 0
+        self.written = {}  # request n -> body bytes written by a Flood step
 
     def log(self, record):
         if self.log_path:
@@ -207,6 +241,40 @@ def completion(n, model, step):
     return result
 
 
+def fill(total, size, byte, head=b""):
+    """`head` then `byte` repeated, `total` bytes in all, in pieces of at most `size`."""
+    size = max(1, int(size))
+    block = byte * size
+    head = head[:total]
+    if head:
+        yield head
+    left = total - len(head)
+    while left > 0:
+        k = min(size, left)
+        yield block if k == size else block[:k]
+        left -= k
+
+
+def flood_events(n, model, total, size):
+    """A Flood "content" event stream: `total` 'x' characters of content, then stop and [DONE]."""
+    base = {"id": f"chatcmpl-{n}", "object": "chat.completion.chunk",
+            "created": int(time.time()), "model": model}
+
+    def event(delta, finish=None):
+        c = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return f"data: {json.dumps(c)}\n\n".encode()
+
+    size = max(1, int(size))
+    full = event({"content": "x" * size})  # encoded once, sent again and again
+    left = total
+    while left > 0:
+        k = min(size, left)
+        yield full if k == size else event({"content": "x" * k})
+        left -= k
+    yield event({}, "stop")
+    yield b"data: [DONE]\n\n"
+
+
 # ---------------------------------------------------------------- HTTP
 
 class Handler(BaseHTTPRequestHandler):
@@ -245,6 +313,11 @@ class Handler(BaseHTTPRequestHandler):
         is_chat = self.command == "POST" and path in CHAT_PATHS
 
         state = self.server.state
+        if self.command == "GET" and path in STATS_PATHS:  # not numbered, not logged
+            with state.lock:
+                written = dict(state.written)
+            self.send_json(200, {"written": written})
+            return
         with state.lock:  # numbering, step choice and log order agree
             state.count += 1
             n = state.count
@@ -265,6 +338,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def answer(self, n, step, request):
         delay = step.get("delay_ms", 0) / 1000
+        if "flood" in step:
+            time.sleep(delay)
+            self.flood(n, step, request)
+            return
         if "raw" in step:
             self.stream(step["raw"], delay)
             return
@@ -274,9 +351,11 @@ class Handler(BaseHTTPRequestHandler):
             return
         model = step.get("model") or request.get("model") or "scripted"
         stall_after, stall_ms = step.get("stall_after"), step.get("stall_ms", 0)
-        if request.get("stream") is True:
+        if request.get("stream") is True and not step.get("plain"):
             events = [f"data: {json.dumps(c)}\n\n" for c in stream_chunks(n, model, step)]
-            self.stream(events + ["data: [DONE]\n\n"], delay, stall_after, stall_ms)
+            if step.get("done", True) is not False:
+                events.append("data: [DONE]\n\n")
+            self.stream(events, delay, stall_after, stall_ms)
             return
         time.sleep(delay)
         if stall_after is not None:  # stall before any response, then drop
@@ -296,6 +375,55 @@ class Handler(BaseHTTPRequestHandler):
         if not any(k.lower() == "content-type" for k in headers):
             headers["Content-Type"] = ctype
         self.send_body(status, data, headers)
+
+    def flood(self, n, step, request):
+        total, size = max(0, int(step["flood"])), step.get("chunk", 65536)
+        kind = step.get("flood_as", "content")
+        headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        status = 200
+        if kind == "content":
+            model = step.get("model") or request.get("model") or "scripted"
+            pieces = flood_events(n, model, total, size)
+        elif kind == "line":
+            head = b'data: {"choices":[{"delta":{"content":"'
+            pieces = fill(total, size, b"x", head)
+        elif kind == "error":
+            status = int(step.get("status", 500))
+            headers = dict(step.get("headers") or {})
+            if not any(k.lower() == "content-type" for k in headers):
+                headers["Content-Type"] = "text/plain"
+            pieces = fill(total, size, b"e")
+        else:
+            self.send_json(400, error_body(f"unknown flood_as {kind!r}"))
+            return
+        self.send_chunked(n, status, headers, pieces)
+
+    def send_chunked(self, n, status, headers, pieces):
+        """Send the pieces as a chunked body, counting the bytes in state.written[n].
+
+        If the client hangs up midway, stop quietly and close the connection.
+        """
+        state = self.server.state
+        with state.lock:
+            state.written[n] = 0
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, str(value))
+        self.send_header("Transfer-Encoding", "chunked")
+        try:
+            self.end_headers()
+            written = 0
+            for data in pieces:
+                if not data:
+                    continue  # an empty chunk would end the body early
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                written += len(data)
+                with state.lock:
+                    state.written[n] = written
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except DISCONNECTS:
+            self.close_connection = True
 
     def send_json(self, status, obj):
         self.send_body(status, json.dumps(obj).encode(), {"Content-Type": "application/json"})

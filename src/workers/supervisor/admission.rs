@@ -171,19 +171,26 @@ impl Supervisor {
         if let Some(scope) = &def.persona.memory
             && matches!(purpose, Purpose::Spawn)
         {
-            let dir = match memory_dir(
-                scope,
-                &def.persona.name,
-                &req.workspace,
-                self.settings.home.as_deref(),
-            ) {
-                Ok(d) => d,
+            let (scope, name, workspace, home) = (
+                scope.clone(),
+                def.persona.name.clone(),
+                req.workspace.clone(),
+                self.settings.home.clone(),
+            );
+            // Off the runtime: the directory is in a project the caller controls, and its
+            // files are walked and read one by one.
+            let memory = tokio::task::spawn_blocking(move || {
+                open_memory(&scope, &name, &workspace, home.as_deref())
+            })
+            .await
+            .unwrap_or_else(|e| Err(format!("the memory directory was not opened: {e}")));
+            match memory {
+                Ok((dir, notes)) => compose_memory(&mut eff, &dir, &notes),
                 Err(why) => {
                     self.forget_claim(key, &new_id).await;
                     return Err(WorkerError::Unrunnable(why));
                 }
-            };
-            compose_memory(&mut eff, &dir);
+            }
         }
         let inherited: Vec<String> = lineage
             .parent
@@ -592,41 +599,69 @@ impl Supervisor {
 /// How many lines of an agent's `MEMORY.md` go into its prompt.
 const MEMORY_LINES: usize = 200;
 
+/// Bytes of `MEMORY.md` read for the prompt.
+const MEMORY_BYTES: usize = 64 * 1024;
+
 /// The memory directory of agent `name` (docs/personas.md §2.7), created if missing:
 /// `~/.claude/agent-memory/<name>/` (`user`), `<workspace>/.claude/agent-memory/<name>/`
-/// (`project`) or `<workspace>/.claude/agent-memory-local/<name>/` (`local`).
-fn memory_dir(
+/// (`project`) or `<workspace>/.claude/agent-memory-local/<name>/` (`local`), with the head of
+/// its `MEMORY.md`. The base (home or workspace) is taken in its canonical form; every component
+/// below it is walked without following a symlink and made only inside a directory already
+/// checked ([`crate::confine`]), so a symlink planted anywhere on the way is refused and nothing
+/// is created outside. The name must be one plain path component.
+fn open_memory(
     scope: &str,
     name: &str,
     workspace: &str,
     home: Option<&std::path::Path>,
-) -> Result<std::path::PathBuf, String> {
-    let base = match scope {
-        "user" => home
-            .map(|h| h.join(".claude/agent-memory"))
-            .ok_or_else(|| format!("agent {name}: memory: user needs a home directory (home)"))?,
+) -> Result<(std::path::PathBuf, String), String> {
+    use std::path::{Component, Path};
+    let one = {
+        let mut c = Path::new(name).components();
+        matches!((c.next(), c.next()), (Some(Component::Normal(n)), None) if n == name)
+    };
+    if !one {
+        return Err(format!(
+            "agent {name:?}: its name cannot name a memory directory (it must be one plain path component)"
+        ));
+    }
+    let (base, sub) = match scope {
+        "user" => (
+            home.ok_or_else(|| {
+                format!("agent {name}: memory: user needs a home directory (home)")
+            })?
+            .to_owned(),
+            ".claude/agent-memory",
+        ),
         _ if workspace.is_empty() => {
             return Err(format!(
                 "agent {name}: memory: {scope} needs a workspace (its memory lives in the project)"
             ));
         }
-        "local" => std::path::Path::new(workspace).join(".claude/agent-memory-local"),
-        _ => std::path::Path::new(workspace).join(".claude/agent-memory"),
+        "local" => (workspace.into(), ".claude/agent-memory-local"),
+        _ => (workspace.into(), ".claude/agent-memory"),
     };
-    let dir = base.join(name);
-    std::fs::create_dir_all(&dir).map_err(|e| {
+    let base = std::fs::canonicalize(&base)
+        .map_err(|e| format!("agent {name}: cannot resolve {}: {e}", base.display()))?;
+    let rel = Path::new(sub).join(name);
+    let dir = base.join(&rel);
+    let root = crate::confine::Confined::open(&base, &rel, true).map_err(|e| {
         format!(
-            "agent {name}: cannot create its memory directory {}: {e}",
+            "agent {name}: cannot use its memory directory {}: {e}",
             dir.display()
         )
     })?;
-    Ok(dir)
+    let notes = root
+        .read_head(Path::new("MEMORY.md"), MEMORY_BYTES)
+        .map_err(|e| format!("agent {name}: cannot read {}/MEMORY.md: {e}", dir.display()))?
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    Ok((dir, notes))
 }
 
 /// Puts the memory directory, and the first [`MEMORY_LINES`] lines of its `MEMORY.md`, into the
 /// worker's prompt, after the persona body.
-fn compose_memory(eff: &mut Effective, dir: &std::path::Path) {
-    let notes = std::fs::read_to_string(dir.join("MEMORY.md")).unwrap_or_default();
+fn compose_memory(eff: &mut Effective, dir: &std::path::Path, notes: &str) {
     let head: Vec<&str> = notes.lines().take(MEMORY_LINES).collect();
     let mut part = format!(
         "Your persistent memory directory is {}; keep what you learn in its MEMORY.md.",

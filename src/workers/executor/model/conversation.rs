@@ -70,6 +70,10 @@ pub struct Bounds {
     pub max_turns: u32,
     /// Invalid results handed back before the run fails.
     pub output_retries: u32,
+    /// Bytes of a tool result handed back; the rest is cut, with a note (`model.max_tool_result_bytes`).
+    pub tool_result_bytes: usize,
+    /// Bytes of the worker's result (`executor.max_output_bytes`, as for an exec worker's stdout).
+    pub result_bytes: usize,
 }
 
 /// What follows an answer.
@@ -146,8 +150,23 @@ impl Conversation {
         Ok(self.turns)
     }
 
-    /// Takes the model's answer to the current turn.
+    /// Takes the model's answer to the current turn. An answer the provider cut short is never
+    /// a result: its text and its tool arguments may stop midway.
     pub fn answer(&mut self, answer: Answer) -> Step {
+        match answer.finish_reason.as_deref() {
+            Some("length") => {
+                return Step::Failed(
+                    "the model's answer was cut at its output token limit (finish_reason: length); a truncated answer is not a result".to_owned(),
+                );
+            }
+            Some("content_filter") => {
+                return Step::Failed(
+                    "the provider withheld the model's answer (finish_reason: content_filter)"
+                        .to_owned(),
+                );
+            }
+            _ => {}
+        }
         let text = (!answer.content.is_empty()).then(|| answer.content.clone());
         self.messages.push(Message::Assistant {
             content: text,
@@ -169,10 +188,10 @@ impl Conversation {
         }
         // A plain answer ends the run; with a schema it must be the result itself.
         let Some(schema) = &self.schema else {
-            return Step::Done(answer.content);
+            return self.done(answer.content);
         };
         match crate::schema::validate_output(schema, &answer.content) {
-            Ok(v) => Step::Done(v.to_string()),
+            Ok(v) => self.done(v.to_string()),
             Err(why) => match self.refuse(why) {
                 Submitted::Failed(reason) => Step::Failed(reason),
                 Submitted::Refused(text) => {
@@ -188,8 +207,39 @@ impl Conversation {
         }
     }
 
-    /// Appends a tool's answer to call `id`.
-    pub fn tool_result(&mut self, id: &str, content: String) {
+    /// The end of the run with `result`, unless it is over the bound of a worker's result.
+    fn done(&self, result: String) -> Step {
+        match self.over_result(&result) {
+            Some(why) => Step::Failed(why),
+            None => Step::Done(result),
+        }
+    }
+
+    fn over_result(&self, result: &str) -> Option<String> {
+        (result.len() > self.bounds.result_bytes).then(|| {
+            format!(
+                "the result is {} bytes; the limit (executor.max_output_bytes) is {}",
+                result.len(),
+                self.bounds.result_bytes
+            )
+        })
+    }
+
+    /// Appends a tool's answer to call `id`, cut to [`Bounds::tool_result_bytes`] with a note
+    /// that says so (it goes back with every later turn).
+    pub fn tool_result(&mut self, id: &str, mut content: String) {
+        let max = self.bounds.tool_result_bytes;
+        if content.len() > max {
+            let whole = content.len();
+            let mut end = max;
+            while !content.is_char_boundary(end) {
+                end -= 1;
+            }
+            content.truncate(end);
+            content.push_str(&format!(
+                "\n[cut: the tool returned {whole} bytes; only the first {end} are shown (model.max_tool_result_bytes)]"
+            ));
+        }
         self.messages.push(Message::Tool {
             tool_call_id: id.to_owned(),
             content,
@@ -205,15 +255,19 @@ impl Conversation {
         let Some(result) = args.get("result") else {
             return self.refuse("the arguments have no \"result\"".to_owned());
         };
-        match (&self.schema, result) {
-            (None, Value::String(s)) => Submitted::Done(s.clone()),
-            (None, other) => Submitted::Done(other.to_string()),
+        let result = match (&self.schema, result) {
+            (None, Value::String(s)) => s.clone(),
+            (None, other) => other.to_string(),
             (Some(schema), value) => {
                 match crate::schema::validate_output(schema, &value.to_string()) {
-                    Ok(v) => Submitted::Done(v.to_string()),
-                    Err(why) => self.refuse(why),
+                    Ok(v) => v.to_string(),
+                    Err(why) => return self.refuse(why),
                 }
             }
+        };
+        match self.over_result(&result) {
+            Some(why) => Submitted::Failed(why),
+            None => Submitted::Done(result),
         }
     }
 
@@ -240,7 +294,46 @@ mod tests {
         Bounds {
             max_turns,
             output_retries,
+            tool_result_bytes: 16,
+            result_bytes: 32,
         }
+    }
+
+    #[test]
+    fn truncated_answers_fail_and_sizes_are_bounded() {
+        let mut c = Conversation::new("", "p", None, bounds(5, 2));
+        let cut = Answer {
+            content: "half an ans".into(),
+            finish_reason: Some("length".into()),
+            ..Answer::default()
+        };
+        assert!(matches!(c.answer(cut), Step::Failed(r) if r.contains("finish_reason: length")));
+        let filtered = Answer {
+            finish_reason: Some("content_filter".into()),
+            ..Answer::default()
+        };
+        assert!(matches!(c.answer(filtered), Step::Failed(r) if r.contains("content_filter")));
+        assert_eq!(
+            c.answer(text(&"x".repeat(33))),
+            Step::Failed(
+                "the result is 33 bytes; the limit (executor.max_output_bytes) is 32".into()
+            )
+        );
+        assert!(matches!(
+            c.submit(&json!({"result": "y".repeat(40)}).to_string()),
+            Submitted::Failed(r) if r.starts_with("the result is 40 bytes")
+        ));
+        c.tool_result("c1", "é".repeat(20));
+        let Some(Message::Tool { content, .. }) = c.messages().last() else {
+            panic!("no tool message")
+        };
+        assert_eq!(
+            content,
+            &format!(
+                "{}\n[cut: the tool returned 40 bytes; only the first 16 are shown (model.max_tool_result_bytes)]",
+                "é".repeat(8)
+            )
+        );
     }
 
     fn text(s: &str) -> Answer {

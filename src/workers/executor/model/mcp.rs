@@ -3,18 +3,26 @@
 //! [`McpSession`] trait, so the loop never sees a transport; a call dropped midway (a stop, the
 //! tool timeout) sends the MCP `notifications/cancelled` (rmcp does so for an abandoned request).
 
-use std::{collections::BTreeMap, process::Stdio, sync::Arc, time::Duration};
+use std::{
+    collections::BTreeMap,
+    pin::Pin,
+    process::Stdio,
+    sync::{Arc, OnceLock},
+    task::{Context, Poll},
+    time::Duration,
+};
 
 use rmcp::{
     RoleClient, ServiceExt,
     model::{CallToolRequestParams, ContentBlock},
     service::RunningService,
     transport::{
-        StreamableHttpClientTransport, TokioChildProcess,
+        StreamableHttpClientTransport, async_rw::AsyncRwTransport,
         streamable_http_client::StreamableHttpClientTransportConfig,
     },
 };
 use serde_json::Value;
+use tokio::io::{AsyncRead, ReadBuf};
 
 use crate::config::McpServer;
 
@@ -32,9 +40,10 @@ pub struct McpTool {
     pub description: String,
     /// Its JSON Schema for the arguments.
     pub input_schema: Value,
-    /// `readOnlyHint: true` or `destructiveHint: false`.
+    /// `readOnlyHint: true` from a trusted server.
     pub read_only: bool,
-    /// `destructiveHint` true or absent (unannotated tools are destructive).
+    /// Not read-only and not `destructiveHint: false` from a trusted server (unannotated tools,
+    /// and every tool of an untrusted server, are destructive).
     pub destructive: bool,
 }
 
@@ -76,19 +85,30 @@ pub fn expand(value: &str, workspace: &str, env: &dyn Fn(&str) -> Option<String>
     out
 }
 
-/// Starts server `name` for a worker in `workspace` and lists its tools.
+/// Starts server `name` for a worker in `workspace` and lists its tools. `max_message` bounds
+/// one message from the server (`model.max_mcp_message_bytes`). `trusted` says whether its tool
+/// annotations are believed: only for the operator's configured servers, never for a server a
+/// persona file defines inline (its tools are then treated as destructive).
 pub async fn start(
     name: &str,
     server: &McpServer,
     workspace: &str,
+    max_message: usize,
+    trusted: bool,
 ) -> Result<(Arc<dyn McpSession>, Vec<McpTool>), String> {
     let env = |n: &str| std::env::var(n).ok();
     let started = tokio::time::timeout(START_TIMEOUT, async {
         match &server.url {
             Some(url) => {
-                start_http(&expand(url, workspace, &env), &server.headers, workspace).await
+                start_http(
+                    &expand(url, workspace, &env),
+                    &server.headers,
+                    workspace,
+                    max_message,
+                )
+                .await
             }
-            None => start_stdio(server, workspace).await,
+            None => start_stdio(server, workspace, max_message).await,
         }
     })
     .await
@@ -103,6 +123,7 @@ pub async fn start(
     let tools = match session.service.list_all_tools().await {
         Ok(t) => t,
         Err(e) => {
+            let e = session.failure(e.to_string());
             session.close().await;
             return Err(format!("MCP server {name}: cannot list its tools: {e}"));
         }
@@ -110,31 +131,105 @@ pub async fn start(
     let tools = tools
         .into_iter()
         .map(|t| {
-            let a = t.annotations.as_ref();
-            let read_only = a.is_some_and(|a| {
-                a.read_only_hint == Some(true) || a.destructive_hint == Some(false)
-            });
+            let (read_only, destructive) = if trusted {
+                classify(t.annotations.as_ref())
+            } else {
+                (false, true)
+            };
             McpTool {
                 server: name.to_owned(),
                 name: t.name.to_string(),
                 description: t.description.as_deref().unwrap_or_default().to_owned(),
                 input_schema: Value::Object((*t.input_schema).clone()),
                 read_only,
-                destructive: a.is_none_or(|a| a.destructive_hint != Some(false)) && !read_only
-                    || a.is_some_and(|a| a.destructive_hint == Some(true)),
+                destructive,
             }
         })
         .collect();
     Ok((Arc::new(session), tools))
 }
 
+/// `(read_only, destructive)` from a tool's annotations, as the MCP specification defines them:
+/// read-only is `readOnlyHint: true` and nothing else; a tool that is not read-only is
+/// destructive unless it says `destructiveHint: false` (its writes are only additive). No
+/// annotations: a destructive write.
+fn classify(a: Option<&rmcp::model::ToolAnnotations>) -> (bool, bool) {
+    let read_only = a.is_some_and(|a| a.read_only_hint == Some(true));
+    let destructive = !read_only && a.is_none_or(|a| a.destructive_hint != Some(false));
+    (read_only, destructive)
+}
+
 /// A running rmcp client and, for stdio, the server's process group.
 struct Session {
     service: RunningService<RoleClient, ()>,
     group: Option<i32>,
+    /// The stdio server's process, killed when the session goes.
+    _child: Option<tokio::process::Child>,
+    /// Why the connection was cut by agentry (a message over its bound), once it was.
+    cut: Arc<OnceLock<String>>,
 }
 
-async fn start_stdio(server: &McpServer, workspace: &str) -> Result<Session, String> {
+impl Session {
+    /// The text of a failed request: why agentry cut the connection, when it did (rmcp only
+    /// sees a closed transport), else rmcp's own error.
+    fn failure(&self, error: String) -> String {
+        self.cut.get().cloned().unwrap_or(error)
+    }
+}
+
+/// The server's stdout, failing the read of any line longer than `max` bytes: the MCP client
+/// then sees its transport close, and a call waiting on it fails at once instead of waiting
+/// for an answer that was dropped (rmcp drops an over-long line and reads on).
+struct BoundedLines<R> {
+    inner: R,
+    line: usize,
+    max: usize,
+    cut: Arc<OnceLock<String>>,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for BoundedLines<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if let Some(why) = self.cut.get() {
+            return Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                why.clone(),
+            )));
+        }
+        let before = buf.filled().len();
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                for &b in &buf.filled()[before..] {
+                    this.line = if b == b'\n' { 0 } else { this.line + 1 };
+                    if this.line > this.max {
+                        let why = format!(
+                            "the server sent a message over {} bytes (model.max_mcp_message_bytes); its connection was closed",
+                            this.max
+                        );
+                        let _ = this.cut.set(why.clone());
+                        buf.set_filled(before);
+                        return Poll::Ready(Err(std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            why,
+                        )));
+                    }
+                }
+                Poll::Ready(Ok(()))
+            }
+            other => other,
+        }
+    }
+}
+
+async fn start_stdio(
+    server: &McpServer,
+    workspace: &str,
+    max_message: usize,
+) -> Result<Session, String> {
     let env = |n: &str| std::env::var(n).ok();
     let argv: Vec<String> = server
         .command
@@ -157,12 +252,28 @@ async fn start_stdio(server: &McpServer, workspace: &str) -> Result<Session, Str
     } else if !workspace.is_empty() {
         cmd.current_dir(workspace);
     }
-    let (transport, stderr) = TokioChildProcess::builder(cmd)
-        .stderr(Stdio::piped())
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {program}: {e}"))?;
-    let group = transport.id().and_then(|p| i32::try_from(p).ok());
-    if let Some(stderr) = stderr {
+    let group = child.id().and_then(|p| i32::try_from(p).ok());
+    let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+        kill_group(group);
+        return Err(format!("cannot start {program}: its pipes were not made"));
+    };
+    let cut = Arc::new(OnceLock::new());
+    let reader = BoundedLines {
+        inner: stdout,
+        line: 0,
+        max: max_message,
+        cut: cut.clone(),
+    };
+    // rmcp's own line bound (which drops a line silently) is left above ours.
+    let transport = AsyncRwTransport::new_client(reader, stdin)
+        .with_max_line_length(max_message.saturating_add(2));
+    if let Some(stderr) = child.stderr.take() {
         let program = program.clone();
         tokio::spawn(async move {
             use tokio::io::AsyncBufReadExt;
@@ -173,9 +284,15 @@ async fn start_stdio(server: &McpServer, workspace: &str) -> Result<Session, Str
         });
     }
     match ().serve(transport).await {
-        Ok(service) => Ok(Session { service, group }),
+        Ok(service) => Ok(Session {
+            service,
+            group,
+            _child: Some(child),
+            cut,
+        }),
         Err(e) => {
             kill_group(group);
+            let e = cut.get().cloned().unwrap_or_else(|| e.to_string());
             Err(format!("{program} did not complete the MCP handshake: {e}"))
         }
     }
@@ -185,6 +302,7 @@ async fn start_http(
     url: &str,
     headers: &BTreeMap<String, String>,
     workspace: &str,
+    max_message: usize,
 ) -> Result<Session, String> {
     let env = |n: &str| std::env::var(n).ok();
     let mut map = std::collections::HashMap::new();
@@ -195,12 +313,17 @@ async fn start_http(
             .map_err(|e| format!("header {k}: {e}"))?;
         map.insert(name, value);
     }
-    let cfg = StreamableHttpClientTransportConfig::with_uri(url.to_owned()).custom_headers(map);
+    let mut cfg = StreamableHttpClientTransportConfig::with_uri(url.to_owned()).custom_headers(map);
+    // rmcp refuses a larger answer or event before it parses it.
+    cfg.max_json_response_size = max_message;
+    cfg.max_sse_event_size = max_message;
     let transport = StreamableHttpClientTransport::from_config(cfg);
     let service = ().serve(transport).await.map_err(|e| format!("{url}: {e}"))?;
     Ok(Session {
         service,
         group: None,
+        _child: None,
+        cut: Arc::new(OnceLock::new()),
     })
 }
 
@@ -226,7 +349,7 @@ impl McpSession for Session {
             .service
             .call_tool(params)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| self.failure(e.to_string()))?;
         let mut parts: Vec<String> = r
             .content
             .iter()
@@ -265,6 +388,25 @@ impl Drop for Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn annotations_follow_the_mcp_specification() {
+        use rmcp::model::ToolAnnotations;
+        let a = |ro: Option<bool>, d: Option<bool>| {
+            let mut t = ToolAnnotations::new();
+            t.read_only_hint = ro;
+            t.destructive_hint = d;
+            t
+        };
+        assert_eq!(classify(None), (false, true));
+        assert_eq!(classify(Some(&a(Some(true), None))), (true, false));
+        // An additive write is still a write.
+        assert_eq!(classify(Some(&a(None, Some(false)))), (false, false));
+        assert_eq!(classify(Some(&a(Some(false), Some(false)))), (false, false));
+        assert_eq!(classify(Some(&a(Some(false), None))), (false, true));
+        // readOnlyHint wins: destructiveHint is meaningful only for a tool that writes.
+        assert_eq!(classify(Some(&a(Some(true), Some(true)))), (true, false));
+    }
 
     #[test]
     fn placeholders_expand() {

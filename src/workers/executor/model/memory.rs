@@ -1,11 +1,14 @@
 //! The memory tools of a worker whose persona has `memory` (docs/model.md §11.11): list, read
 //! and write files in the agent's memory directory, and nowhere else. A path is relative to the
-//! directory; an absolute path, a `..`, or a symlink that leads out of it is refused, so the
-//! directory handed to the worker is the only place these tools touch.
+//! directory; an absolute path or a `..` is refused, and no symlink is followed anywhere on the
+//! way (the directory's own path included), so the directory handed to the worker is the only
+//! place these tools touch. Only regular files are read or written, never a FIFO or a device.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Component, Path};
 
 use serde_json::{Value, json};
+
+use crate::confine::{ConfineError, Confined};
 
 /// Lists the memory directory.
 pub const LIST: &str = "memory_list";
@@ -48,7 +51,9 @@ pub fn definitions(read_only: bool) -> Vec<Value> {
     defs
 }
 
-/// Runs memory tool `tool` with `args` in `dir`: the text for the model, or why it is refused.
+/// Runs memory tool `tool` with `args` in `dir` (an absolute path without symlinks, as
+/// admission made it): the text for the model, or why it is refused. Every path is walked from
+/// `/` without following a symlink ([`crate::confine`]), on the blocking pool.
 pub async fn call(dir: &Path, tool: &str, args: Option<&Value>) -> Result<String, String> {
     let field = |k: &str| args.and_then(|a| a.get(k));
     let text = |k: &str| -> Result<String, String> {
@@ -57,31 +62,11 @@ pub async fn call(dir: &Path, tool: &str, args: Option<&Value>) -> Result<String
             .map(str::to_owned)
             .ok_or_else(|| format!("{tool} needs \"{k}\" (a string)."))
     };
-    let dir = tokio::fs::canonicalize(dir).await.map_err(|e| {
-        format!(
-            "the memory directory {} cannot be used: {e}.",
-            dir.display()
-        )
-    })?;
-    match tool {
-        LIST => list(&dir).await,
-        READ => {
-            let path = inside(&dir, &text("path")?).await?;
-            let bytes = tokio::fs::read(&path)
-                .await
-                .map_err(|e| format!("cannot read {}: {e}.", shown(&dir, &path)))?;
-            if bytes.len() > MAX_FILE_BYTES {
-                return Err(format!(
-                    "{} is {} bytes, over the {MAX_FILE_BYTES} bytes memory_read returns.",
-                    shown(&dir, &path),
-                    bytes.len()
-                ));
-            }
-            String::from_utf8(bytes)
-                .map_err(|_| format!("{} is not UTF-8 text.", shown(&dir, &path)))
-        }
+    let op = match tool {
+        LIST => Op::List,
+        READ => Op::Read(text("path")?),
         WRITE => {
-            let (rel, content) = (text("path")?, text("content")?);
+            let (path, content) = (text("path")?, text("content")?);
             if content.len() > MAX_FILE_BYTES {
                 return Err(format!(
                     "content is {} bytes, over the {MAX_FILE_BYTES} bytes a memory file may have.",
@@ -89,32 +74,92 @@ pub async fn call(dir: &Path, tool: &str, args: Option<&Value>) -> Result<String
                 ));
             }
             let append = field("append").and_then(Value::as_bool).unwrap_or(false);
-            let path = inside(&dir, &rel).await?;
-            let mut f = tokio::fs::OpenOptions::new()
-                .create(true)
-                .write(true)
-                .append(append)
-                .truncate(!append)
-                .open(&path)
-                .await
-                .map_err(|e| format!("cannot write {}: {e}.", shown(&dir, &path)))?;
-            tokio::io::AsyncWriteExt::write_all(&mut f, content.as_bytes())
-                .await
-                .map_err(|e| format!("cannot write {}: {e}.", shown(&dir, &path)))?;
-            Ok(format!(
-                "{} {} bytes to {}.",
-                if append { "appended" } else { "wrote" },
-                content.len(),
-                shown(&dir, &path)
-            ))
+            Op::Write {
+                path,
+                content,
+                append,
+            }
         }
-        other => Err(format!("{other} is not a memory tool.")),
+        other => return Err(format!("{other} is not a memory tool.")),
+    };
+    let dir = dir.to_owned();
+    tokio::task::spawn_blocking(move || op.run(&dir))
+        .await
+        .map_err(|e| format!("the memory tool did not finish: {e}."))?
+}
+
+/// One memory tool call, run on the blocking pool.
+enum Op {
+    List,
+    Read(String),
+    Write {
+        path: String,
+        content: String,
+        append: bool,
+    },
+}
+
+impl Op {
+    fn run(self, dir: &Path) -> Result<String, String> {
+        let root = open_dir(dir)?;
+        match self {
+            Op::List => {
+                let (files, more) = root.list(MAX_ENTRIES);
+                let mut out: Vec<String> = files
+                    .iter()
+                    .map(|(p, n)| format!("{p} ({n} bytes)"))
+                    .collect();
+                if out.is_empty() {
+                    out.push("(empty: nothing remembered yet)".to_owned());
+                }
+                if more > 0 {
+                    out.push(format!("… and {more} more"));
+                }
+                Ok(out.join("\n"))
+            }
+            Op::Read(rel) => {
+                let bytes = root
+                    .read(inside(&rel)?, MAX_FILE_BYTES)
+                    .map_err(|e| refused(&rel, "read", e))?;
+                String::from_utf8(bytes).map_err(|_| format!("{rel} is not UTF-8 text."))
+            }
+            Op::Write {
+                path,
+                content,
+                append,
+            } => {
+                let shown = root
+                    .write(inside(&path)?, content.as_bytes(), append)
+                    .map_err(|e| refused(&path, "write", e))?;
+                Ok(format!(
+                    "{} {} bytes to {shown}.",
+                    if append { "appended" } else { "wrote" },
+                    content.len()
+                ))
+            }
+        }
     }
 }
 
-/// `rel` inside `dir` (canonical): a relative path of plain components whose directory,
-/// created if missing, resolves inside `dir`, and which is not itself a symlink.
-async fn inside(dir: &Path, rel: &str) -> Result<PathBuf, String> {
+/// The memory directory, opened from `/` without following a symlink (it has none: admission
+/// built it from a canonical base).
+pub fn open_dir(dir: &Path) -> Result<Confined, String> {
+    let rel = dir.strip_prefix("/").map_err(|_| {
+        format!(
+            "the memory directory {} is not an absolute path.",
+            dir.display()
+        )
+    })?;
+    Confined::open(Path::new("/"), rel, false).map_err(|e| {
+        format!(
+            "the memory directory {} cannot be used: {e}.",
+            dir.display()
+        )
+    })
+}
+
+/// `rel` as a path of plain components, or the refusal for the model.
+fn inside(rel: &str) -> Result<&Path, String> {
     let p = Path::new(rel);
     let plain = !rel.is_empty()
         && p.components()
@@ -125,64 +170,18 @@ async fn inside(dir: &Path, rel: &str) -> Result<PathBuf, String> {
             "{rel:?} is not a path inside your memory directory: give a relative path without `..`."
         ));
     }
-    let path = dir.join(p);
-    let parent = path.parent().unwrap_or(dir).to_owned();
-    tokio::fs::create_dir_all(&parent)
-        .await
-        .map_err(|e| format!("cannot make the directory of {rel}: {e}."))?;
-    let real_parent = tokio::fs::canonicalize(&parent)
-        .await
-        .map_err(|e| format!("cannot resolve the directory of {rel}: {e}."))?;
-    let is_link = tokio::fs::symlink_metadata(&path)
-        .await
-        .is_ok_and(|m| m.file_type().is_symlink());
-    if !real_parent.starts_with(dir) || is_link {
-        return Err(format!("{rel:?} leads out of your memory directory."));
+    Ok(p)
+}
+
+/// The model's text for a refused read or write.
+fn refused(rel: &str, what: &str, e: ConfineError) -> String {
+    match e {
+        ConfineError::Symlink(_) => format!("{rel:?} leads out of your memory directory."),
+        ConfineError::TooLarge(_, max) => {
+            format!("{rel} is over the {max} bytes memory_read returns.")
+        }
+        e => format!("cannot {what} {rel}: {e}."),
     }
-    Ok(path)
-}
-
-fn shown(dir: &Path, path: &Path) -> String {
-    path.strip_prefix(dir).unwrap_or(path).display().to_string()
-}
-
-/// Every regular file under `dir`, `path (N bytes)` a line, in path order.
-async fn list(dir: &Path) -> Result<String, String> {
-    let dir = dir.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let mut files = Vec::new();
-        let mut pending = vec![dir.clone()];
-        while let Some(d) = pending.pop() {
-            let Ok(entries) = std::fs::read_dir(&d) else {
-                continue;
-            };
-            for e in entries.flatten() {
-                let Ok(kind) = e.file_type() else { continue };
-                if kind.is_dir() {
-                    pending.push(e.path());
-                } else if kind.is_file() {
-                    let size = e.metadata().map(|m| m.len()).unwrap_or(0);
-                    files.push((shown(&dir, &e.path()), size));
-                }
-            }
-        }
-        files.sort();
-        let more = files.len().saturating_sub(MAX_ENTRIES);
-        let mut out: Vec<String> = files
-            .iter()
-            .take(MAX_ENTRIES)
-            .map(|(p, n)| format!("{p} ({n} bytes)"))
-            .collect();
-        if out.is_empty() {
-            out.push("(empty: nothing remembered yet)".to_owned());
-        }
-        if more > 0 {
-            out.push(format!("… and {more} more"));
-        }
-        out.join("\n")
-    })
-    .await
-    .map_err(|e| format!("cannot list the memory directory: {e}."))
 }
 
 #[cfg(test)]
@@ -217,10 +216,11 @@ mod tests {
             let e = w(json!({"path": bad, "content": "x"})).await.unwrap_err();
             assert!(e.contains("memory directory"), "{bad}: {e}");
         }
-        // A symlink out of the directory, as a file or as a directory on the way.
+        // A symlink out of the directory, as a file or as a directory on the way: refused, and
+        // nothing is created on the other side of it.
         std::os::unix::fs::symlink(root.path(), dir.join("up")).unwrap();
         std::os::unix::fs::symlink(root.path().join("x.md"), dir.join("x.md")).unwrap();
-        for bad in ["up/escape.md", "x.md"] {
+        for bad in ["up/escape.md", "x.md", "up/new/deeper/x.md"] {
             let e = w(json!({"path": bad, "content": "x"})).await.unwrap_err();
             assert!(
                 e.ends_with("leads out of your memory directory."),
@@ -228,6 +228,22 @@ mod tests {
             );
         }
         assert!(!root.path().join("escape.md").exists() && !root.path().join("x.md").exists());
+        assert!(!root.path().join("new").exists());
+        // A FIFO is refused at once, never opened for a blocking read.
+        nix::unistd::mkfifo(
+            &dir.join("pipe.md"),
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
+        let e = call(&dir, READ, Some(&json!({"path": "pipe.md"})))
+            .await
+            .unwrap_err();
+        assert_eq!(e, "cannot read pipe.md: pipe.md is not a regular file.");
+        // The directory itself reached through a symlink is refused too.
+        let link = root.path().join("linked");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        let e = call(&link, LIST, None).await.unwrap_err();
+        assert!(e.contains("is a symlink"), "{e}");
         let e = call(&dir, READ, Some(&json!({}))).await.unwrap_err();
         assert_eq!(e, "memory_read needs \"path\" (a string).");
         assert_eq!(definitions(true).len(), 2);

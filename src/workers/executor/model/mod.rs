@@ -281,6 +281,7 @@ impl Executor for ModelExecutor {
                 agentry,
                 assignment,
                 meter: job.meter.clone(),
+                max_output_bytes: job.max_output_bytes,
             };
             tokio::select! {
                 biased;
@@ -299,6 +300,8 @@ struct Run {
     agentry: Option<Arc<dyn Agentry>>,
     assignment: Arc<Assignment>,
     meter: Meter,
+    /// The bound on the worker's result (`executor.max_output_bytes`).
+    max_output_bytes: usize,
 }
 
 fn failed(reason: String) -> Outcome {
@@ -363,13 +366,11 @@ impl Run {
             Bounds {
                 max_turns: agent.max_turns.unwrap_or(looping.max_turns),
                 output_retries: looping.output_retries,
+                tool_result_bytes: looping.max_tool_result_bytes,
+                result_bytes: self.max_output_bytes,
             },
         );
-        let timing = Timing {
-            idle: looping.idle_timeout,
-            max_retries: looping.max_retries,
-            backoff: Duration::from_millis(500),
-        };
+        let timing = Timing::of(looping, Duration::from_millis(500));
         let mut reporting = true;
         loop {
             let turn = match conv.begin_turn() {

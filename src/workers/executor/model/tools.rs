@@ -78,13 +78,14 @@ fn excludes_all(entry: &str, server: &str) -> bool {
 /// that inherits all tools, every one it does not exclude entirely. With one: exactly the
 /// servers it names — a configured one by name (an unknown name refuses the spawn), an inline
 /// one as the persona defines it — narrowed by the tool list the same way (docs/model.md §11.6,
-/// docs/personas.md §2.9).
+/// docs/personas.md §2.9). Each comes with whether its tool annotations are trusted: a
+/// configured server's are, an inline one's are not.
 pub fn servers_for(
     settings: &ModelSettings,
     agent: &str,
     tools: &Tools,
     persona: Option<&[McpServerSpec]>,
-) -> Result<Vec<(String, McpServer)>, String> {
+) -> Result<Vec<(String, McpServer, bool)>, String> {
     let wanted = |s: &str| match tools {
         Tools::Only(list) => list.iter().any(|e| mentions(e, s)),
         Tools::AllExcept(ex) => !ex.iter().any(|e| excludes_all(e, s)),
@@ -94,7 +95,7 @@ pub fn servers_for(
             .servers
             .iter()
             .filter(|(s, _)| wanted(s))
-            .map(|(s, def)| (s.clone(), def.clone()))
+            .map(|(s, def)| (s.clone(), def.clone(), true))
             .collect());
     };
     let mut out = Vec::new();
@@ -136,7 +137,7 @@ pub fn servers_for(
             }
         };
         if wanted(&s.name) {
-            out.push((s.name.clone(), def));
+            out.push((s.name.clone(), def, !s.inline));
         }
     }
     Ok(out)
@@ -175,8 +176,9 @@ impl Toolbox {
         let mut sessions = Vec::new();
         let mut found = Vec::new();
         let persona = agent.mcp_servers.as_ref().map(|l| l.servers.as_slice());
-        for (name, server) in servers_for(settings, &agent.name, &agent.tools, persona)? {
-            match mcp::start(&name, &server, workspace).await {
+        let max_message = settings.looping.max_mcp_message_bytes;
+        for (name, server, trusted) in servers_for(settings, &agent.name, &agent.tools, persona)? {
+            match mcp::start(&name, &server, workspace, max_message, trusted).await {
                 Ok((session, tools)) => {
                     sessions.push((name, session));
                     found.extend(tools);
@@ -387,7 +389,7 @@ mod tests {
         let only = Tools::Only(vec!["read".into(), "mcp__time__get_current_time".into()]);
         let names = |persona: Option<&[McpServerSpec]>, tools: &Tools| {
             servers_for(&settings, "a", tools, persona)
-                .map(|v| v.into_iter().map(|(n, _)| n).collect::<Vec<_>>())
+                .map(|v| v.into_iter().map(|(n, _, _)| n).collect::<Vec<_>>())
         };
         assert_eq!(names(None, &only).unwrap(), ["time"]);
         let all = Tools::AllExcept(vec!["mcp__fs".into()]);
@@ -416,6 +418,8 @@ mod tests {
             (got[1].0.as_str(), got[1].1.command.as_slice()),
             ("own", &["srv".to_owned()][..])
         );
+        // A configured server's annotations are trusted, an inline one's are not.
+        assert!(got[0].2 && !got[1].2);
         assert_eq!(names(Some(&list), &only).unwrap(), ["time"]);
         assert_eq!(names(Some(&[]), &everything).unwrap(), Vec::<String>::new());
         let e = names(Some(&[named("github")]), &everything).unwrap_err();

@@ -4,11 +4,13 @@
 //! `Retry-After`) but never once part of an answer has arrived.
 //!
 //! Real servers differ in small ways (`finish_reason: ""`, `usage: {}`, `choices: []`, a tool
-//! call without `index`), so every field is optional here and anything unknown is ignored.
+//! call without `index`, one JSON answer instead of a stream), so every field is optional here
+//! and anything unknown is ignored. Nothing from the endpoint is trusted: a body, an event, an
+//! answer, an error body, the tool calls and `Retry-After` are each bounded before they are
+//! held (docs/model.md §11.9), and a stream that stops early is not an answer.
 
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -60,19 +62,46 @@ pub struct Endpoint {
     pub headers: Vec<(String, String)>,
 }
 
-/// How one turn may take.
+/// How long one turn may take and how much of it is read: everything that arrives from the
+/// endpoint is bounded before it is held (docs/model.md §11.9).
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {
     /// Silence allowed before and between events.
     pub idle: Duration,
     /// Retries of a retryable failure.
     pub max_retries: u32,
-    /// The first backoff (doubled each retry, at most [`MAX_BACKOFF`]).
+    /// The first backoff (doubled each retry, at most `max_backoff`).
     pub backoff: Duration,
+    /// The longest wait between attempts, `Retry-After` included.
+    pub max_backoff: Duration,
+    /// Bytes of one answer body.
+    pub response_bytes: usize,
+    /// Bytes of one streamed event.
+    pub event_bytes: usize,
+    /// Bytes of text and tool arguments of one answer.
+    pub answer_bytes: usize,
+    /// Bytes of an error body read for its message.
+    pub error_bytes: usize,
+    /// Tool calls of one answer.
+    pub tool_calls: usize,
 }
 
-/// The longest wait between two attempts, `Retry-After` included.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+impl Timing {
+    /// The bounds of `model` (docs/model.md §11.10), with the first backoff.
+    pub fn of(looping: &crate::config::ModelLoop, backoff: Duration) -> Self {
+        Self {
+            idle: looping.idle_timeout,
+            max_retries: looping.max_retries,
+            backoff,
+            max_backoff: looping.max_backoff,
+            response_bytes: looping.max_response_bytes,
+            event_bytes: looping.max_event_bytes,
+            answer_bytes: looping.max_answer_bytes,
+            error_bytes: looping.max_error_bytes,
+            tool_calls: looping.max_tool_calls,
+        }
+    }
+}
 
 /// Why a turn failed; the text is the worker's error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -130,7 +159,7 @@ impl ModelClient for HttpModel {
         let mut backoff = timing.backoff;
         let mut retries = 0;
         loop {
-            match self.attempt(endpoint, body, timing.idle).await {
+            match self.attempt(endpoint, body, &timing).await {
                 Ok(answer) => return Ok(answer),
                 Err(Attempt::Fatal(why)) => return Err(TurnError(why)),
                 Err(Attempt::Retry { why, after }) => {
@@ -140,10 +169,10 @@ impl ModelClient for HttpModel {
                         )));
                     }
                     retries += 1;
-                    let wait = after.unwrap_or(backoff).min(MAX_BACKOFF);
+                    let wait = after.unwrap_or(backoff).min(timing.max_backoff);
                     tracing::warn!(url = %endpoint.url, error = %why, wait_ms = wait.as_millis() as u64, retry = retries, "model request retried");
                     tokio::time::sleep(wait).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    backoff = backoff.saturating_mul(2).min(timing.max_backoff);
                 }
             }
         }
@@ -155,8 +184,9 @@ impl HttpModel {
         &self,
         endpoint: &Endpoint,
         body: &Value,
-        idle: Duration,
+        timing: &Timing,
     ) -> Result<Answer, Attempt> {
+        let idle = timing.idle;
         let mut req = self
             .http
             .post(&endpoint.url)
@@ -186,57 +216,235 @@ impl HttpModel {
         };
         let status = resp.status();
         if !status.is_success() {
-            let after = retry_after(resp.headers());
-            let text = tokio::time::timeout(idle, resp.text())
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or_default();
-            let why = format!("model request failed: {status}: {}", error_message(&text));
+            let after = retry_after(resp.headers(), timing.max_backoff);
+            // Only the head of an error body is read: a hostile or broken endpoint may send
+            // any amount, and the message needs a few hundred bytes.
+            let mut body = Body::new(resp, idle);
+            let mut text = Vec::new();
+            while text.len() < timing.error_bytes {
+                match body.next().await {
+                    Ok(Some(chunk)) => text.extend_from_slice(&chunk),
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            text.truncate(timing.error_bytes);
+            let why = format!(
+                "model request failed: {status}: {}",
+                error_message(&String::from_utf8_lossy(&text))
+            );
             return Err(if status.as_u16() == 429 || status.is_server_error() {
                 Attempt::Retry { why, after }
             } else {
                 Attempt::Fatal(why)
             });
         }
-        read_stream(resp, idle).await.map_err(Attempt::Fatal)
+        let kind = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| {
+                v.split(';')
+                    .next()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_ascii_lowercase()
+            })
+            .unwrap_or_default();
+        let body = Body::new(resp, idle);
+        match kind.as_str() {
+            // Some servers ignore `stream: true` and answer with one JSON document.
+            "application/json" => read_json(body, timing).await,
+            "" | "text/event-stream" => read_stream(body, timing).await,
+            other => Err(format!(
+                "the model endpoint answered {status} with content type {:?}, neither an event stream (text/event-stream) nor JSON",
+                other.chars().take(64).collect::<String>()
+            )),
+        }
+        .map_err(Attempt::Fatal)
     }
 }
 
-/// Reads the event stream of a successful response into one answer. Nothing here is retried:
-/// part of an answer has arrived.
-async fn read_stream(resp: reqwest::Response, idle: Duration) -> Result<Answer, String> {
-    let mut events = sse_stream::SseStream::from_bytes_stream(resp.bytes_stream());
-    let mut assembly = Assembly::default();
-    let mut done = false;
-    loop {
-        let next = tokio::time::timeout(idle, events.next())
-            .await
-            .map_err(|_| idle_message(idle))?;
-        match next {
-            None => break,
-            Some(Err(e)) => {
-                return Err(format!(
-                    "model stream broke after {} events: {e}",
-                    assembly.events
-                ));
-            }
-            Some(Ok(sse)) => {
-                let Some(data) = sse.data else { continue };
-                // Read on to the end of the body after `[DONE]`, so the connection goes back to
-                // the pool instead of being closed with unread bytes.
-                if done {
-                    continue;
-                }
-                if data.trim() == "[DONE]" {
-                    done = true;
-                    continue;
-                }
-                assembly.take(&data)?;
-            }
+/// A response body read chunk by chunk, each within the idle timeout.
+struct Body {
+    resp: reqwest::Response,
+    idle: Duration,
+}
+
+impl Body {
+    fn new(resp: reqwest::Response, idle: Duration) -> Self {
+        Self { resp, idle }
+    }
+
+    async fn next(&mut self) -> Result<Option<bytes::Bytes>, String> {
+        match tokio::time::timeout(self.idle, self.resp.chunk()).await {
+            Err(_) => Err(idle_message(self.idle)),
+            Ok(Err(e)) => Err(error_chain(&e)),
+            Ok(Ok(chunk)) => Ok(chunk),
         }
     }
+}
+
+/// The failure of an answer body longer than `model.max_response_bytes`.
+fn too_long(limit: usize) -> String {
+    format!(
+        "the model's answer is over {limit} bytes (model.max_response_bytes); the rest was not read"
+    )
+}
+
+/// A non-streamed answer: one `chat.completion` document, read whole up to the bound.
+async fn read_json(mut body: Body, timing: &Timing) -> Result<Answer, String> {
+    let mut data = Vec::new();
+    while let Some(chunk) = body
+        .next()
+        .await
+        .map_err(|e| format!("model answer broke after {} bytes: {e}", data.len()))?
+    {
+        if data.len() + chunk.len() > timing.response_bytes {
+            return Err(too_long(timing.response_bytes));
+        }
+        data.extend_from_slice(&chunk);
+    }
+    let text = std::str::from_utf8(&data)
+        .map_err(|_| "the model's JSON answer is not UTF-8".to_owned())?;
+    let mut assembly = Assembly::bounded(timing);
+    assembly
+        .take(text)
+        .map_err(|e| e.replace("model stream: event 1", "the model's JSON answer"))?;
+    if assembly.events == 1 && !assembly.saw_choice {
+        return Err(
+            "the model's JSON answer has no choices: it is not a chat completion".to_owned(),
+        );
+    }
     Ok(assembly.finish())
+}
+
+/// Reads the event stream of a successful response into one answer. Nothing here is retried:
+/// part of an answer has arrived. Framing is done here rather than by an SSE crate so that a
+/// line and an event are bounded while they are read, not after they are held whole.
+async fn read_stream(mut body: Body, timing: &Timing) -> Result<Answer, String> {
+    let mut frames = Frames::new(timing.event_bytes);
+    let mut assembly = Assembly::bounded(timing);
+    let mut done = false;
+    let mut read = 0usize;
+    loop {
+        let chunk = body.next().await.map_err(|e| {
+            if e.starts_with("the model sent nothing") {
+                e
+            } else {
+                format!("model stream broke after {} events: {e}", assembly.events)
+            }
+        })?;
+        let Some(chunk) = chunk else { break };
+        read += chunk.len();
+        if read > timing.response_bytes {
+            return Err(too_long(timing.response_bytes));
+        }
+        for data in frames.push(&chunk)? {
+            // Read on to the end of the body after `[DONE]`, so the connection goes back to
+            // the pool instead of being closed with unread bytes.
+            if done {
+                continue;
+            }
+            if data.trim() == "[DONE]" {
+                done = true;
+                continue;
+            }
+            assembly.take(&data)?;
+        }
+    }
+    if let Some(data) = frames.finish() {
+        if data.trim() == "[DONE]" {
+            done = true;
+        } else if !done {
+            assembly.take(&data)?;
+        }
+    }
+    if !done && assembly.finish_reason.is_none() {
+        return Err(format!(
+            "model stream ended after {} events without [DONE] or a finish_reason: the answer is incomplete",
+            assembly.events
+        ));
+    }
+    Ok(assembly.finish())
+}
+
+/// Server-sent-event framing with bounds: lines (`\n`, `\r\n`), `data:` fields joined by
+/// `\n`, an event dispatched at a blank line; comments and other fields ignored.
+struct Frames {
+    line: Vec<u8>,
+    data: Option<String>,
+    max: usize,
+}
+
+impl Frames {
+    fn new(max: usize) -> Self {
+        Self {
+            line: Vec::new(),
+            data: None,
+            max,
+        }
+    }
+
+    fn over(&self) -> String {
+        format!(
+            "model stream: an event is over {} bytes (model.max_event_bytes)",
+            self.max
+        )
+    }
+
+    /// Takes the next bytes; returns the `data` of every event they complete.
+    fn push(&mut self, mut bytes: &[u8]) -> Result<Vec<String>, String> {
+        let mut out = Vec::new();
+        while let Some(at) = memchr::memchr(b'\n', bytes) {
+            if self.line.len() + at > self.max {
+                return Err(self.over());
+            }
+            self.line.extend_from_slice(&bytes[..at]);
+            bytes = &bytes[at + 1..];
+            let line = std::mem::take(&mut self.line);
+            if let Some(data) = self.line_done(&line)? {
+                out.push(data);
+            }
+        }
+        if self.line.len() + bytes.len() > self.max {
+            return Err(self.over());
+        }
+        self.line.extend_from_slice(bytes);
+        Ok(out)
+    }
+
+    /// One complete line; the event's data when the line is blank and ends one.
+    fn line_done(&mut self, line: &[u8]) -> Result<Option<String>, String> {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            return Ok(self.data.take());
+        }
+        let Some(value) = line.strip_prefix(b"data:") else {
+            // A comment (`:`), or a field the loop does not use (`event`, `id`, `retry`).
+            return Ok(None);
+        };
+        let value = value.strip_prefix(b" ").unwrap_or(value);
+        let value = std::str::from_utf8(value)
+            .map_err(|_| "model stream: an event is not UTF-8".to_owned())?;
+        let data = self.data.get_or_insert_with(String::new);
+        if data.len() + value.len() + 1 > self.max {
+            return Err(self.over());
+        }
+        if !data.is_empty() {
+            data.push('\n');
+        }
+        data.push_str(value);
+        Ok(None)
+    }
+
+    /// The data of an event the body ended in without its blank line.
+    fn finish(&mut self) -> Option<String> {
+        let line = std::mem::take(&mut self.line);
+        if !line.is_empty() {
+            let _ = self.line_done(&line);
+        }
+        self.data.take()
+    }
 }
 
 /// The worker's error for a silent stream.
@@ -259,20 +467,23 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// `Retry-After` in seconds or as an HTTP date.
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+/// `Retry-After` in seconds or as an HTTP date, capped at `max` before it becomes a duration
+/// (a server may ask for `1e20` seconds).
+fn retry_after(headers: &reqwest::header::HeaderMap, max: Duration) -> Option<Duration> {
     let v = headers
         .get(reqwest::header::RETRY_AFTER)?
         .to_str()
         .ok()?
         .trim();
     if let Ok(secs) = v.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+        return (secs.is_finite() && secs >= 0.0)
+            .then(|| Duration::from_secs_f64(secs.min(max.as_secs_f64())));
     }
     let at = httpdate::parse_http_date(v).ok()?;
     Some(
         at.duration_since(std::time::SystemTime::now())
-            .unwrap_or(Duration::ZERO),
+            .unwrap_or(Duration::ZERO)
+            .min(max),
     )
 }
 
@@ -326,7 +537,8 @@ struct Delta {
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct DeltaCall {
-    index: Option<usize>,
+    /// A number as the API sends it; anything else is refused by name, not as bad JSON.
+    index: Option<Value>,
     id: Option<String>,
     function: Option<DeltaFunction>,
 }
@@ -339,17 +551,46 @@ struct DeltaFunction {
     arguments: Option<Value>,
 }
 
-/// An answer being assembled from its events.
-#[derive(Default)]
+/// An answer being assembled from its events, within its bounds.
 pub(super) struct Assembly {
     content: String,
     calls: Vec<ToolCall>,
     finish_reason: Option<String>,
     usage: Option<Usage>,
     events: usize,
+    /// Whether any event had a `choices` entry (a JSON answer without one is not an answer).
+    saw_choice: bool,
+    /// Bytes of text and arguments so far, against `max_bytes`.
+    bytes: usize,
+    max_bytes: usize,
+    max_calls: usize,
+}
+
+impl Default for Assembly {
+    fn default() -> Self {
+        Self::bounded(&Timing::of(
+            &crate::config::ModelLoop::default(),
+            Duration::ZERO,
+        ))
+    }
 }
 
 impl Assembly {
+    /// An empty answer with the bounds of `timing`.
+    pub(super) fn bounded(timing: &Timing) -> Self {
+        Self {
+            content: String::new(),
+            calls: Vec::new(),
+            finish_reason: None,
+            usage: None,
+            events: 0,
+            saw_choice: false,
+            bytes: 0,
+            max_bytes: timing.answer_bytes,
+            max_calls: timing.tool_calls,
+        }
+    }
+
     /// Takes one event's `data`.
     pub(super) fn take(&mut self, data: &str) -> Result<(), String> {
         self.events += 1;
@@ -359,6 +600,7 @@ impl Assembly {
             self.usage = Some(u);
         }
         for choice in chunk.choices.unwrap_or_default() {
+            self.saw_choice = true;
             if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
                 self.finish_reason = Some(reason);
             }
@@ -366,43 +608,82 @@ impl Assembly {
                 continue;
             };
             if let Some(text) = delta.content {
+                self.grow(text.len())?;
                 self.content.push_str(&text);
             }
             for call in delta.tool_calls.unwrap_or_default() {
-                self.take_call(call);
+                self.take_call(call)?;
             }
         }
         Ok(())
     }
 
+    /// Counts `n` more bytes of the answer against its bound.
+    fn grow(&mut self, n: usize) -> Result<(), String> {
+        self.bytes = self.bytes.saturating_add(n);
+        if self.bytes > self.max_bytes {
+            return Err(format!(
+                "the model's answer is over {} bytes of text and tool arguments (model.max_answer_bytes)",
+                self.max_bytes
+            ));
+        }
+        Ok(())
+    }
+
     /// One tool-call delta: a new call (a new index, or a new id without index) or more of one.
-    fn take_call(&mut self, call: DeltaCall) {
-        let at = match call.index {
-            Some(i) => i,
-            None => match (&call.id, self.calls.last()) {
+    fn take_call(&mut self, call: DeltaCall) -> Result<(), String> {
+        let at = match &call.index {
+            Some(Value::Null) | None => match (&call.id, self.calls.last()) {
                 (Some(id), Some(last)) if *id == last.id => self.calls.len() - 1,
                 (None, Some(_)) => self.calls.len() - 1,
                 _ => self.calls.len(),
             },
+            Some(v) => match v.as_u64().and_then(|i| usize::try_from(i).ok()) {
+                Some(i) => i,
+                None => {
+                    return Err(format!(
+                        "model stream: event {}: tool call index {} is not a non-negative integer",
+                        self.events,
+                        bounded_json(v)
+                    ));
+                }
+            },
         };
+        if at >= self.max_calls {
+            return Err(format!(
+                "model stream: event {}: tool call index {at} is over the {} calls one answer may make (model.max_tool_calls)",
+                self.events, self.max_calls
+            ));
+        }
         if at >= self.calls.len() {
-            // Bounded by the stream itself; an index far ahead only adds empty slots.
+            // Within the bound just checked: at most `max_calls` slots.
             self.calls.resize_with(at + 1, ToolCall::default);
         }
+        let mut added = 0;
         let slot = &mut self.calls[at];
         if let Some(id) = call.id.filter(|i| !i.is_empty()) {
+            added += id.len();
             slot.id = id;
         }
         if let Some(f) = call.function {
             if let Some(name) = f.name.filter(|n| !n.is_empty()) {
+                added += name.len();
                 slot.name = name;
             }
             match f.arguments {
-                Some(Value::String(s)) => slot.arguments.push_str(&s),
+                Some(Value::String(s)) => {
+                    added += s.len();
+                    slot.arguments.push_str(&s);
+                }
                 Some(Value::Null) | None => {}
-                Some(other) => slot.arguments.push_str(&other.to_string()),
+                Some(other) => {
+                    let text = other.to_string();
+                    added += text.len();
+                    slot.arguments.push_str(&text);
+                }
             }
         }
+        self.grow(added)
     }
 
     /// The answer, with every call named and given an id.
@@ -432,6 +713,15 @@ impl Assembly {
     }
 }
 
+/// A JSON value as text, at most 64 bytes of it, for an error message.
+fn bounded_json(v: &Value) -> String {
+    let text = v.to_string();
+    match text.char_indices().nth(64) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text,
+    }
+}
+
 /// `usage` leniently: `{}` or missing counts are zero, and a missing total is the sum.
 fn usage_of(v: &Value) -> Option<Usage> {
     let obj = v.as_object()?;
@@ -451,6 +741,64 @@ fn usage_of(v: &Value) -> Option<Usage> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tool_calls_and_answers_are_bounded() {
+        let big = r#"{"choices":[{"delta":{"tool_calls":[{"index":4000000000,"id":"c","function":{"name":"t"}}]}}]}"#;
+        let e = assemble(&[big]).unwrap_err();
+        assert_eq!(
+            e,
+            "model stream: event 1: tool call index 4000000000 is over the 64 calls one answer may make (model.max_tool_calls)"
+        );
+        let neg = r#"{"choices":[{"delta":{"tool_calls":[{"index":-1}]}}]}"#;
+        assert!(
+            assemble(&[neg])
+                .unwrap_err()
+                .ends_with("tool call index -1 is not a non-negative integer")
+        );
+        // Calls without an index count against the same bound.
+        let mut a = Assembly::default();
+        for i in 0..64 {
+            a.take(&format!(r#"{{"choices":[{{"delta":{{"tool_calls":[{{"id":"c{i}","function":{{"name":"t"}}}}]}}}}]}}"#)).unwrap();
+        }
+        assert!(
+            a.take(r#"{"choices":[{"delta":{"tool_calls":[{"id":"c64"}]}}]}"#)
+                .is_err()
+        );
+        let mut t = Timing::of(&crate::config::ModelLoop::default(), Duration::ZERO);
+        t.answer_bytes = 10;
+        let mut a = Assembly::bounded(&t);
+        a.take(r#"{"choices":[{"delta":{"content":"0123456789"}}]}"#)
+            .unwrap();
+        assert_eq!(
+            a.take(r#"{"choices":[{"delta":{"content":"!"}}]}"#)
+                .unwrap_err(),
+            "the model's answer is over 10 bytes of text and tool arguments (model.max_answer_bytes)"
+        );
+    }
+
+    #[test]
+    fn events_are_framed_within_their_bound() {
+        let mut f = Frames::new(32);
+        assert_eq!(
+            f.push(b": comment\ndata: a\r\nda").unwrap(),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            f.push(b"ta: b\n\ndata: [DONE]").unwrap(),
+            vec!["a\nb".to_owned()]
+        );
+        assert_eq!(f.finish().as_deref(), Some("[DONE]"));
+        let mut f = Frames::new(32);
+        let e = f.push(&[b'x'; 40]).unwrap_err();
+        assert_eq!(
+            e,
+            "model stream: an event is over 32 bytes (model.max_event_bytes)"
+        );
+        let mut f = Frames::new(32);
+        f.push(b"data: 0123456789012345\n").unwrap();
+        assert!(f.push(b"data: 0123456789012345\n").is_err());
+    }
 
     fn assemble(events: &[&str]) -> Result<Answer, String> {
         let mut a = Assembly::default();
@@ -510,16 +858,26 @@ mod tests {
 
     #[test]
     fn retry_after_and_error_bodies() {
+        let max = Duration::from_secs(30);
         let mut h = reqwest::header::HeaderMap::new();
         h.insert("retry-after", "2".parse().unwrap());
-        assert_eq!(retry_after(&h), Some(Duration::from_secs(2)));
+        assert_eq!(retry_after(&h, max), Some(Duration::from_secs(2)));
+        h.insert("retry-after", "1e20".parse().unwrap());
+        assert_eq!(retry_after(&h, max), Some(max));
+        h.insert(
+            "retry-after",
+            "Fri, 31 Dec 9999 23:59:59 GMT".parse().unwrap(),
+        );
+        assert_eq!(retry_after(&h, max), Some(max));
         h.insert(
             "retry-after",
             "Sun, 06 Nov 1994 08:49:37 GMT".parse().unwrap(),
         );
-        assert_eq!(retry_after(&h), Some(Duration::ZERO));
-        h.insert("retry-after", "soon".parse().unwrap());
-        assert_eq!(retry_after(&h), None);
+        assert_eq!(retry_after(&h, max), Some(Duration::ZERO));
+        for bad in ["soon", "-1", "NaN", "inf"] {
+            h.insert("retry-after", bad.parse().unwrap());
+            assert_eq!(retry_after(&h, max), None, "{bad}");
+        }
         assert_eq!(
             error_message(r#"{"error":{"message":"bad key"}}"#),
             "bad key"
