@@ -198,6 +198,9 @@ impl App {
         for (worker, path) in crate::workers::worktree::candidates(&root, older_than) {
             let shown = path.display().to_string();
             let live = match worker.parse::<WorkerId>() {
+                // Being admitted: its worktree is made before its row (asked first, so a row
+                // written meanwhile is found below).
+                Ok(w) if self.supervisor.is_admitting(&w) => true,
                 Ok(w) => match self.supervisor.get(&w, &Visibility::All).await {
                     Ok(rec) => !rec.state.is_terminal(),
                     Err(crate::workers::supervisor::WorkerError::NotFound(_)) => false,

@@ -61,10 +61,10 @@ enum Command {
         /// YAML configuration file (docs §8.1); `AGENTRY_*` variables override scalar keys.
         #[arg(long)]
         config: Option<PathBuf>,
-        /// Once the listener is bound, print one line `listening <address>` on stdout: the
-        /// address really bound (the port chosen for `listen: 127.0.0.1:0`, or `unix:/path`).
-        /// For scripts and tests; connections are accepted from then on, and health says when
-        /// the service is ready.
+        /// Once the service is up (listener bound, store and executors open), print one line
+        /// `listening <address>` on stdout: the address really bound (the port chosen for
+        /// `listen: 127.0.0.1:0`, or `unix:/path`). For scripts and tests; a start that fails
+        /// prints nothing; health says when discovery is ready.
         #[arg(long)]
         print_addr: bool,
     },
@@ -244,7 +244,7 @@ fn load_config(path: Option<PathBuf>) -> anyhow::Result<Config> {
 }
 
 /// Runs the service until SIGTERM/SIGINT, then drains for at most `shutdown_grace`; a second
-/// signal exits at once. With `print_addr`, the bound address goes to stdout first.
+/// signal exits at once. With `print_addr`, the bound address goes to stdout once it is up.
 fn serve(
     rt: &tokio::runtime::Runtime,
     config: Option<PathBuf>,
@@ -255,14 +255,19 @@ fn serve(
         let listener = Listener::bind(&cfg.listen)
             .await
             .with_context(|| format!("cannot listen on {}", cfg.listen))?;
-        if print_addr {
-            print_listening(&listener).context("cannot print the listening address")?;
-        }
         let socket = listener.socket_path().map(Path::to_owned);
         let stop = CancellationToken::new();
         watch_signals(stop.clone())?;
         // `grpc::run` owns the whole shutdown sequence and its one deadline (shutdown_grace).
-        let drained = agentry::grpc::run(cfg, listener, stop.cancelled_owned()).await;
+        // The address is printed only once the service is up: a store held by another process
+        // (or anything else that fails at start-up) exits without it.
+        let drained =
+            agentry::grpc::run_announced(cfg, listener, stop.cancelled_owned(), |listener| {
+                if print_addr && let Err(e) = print_listening(listener) {
+                    tracing::warn!(error = %e, "cannot print the listening address");
+                }
+            })
+            .await;
         if let Some(path) = socket {
             let _ = std::fs::remove_file(path);
         }

@@ -62,6 +62,18 @@ pub async fn run(
     listener: impl Into<Listener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    run_announced(cfg, listener, shutdown, |_| {}).await
+}
+
+/// [`run`], calling `ready` with the listener once everything the service needs is open (the
+/// store, the registry, the executors) and it starts serving; never when it fails first. A
+/// `listening` line printed from here means the service came up (`serve --print-addr`).
+pub async fn run_announced(
+    cfg: Config,
+    listener: impl Into<Listener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    ready: impl FnOnce(&Listener),
+) -> anyhow::Result<()> {
     let listener = listener.into();
     // TLS for model providers and MCP servers over https: rustls on ring, installed once for
     // the process (a second install, as in tests running several servers, is a no-op).
@@ -285,6 +297,7 @@ pub async fn run(
     }
 
     tracing::info!(addr = %listener.describe(), "agentry listening");
+    ready(&listener);
     let health_for_shutdown = health.clone();
     let supervisor_for_auth = supervisor.clone();
     let grace = cfg.shutdown_grace;

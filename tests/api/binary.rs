@@ -144,7 +144,8 @@ impl Launch {
     }
 
     /// Runs a server that must fail to start: waits for it to exit and for the end of its
-    /// output, asserts the exit status is a failure and returns its stderr.
+    /// output, asserts the exit status is a failure and that it never said it was listening (a
+    /// script waiting for that line must not take it as up), and returns its stderr.
     pub async fn fails(self) -> String {
         let b = self.run();
         let status = b.exit_within(START_WITHIN).await;
@@ -160,6 +161,14 @@ impl Launch {
             || async { (lock(&b.output).ended == 2).then_some(()) },
         )
         .await;
+        let out = lock(&b.output);
+        assert!(
+            !out.stdout.iter().any(|l| l.starts_with(LISTENING)),
+            "{} printed a listening line although it did not start\n{}",
+            b.what,
+            out.show()
+        );
+        drop(out);
         b.stderr()
     }
 

@@ -431,3 +431,60 @@ async fn prune_worktrees_removes_finished_workers_kept_worktrees_and_never_a_liv
     );
     call("Bearer ops-secret").await.unwrap();
 }
+
+/// issue 40: a worktree is made before its worker's row; `PruneWorktrees` racing the spawn must
+/// not take it for a leftover and remove it while `git worktree add` runs.
+#[tokio::test]
+async fn prune_racing_spawns_never_removes_a_worktree_being_made() {
+    let s = with_runtime(
+        "sleep 0.2\npwd\nif [ -e .git ] && [ -e README.md ]; then echo present; else echo gone; fi",
+        |_| {},
+    )
+    .await;
+    let repo = repo(s.dir.path());
+    // `git worktree add` runs the post-checkout hook once the worktree's directory exists: a
+    // slow one holds the spawn in the window where the directory is there and the row is not.
+    let hook = repo.join(".git/hooks/post-checkout");
+    std::fs::write(&hook, "#!/bin/sh\nsleep 0.3\n").unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let worktrees = s.dir.path().join("state/worktrees");
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pruner = {
+        let (mut c, done) = (s.client.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut rounds = 0u32;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let r = c
+                    .prune_worktrees(pb::PruneWorktreesRequest {
+                        older_than: Some(prost_types::Duration::default()),
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner();
+                assert!(r.failed.is_empty(), "{r:?}");
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    // One at a time: each spawn's `git worktree add` has the repository to itself, and a
+    // prune that found its directory meanwhile is next in line.
+    let mut workers = Vec::new();
+    for i in 0..4 {
+        let r = isolated("task", &format!("work {i}"), &repo);
+        workers.push(spawn(&s, r).await.unwrap().worker.unwrap());
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let rounds = pruner.await.unwrap();
+    assert!(rounds > 0);
+    for w in workers {
+        let id = &w.id;
+        assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+        let here = worktrees.join(id).display().to_string();
+        assert_eq!(
+            w.result.as_deref(),
+            Some(format!("{here}\npresent\n").as_str()),
+            "worker {id} ran without its worktree"
+        );
+    }
+}

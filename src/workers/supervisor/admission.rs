@@ -209,6 +209,8 @@ impl Supervisor {
                 .isolation
                 .or(def.persona.worktree)
                 .unwrap_or(self.settings.worktree_default);
+        // From here until its row exists, the worker is known to be on its way.
+        let _admitting = Admitting::new(self, &new_id);
         let worktree = if isolate {
             match worktree::create(
                 &self.settings.worktrees_dir,
@@ -579,6 +581,17 @@ impl Supervisor {
         self.creating.lock().expect("creating workers poisoned")
     }
 
+    fn admitting_lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<WorkerId>> {
+        self.admitting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether worker `id` is being admitted here: its worktree may exist before its row does.
+    /// Asked before the store, this never misses a worker: its row is written before it stops
+    /// being admitted.
+    pub fn is_admitting(&self, id: &WorkerId) -> bool {
+        self.admitting_lock().contains(id) || self.creating_lock().contains_key(id)
+    }
+
     /// Whether a cached dispatch may be reused: being created, or [`Self::reusable_record`].
     fn reusable(&self, id: &WorkerId) -> bool {
         self.creating_lock().contains_key(id) || self.reusable_record(id).is_some()
@@ -695,6 +708,29 @@ fn dispatch_key(rec: &WorkerRecord) -> DedupeKey {
         output_schema: spec.effective.output_schema.as_ref(),
         prompt: &spec.prompt,
     })
+}
+
+/// Marks a worker as being admitted for as long as it lives (see
+/// [`Supervisor::is_admitting`]).
+struct Admitting<'a> {
+    sup: &'a Supervisor,
+    id: WorkerId,
+}
+
+impl<'a> Admitting<'a> {
+    fn new(sup: &'a Supervisor, id: &WorkerId) -> Self {
+        sup.admitting_lock().insert(id.clone());
+        Self {
+            sup,
+            id: id.clone(),
+        }
+    }
+}
+
+impl Drop for Admitting<'_> {
+    fn drop(&mut self) {
+        self.sup.admitting_lock().remove(&self.id);
+    }
 }
 
 /// Ends a worker's "being created" phase: removes its entry and wakes the dispatches waiting on

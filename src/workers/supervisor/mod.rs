@@ -386,6 +386,9 @@ pub struct Supervisor {
     /// claim waits here (`true` once the worker is live, or once its creation failed and it is
     /// gone) instead of starting a duplicate.
     creating: Mutex<HashMap<WorkerId, watch::Receiver<bool>>>,
+    /// Workers admitted and not yet written, from before their worktree is made until their row
+    /// exists: `PruneWorktrees` never takes such a worker's worktree for a leftover.
+    admitting: Mutex<std::collections::HashSet<WorkerId>>,
     /// Recently finished workers (dedupe reuse and cheap reads), kept for the dedupe TTL.
     recent: moka::sync::Cache<WorkerId, WorkerRecord>,
     /// Run slots (`limits.max_running`).
@@ -461,6 +464,7 @@ impl Supervisor {
             pending: Arc::new(Semaphore::new(settings.max_pending)),
             live: Mutex::new(LiveSet::default()),
             creating: Mutex::new(HashMap::new()),
+            admitting: Mutex::new(std::collections::HashSet::new()),
             shutdown: CancellationToken::new(),
             drain_until: std::sync::OnceLock::new(),
             unrecorded: std::sync::atomic::AtomicUsize::new(0),
