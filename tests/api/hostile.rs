@@ -16,6 +16,7 @@
 //! | a 1 MB persona with 100,000 keys, or a 250,000-element list | the first `ListAgents` answers in seconds and lists them (linear parse; memory bounded, measured) | `huge_personas_are_parsed_in_linear_time_through_list_agents`, `persona::tests` (unit) and `benches/discovery.rs` |
 //! | a runner message over the size limit, or with invalid UTF-8 | the stream ends with `INVALID_ARGUMENT`, the session's workers follow the runner-lost rules | `a_bad_runner_message_ends_the_stream_as_invalid_argument` |
 //! | a sustained stream of progress events on SQLite, a watcher reading along | the WAL stays under 64 MiB | `a_stream_of_progress_events_keeps_the_sqlite_wal_bounded`, `workers::store::sqlite::tests` (unit) |
+//! | four workers at once flooding ~130 KB events (64 KiB text + 64 KiB data) | the WAL stays under 64 MiB (checkpoints by size, not by commit count) | `four_workers_flooding_large_events_keep_the_wal_bounded` |
 
 use std::time::Duration;
 
@@ -593,4 +594,77 @@ async fn a_stream_of_progress_events_keeps_the_sqlite_wal_bounded() {
     stop_worker(&s, &w.id, "enough").await;
     let seen = watcher.await.unwrap();
     assert!(seen >= 1_900, "the watcher saw {seen} events");
+}
+
+/// issue 40: four workers at once, each reporting events of ~130 KB (64 KiB of text and 64 KiB
+/// of data, the largest an event may be), with watchers reading along: the WAL stays under its
+/// 64 MiB bound. Commits then carry several large events each, so a checkpoint every so many
+/// commits let it reach 88 MiB; it is checkpointed by size.
+#[tokio::test]
+async fn four_workers_flooding_large_events_keep_the_wal_bounded() {
+    use tokio_stream::StreamExt as _;
+    const WORKERS: usize = 4;
+    const EVENTS: usize = 250;
+    let s = crate::workers::with_runtime("exec sleep 120", |_| {}).await;
+    let wal = s.dir.path().join("state/agentry.db-wal");
+    let mut floods = tokio::task::JoinSet::new();
+    let mut ids = Vec::new();
+    for i in 0..WORKERS {
+        let w = crate::workers::spawn(&s, spawn_req("task", &format!("flood {i}"), false))
+            .await
+            .unwrap()
+            .worker
+            .unwrap();
+        wait_state(&s, &w.id, pb::WorkerState::Running).await;
+        let token = crate::workers::env_of(&s, &w.id).await["AGENTRY_WORKER_TOKEN"].clone();
+        let mut watch = s
+            .client
+            .clone()
+            .watch_worker(pb::WatchWorkerRequest {
+                worker_id: w.id.clone(),
+                after_sequence: 0,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        tokio::spawn(async move { while let Some(Ok(_)) = watch.next().await {} });
+        let mut c = s.client.clone();
+        floods.spawn(async move {
+            let text = "t".repeat(64 * 1024);
+            let data = format!("\"{}\"", "d".repeat(64 * 1024 - 2));
+            for n in 0..EVENTS {
+                c.report_progress(req(
+                    pb::ReportProgressRequest {
+                        kind: pb::ProgressKind::Text as i32,
+                        text: text.clone(),
+                        data_json: data.clone(),
+                    },
+                    &[("x-agentry-worker-token", token.as_str())],
+                ))
+                .await
+                .unwrap_or_else(|e| panic!("event {n}: {e:?}"));
+            }
+        });
+        ids.push(w.id);
+    }
+    // The WAL's size, looked at every few milliseconds while the floods go on.
+    let largest = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let sampling = {
+        let (wal, largest) = (wal.clone(), largest.clone());
+        tokio::spawn(async move {
+            loop {
+                let n = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+                largest.fetch_max(n, std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+        })
+    };
+    floods.join_all().await;
+    sampling.abort();
+    let largest = largest.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("largest WAL: {:.1} MiB", largest as f64 / (1 << 20) as f64);
+    assert!(largest <= 64 << 20, "the WAL reached {} MiB", largest >> 20);
+    for id in ids {
+        stop_worker(&s, &id, "enough").await;
+    }
 }

@@ -51,6 +51,27 @@ const MAX_IDLE_READERS: usize = 4;
 /// frames, so this keeps the WAL near SQLite's own default of 1,000 pages.
 const CHECKPOINT_EVERY: u32 = 128;
 
+/// WAL growth, in bytes, that nudges the checkpointer whatever the commit count: commits of
+/// large events (several 130 KB events grouped into each) outgrow the WAL bound long before
+/// [`CHECKPOINT_EVERY`] commits.
+const CHECKPOINT_BYTES: u64 = 4 << 20;
+
+/// Bytes of payload (event text and data, results, prompts) one group commit takes at most;
+/// a write that would go over waits for the next group. Bounds one commit's WAL growth.
+const MAX_GROUP_BYTES: usize = 4 << 20;
+
+thread_local! {
+    /// Frames in the WAL after the last commit on this thread, from SQLite's WAL hook (set
+    /// during the commit, on the committing thread, and read right after it).
+    static WAL_FRAMES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The write connection's WAL hook: records the frame count (it may not capture state).
+fn wal_frames_hook(_: &rusqlite::hooks::Wal, frames: std::os::raw::c_int) -> rusqlite::Result<()> {
+    WAL_FRAMES.with(|f| f.set(u64::try_from(frames).unwrap_or(0)));
+    Ok(())
+}
+
 /// How long the store must have been without a commit for a write to commit in place. Writes
 /// that come closer together than this are a stream (many clients at once), which the writer
 /// thread commits in groups for less work per write; a write after a pause is a lone one, for
@@ -63,11 +84,18 @@ type Finish = Box<dyn FnOnce(Result<(), String>) + Send>;
 /// the transaction could not begin) and returns how to report the commit.
 type WriteOp = Box<dyn FnOnce(Result<&Connection, String>) -> Finish + Send>;
 
+/// A write queued for the writer thread, with the payload bytes it carries (for
+/// [`MAX_GROUP_BYTES`]).
+struct Queued {
+    bytes: usize,
+    op: WriteOp,
+}
+
 /// [`WorkerStore`] on one SQLite file in WAL mode: a writer thread with group commit, pooled
 /// readers, and an exclusive lock file.
 pub struct SqliteStore {
     /// Queue of the writer thread; dropping the store ends the thread once it is drained.
-    writer: mpsc::Sender<WriteOp>,
+    writer: mpsc::Sender<Queued>,
     /// The write connection and what its users share.
     write: Arc<WriteSide>,
     /// Read connections and the path to open more.
@@ -94,6 +122,10 @@ struct WriteSide {
     queued: AtomicUsize,
     /// Commits so far, counted to nudge the checkpointer every [`CHECKPOINT_EVERY`].
     commits: AtomicU32,
+    /// WAL frames at the last nudge: another [`CHECKPOINT_BYTES`] of growth nudges again.
+    nudged_frames: AtomicU64,
+    /// Bytes of one WAL frame (the page size plus its header).
+    frame_bytes: u64,
     /// When the last commit ended, in microseconds since `epoch`.
     last_commit_us: AtomicU64,
     /// The origin of `last_commit_us`.
@@ -152,11 +184,20 @@ impl WriteSide {
         u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
 
-    /// Counts one commit, nudging the checkpointer every [`CHECKPOINT_EVERY`].
+    /// Counts one commit, nudging the checkpointer every [`CHECKPOINT_EVERY`] commits and
+    /// every [`CHECKPOINT_BYTES`] of WAL growth (the WAL hook's count on this thread).
     fn committed(&self) {
         self.last_commit_us
             .store(self.since_epoch_us(), Ordering::Relaxed);
-        if self.commits.fetch_add(1, Ordering::Relaxed) % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1 {
+        let frames = WAL_FRAMES.with(std::cell::Cell::get);
+        let nudged = self.nudged_frames.load(Ordering::Relaxed);
+        // A WAL that started over has fewer frames than at the last nudge.
+        let grown =
+            frames.saturating_sub(nudged) * self.frame_bytes >= CHECKPOINT_BYTES || frames < nudged;
+        let counted =
+            self.commits.fetch_add(1, Ordering::Relaxed) % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1;
+        if grown || counted {
+            self.nudged_frames.store(frames, Ordering::Relaxed);
             let _ = self.checkpoint.try_send(());
         }
     }
@@ -343,6 +384,12 @@ impl SqliteStore {
         // Commits may run on a serving thread; the checkpointer does the copying and syncing.
         conn.pragma_update(None, "wal_autocheckpoint", 0)
             .context("turn automatic checkpoints off")?;
+        // After the pragma above, which installs a hook of its own: the WAL's size after each
+        // commit, for checkpoints by size.
+        conn.wal_hook(Some(wal_frames_hook));
+        let page_size: i64 = conn
+            .query_row("PRAGMA page_size", [], |row| row.get(0))
+            .context("read page_size")?;
         // A WAL reset by a writer is cut back to the bound instead of keeping its largest size.
         conn.pragma_update(None, "journal_size_limit", WAL_LIMIT as i64)
             .context("set journal_size_limit")?;
@@ -358,6 +405,9 @@ impl SqliteStore {
             conn: Mutex::new(conn),
             queued: AtomicUsize::new(0),
             commits: AtomicU32::new(0),
+            nudged_frames: AtomicU64::new(0),
+            // A frame is a page and a 24-byte header.
+            frame_bytes: u64::try_from(page_size).unwrap_or(4096) + 24,
             last_commit_us: AtomicU64::new(0),
             epoch: Instant::now(),
             checkpoint: nudge,
@@ -390,6 +440,16 @@ impl SqliteStore {
         what: &'static str,
         f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
+        self.write_sized(what, 0, f).await
+    }
+
+    /// [`Self::write`] of a write carrying about `bytes` of payload (bounds its group).
+    async fn write_sized<T: Send + 'static>(
+        &self,
+        what: &'static str,
+        bytes: usize,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
         if let Some(conn) = self.write.try_lock_idle() {
             let result = commit_alone(&conn, what, f);
             drop(conn);
@@ -413,7 +473,7 @@ impl SqliteStore {
             })
         });
         self.write.queued.fetch_add(1, Ordering::AcqRel);
-        if self.writer.send(op).is_err() {
+        if self.writer.send(Queued { bytes, op }).is_err() {
             self.write.queued.fetch_sub(1, Ordering::AcqRel);
             return Err(StoreError::Closed);
         }
@@ -468,14 +528,25 @@ fn in_savepoint<T>(
     }
 }
 
-/// The writer thread: takes every queued write (up to [`MAX_GROUP`]), runs them in one
-/// transaction and reports its commit to each. Ends when the store is dropped.
-fn write_loop(side: &WriteSide, queue: &mpsc::Receiver<WriteOp>) {
-    while let Some(first) = next_write(queue) {
-        let mut group = vec![first];
-        while group.len() < MAX_GROUP {
+/// The writer thread: takes every queued write (up to [`MAX_GROUP`] writes and
+/// [`MAX_GROUP_BYTES`] of payload), runs them in one transaction and reports its commit to
+/// each. Ends when the store is dropped.
+fn write_loop(side: &WriteSide, queue: &mpsc::Receiver<Queued>) {
+    let mut held: Option<Queued> = None;
+    while let Some(first) = held.take().or_else(|| next_write(queue)) {
+        let mut bytes = first.bytes;
+        let mut group = vec![first.op];
+        while group.len() < MAX_GROUP && bytes < MAX_GROUP_BYTES {
             match queue.try_recv() {
-                Ok(op) => group.push(op),
+                Ok(q) if bytes + q.bytes > MAX_GROUP_BYTES => {
+                    // Starts the next group: this one is full.
+                    held = Some(q);
+                    break;
+                }
+                Ok(q) => {
+                    bytes += q.bytes;
+                    group.push(q.op);
+                }
                 Err(_) => break,
             }
         }
@@ -513,7 +584,7 @@ const STAY_AWAKE: Duration = Duration::from_micros(300);
 /// [`STAY_AWAKE`] of the last group is taken without the writer having slept: waking a sleeping
 /// thread on a busy machine cost more than the commit itself (under 8 clients spawning, a write
 /// waited 0.64 ms at the median for the writer to run it, and its group took 0.11 ms).
-fn next_write(queue: &mpsc::Receiver<WriteOp>) -> Option<WriteOp> {
+fn next_write(queue: &mpsc::Receiver<Queued>) -> Option<Queued> {
     let until = Instant::now() + STAY_AWAKE;
     loop {
         match queue.try_recv() {
@@ -531,7 +602,8 @@ fn next_write(queue: &mpsc::Receiver<WriteOp>) -> Option<WriteOp> {
 impl WorkerStore for SqliteStore {
     async fn create(&self, rec: &WorkerRecord) -> Result<WorkerEvent, StoreError> {
         let event = creation_event(rec);
-        self.write("create worker", move |tx| {
+        let bytes = rec.spec.prompt.len();
+        self.write_sized("create worker", bytes, move |tx| {
             if let Some(request_id) = &event.worker.spec.request_id {
                 let existing = tx
                     .prepare_cached(
@@ -566,7 +638,11 @@ impl WorkerStore for SqliteStore {
         now_ms: i64,
     ) -> Result<Applied, StoreError> {
         let id = id.clone();
-        self.write("apply worker event", move |tx| {
+        let bytes = [&patch.result, &patch.structured_result, &patch.error]
+            .iter()
+            .map(|f| f.as_ref().map_or(0, String::len))
+            .sum();
+        self.write_sized("apply worker event", bytes, move |tx| {
             apply_in(tx, &id, event, patch, now_ms)
         })
         .await
@@ -677,7 +753,8 @@ impl WorkerStore for SqliteStore {
         max_events: u64,
     ) -> Result<WorkerEvent, StoreError> {
         let id = id.clone();
-        self.write("record progress", move |tx| {
+        let bytes = progress.text.len() + progress.data_json.as_ref().map_or(0, String::len);
+        self.write_sized("record progress", bytes, move |tx| {
             progress_in(tx, &id, progress, now_ms, max_events)
         })
         .await
