@@ -253,6 +253,10 @@ pub struct Limits {
     /// Events (transitions and progress reports) one worker may have; a progress report beyond
     /// it is refused (docs/workers.md §6.9). Default 10 000.
     pub max_events_per_worker: u64,
+    /// Bytes of one `ListWorkers` page (results, errors and the rest of each worker, about as
+    /// sent): a page ends before it would go over, and always holds at least one worker. Under
+    /// gRPC's default 4 MiB message limit of clients. Default 3 MiB.
+    pub max_page_bytes: usize,
 }
 
 impl Default for Limits {
@@ -262,6 +266,7 @@ impl Default for Limits {
             max_pending: 1024,
             max_prompt_bytes: 256 * 1024,
             max_events_per_worker: 10_000,
+            max_page_bytes: 3 << 20,
         }
     }
 }

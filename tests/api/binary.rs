@@ -105,6 +105,31 @@ impl Launch {
         self
     }
 
+    /// Like [`Self::new`], with the child's address space (`RLIMIT_AS`) capped at `bytes`: a
+    /// regression that allocates without bound then fails in the child (an allocation error,
+    /// an abort) instead of taking the machine down with it. The limit is set by `sh`'s
+    /// `ulimit -v`, which then `exec`s the binary (same pid; the crate forbids `unsafe`, so no
+    /// `pre_exec`).
+    pub fn with_address_space(config: &Path, bytes: u64) -> Self {
+        let mut launch = Self::new(config);
+        let mut cmd = std::process::Command::new("sh");
+        cmd.arg("-c")
+            .arg(format!("ulimit -v {} && exec \"$0\" \"$@\"", bytes / 1024))
+            .arg(env!("CARGO_BIN_EXE_agentry"))
+            .args(launch.cmd.get_args());
+        for (k, v) in launch.cmd.get_envs() {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        launch.cmd = cmd;
+        launch
+    }
+
     /// Removes a variable from the child's environment.
     pub fn env_remove(mut self, key: &str) -> Self {
         self.cmd.env_remove(key);

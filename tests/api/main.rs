@@ -18,5 +18,6 @@ mod replicas;
 mod restart;
 mod review;
 mod runners;
+mod untrusted;
 mod workers;
 mod worktrees;

@@ -60,8 +60,18 @@ impl Supervisor {
                 limit: limit + 1,
             })
             .await?;
-        let next_page_token = if workers.len() > limit {
-            workers.truncate(limit);
+        // The page also ends before its bytes would pass `limits.max_page_bytes` (one worker
+        // may carry a result of up to `executor.max_output_bytes`), never before its first.
+        let mut bytes = 0usize;
+        let fit = workers
+            .iter()
+            .position(|w| {
+                bytes = bytes.saturating_add(shown_bytes(w));
+                bytes > self.settings.max_page_bytes
+            })
+            .map_or(workers.len(), |at| at.max(1));
+        let next_page_token = if workers.len() > limit || fit < workers.len() {
+            workers.truncate(limit.min(fit));
             let last = workers.last().expect("a page holds at least one worker");
             PageToken {
                 offset: 0,
@@ -77,4 +87,28 @@ impl Supervisor {
             next_page_token,
         })
     }
+}
+
+/// About how many bytes worker `w` takes in a listing: its texts, and a bound on the rest.
+fn shown_bytes(w: &WorkerRecord) -> usize {
+    let texts = [
+        w.result.as_deref(),
+        w.structured_result.as_deref(),
+        w.error.as_deref(),
+        w.usage.as_deref(),
+        w.worktree.as_deref(),
+        Some(w.spec.description.as_str()),
+        w.spec.workspace.as_deref(),
+    ];
+    let effective = &w.spec.effective;
+    let tools = match &effective.tools {
+        crate::resolve::Tools::Only(l) | crate::resolve::Tools::AllExcept(l) => l,
+    };
+    let lists: usize = tools
+        .iter()
+        .chain(effective.model.iter())
+        .map(|s| s.len() + 2)
+        .sum::<usize>()
+        + effective.spawns.len();
+    texts.iter().flatten().map(|t| t.len() + 4).sum::<usize>() + lists + 512
 }

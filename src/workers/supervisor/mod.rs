@@ -82,6 +82,8 @@ pub struct Settings {
     pub replica_lease: Duration,
     /// Events one worker may have (`limits.max_events_per_worker`).
     pub max_events_per_worker: u64,
+    /// Bytes of one `ListWorkers` page (`limits.max_page_bytes`).
+    pub max_page_bytes: usize,
     /// `workers.isolation: worktree`.
     pub worktree_default: bool,
     /// `workers.worktree_base`.
@@ -108,6 +110,7 @@ impl Settings {
             review_timeout: cfg.review.timeout,
             replica_lease: cfg.replica.lease,
             max_events_per_worker: cfg.limits.max_events_per_worker,
+            max_page_bytes: cfg.limits.max_page_bytes,
             worktree_default: cfg.workers.isolation == crate::config::IsolationKind::Worktree,
             worktree_base: cfg.workers.worktree_base,
             worktrees_dir: cfg.worktrees_dir(),
