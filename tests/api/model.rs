@@ -913,6 +913,9 @@ async fn a_personas_mcp_servers_are_the_servers_its_workers_get() {
         return;
     };
     let scripted = Scripted::start(json!([
+        // An inline server's annotations are not trusted: its read-only clock is reviewed, and
+        // this reviewer approves.
+        {"match": "Decision", "content": "Decision: approve\nreads the clock", "repeat": true},
         {"match": "\"tool\"", "tool_calls": [submit(json!("done"))], "repeat": true},
         {"match": "CLOCK", "tool_calls": [{"name": "mcp__clock__get_current_time", "arguments": {"timezone": "UTC"}}], "repeat": true},
         {"tool_calls": [submit(json!("nothing to do"))], "repeat": true},
@@ -989,8 +992,15 @@ async fn a_personas_mcp_servers_are_the_servers_its_workers_get() {
         offered.iter().all(|t| t.starts_with("mcp__clock__")),
         "{offered:?}"
     );
-    let answers = tool_messages(&scripted.requests()[before + 1]);
-    assert!(answers[0].contains("UTC"), "{answers:?}");
+    // The worker's next turn (after the review's own request) carries the clock's answer.
+    let answers: Vec<String> = scripted.requests()[before + 1..]
+        .iter()
+        .flat_map(tool_messages)
+        .collect();
+    assert!(
+        answers.len() == 1 && answers[0].contains("UTC"),
+        "{answers:?}"
+    );
 
     // An empty list: no MCP server at all.
     let before = scripted.requests().len();
