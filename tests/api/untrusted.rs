@@ -14,8 +14,10 @@
 //! | a 6 MB tool result | cut for the model with a note; not resent whole | `a_6_mb_tool_result_is_cut_for_the_model` |
 //! | a plain JSON answer to a streamed request | read as the answer | `a_plain_json_answer_is_read_as_the_answer` |
 //! | a stream without `[DONE]` or `finish_reason`; `finish_reason: length` | the worker fails saying so | `an_early_end_or_a_length_cut_is_never_a_completed_worker` |
+//! | a body that goes on after `[DONE]` (a line over the event bound) | the answer stands | `what_follows_done_is_not_part_of_the_answer` |
 //! | `memory_write` through a planted symlink; `MEMORY.md` a symlink, a FIFO or `/dev/zero`; the memory directory a symlink | refused, nothing created or read outside, the server never blocks | `the_memory_tools_and_the_prompt_never_reach_outside` |
 //! | a project persona named `..` with `memory: user` | refused as a name (`invalid_name`); nothing written in the home | `a_persona_named_dot_dot_is_not_an_agent` |
+//! | `ListWorkers {}` over workers with results near the 1 MiB bound | pages under 3 MiB, the rest by token | `list_workers_pages_are_bounded_in_bytes` |
 //! | `destructiveHint: false`; annotations of an inline server | a write all the same (never offered read-only, reviewed); an inline server's tools are reviewed as destructive | `read_only_follows_the_mcp_specification_and_inline_servers_are_not_trusted` |
 
 use std::{
@@ -656,4 +658,25 @@ async fn list_workers_pages_are_bounded_in_bytes() {
         }
     }
     assert_eq!((seen, pages), (6, 2));
+}
+
+/// After `[DONE]` the answer is whole: whatever the body carries next (here a 2 MB line, over
+/// the event bound) is drained or let go, never read as part of the answer.
+#[tokio::test]
+async fn what_follows_done_is_not_part_of_the_answer() {
+    let text =
+        json!({"choices": [{"index": 0, "delta": {"content": "whole"}, "finish_reason": "stop"}]});
+    let junk = format!("data: {}", "x".repeat(2_000_000));
+    let h = hostile(
+        json!([{"raw": [sse(text), "data: [DONE]\n\n", junk]}]),
+        "",
+        |r| {
+            agent(r, "scout", "");
+        },
+    )
+    .await;
+    let w = h.run("scout", "go", Path::new("")).await.unwrap();
+    assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
+    assert_eq!(w.result.as_deref(), Some("whole"));
+    h.assert_alive().await;
 }

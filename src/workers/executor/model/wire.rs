@@ -327,21 +327,32 @@ async fn read_stream(mut body: Body, timing: &Timing) -> Result<Answer, String> 
     let mut done = false;
     let mut read = 0usize;
     loop {
-        let chunk = body.next().await.map_err(|e| {
-            if e.starts_with("the model sent nothing") {
-                e
-            } else {
-                format!("model stream broke after {} events: {e}", assembly.events)
+        let chunk = match body.next().await {
+            Ok(chunk) => chunk,
+            // After `[DONE]` the answer is whole: a body that then breaks is let go.
+            Err(_) if done => break,
+            Err(e) if e.starts_with("the model sent nothing") => return Err(e),
+            Err(e) => {
+                return Err(format!(
+                    "model stream broke after {} events: {e}",
+                    assembly.events
+                ));
             }
-        })?;
+        };
         let Some(chunk) = chunk else { break };
         read += chunk.len();
+        if done {
+            // Read on to the end of the body after `[DONE]`, so the connection goes back to
+            // the pool instead of being closed with unread bytes; past the bound it is let go.
+            if read > timing.response_bytes {
+                break;
+            }
+            continue;
+        }
         if read > timing.response_bytes {
             return Err(too_long(timing.response_bytes));
         }
         for data in frames.push(&chunk)? {
-            // Read on to the end of the body after `[DONE]`, so the connection goes back to
-            // the pool instead of being closed with unread bytes.
             if done {
                 continue;
             }
@@ -352,10 +363,10 @@ async fn read_stream(mut body: Body, timing: &Timing) -> Result<Answer, String> 
             assembly.take(&data)?;
         }
     }
-    if let Some(data) = frames.finish() {
+    if !done && let Some(data) = frames.finish() {
         if data.trim() == "[DONE]" {
             done = true;
-        } else if !done {
+        } else {
             assembly.take(&data)?;
         }
     }
