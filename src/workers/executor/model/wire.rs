@@ -264,22 +264,30 @@ impl HttpModel {
     }
 }
 
-/// A response body read chunk by chunk, each within the idle timeout.
+/// A response body read chunk by chunk, each within the idle timeout. Only the body stream is
+/// kept: the response's headers are slices of the connection's read buffer, and an idle worker
+/// holding them would pin that buffer for as long as it waits.
 struct Body {
-    resp: reqwest::Response,
+    stream:
+        std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
     idle: Duration,
 }
 
 impl Body {
     fn new(resp: reqwest::Response, idle: Duration) -> Self {
-        Self { resp, idle }
+        Self {
+            stream: Box::pin(resp.bytes_stream()),
+            idle,
+        }
     }
 
     async fn next(&mut self) -> Result<Option<bytes::Bytes>, String> {
-        match tokio::time::timeout(self.idle, self.resp.chunk()).await {
+        use futures_util::StreamExt;
+        match tokio::time::timeout(self.idle, self.stream.next()).await {
             Err(_) => Err(idle_message(self.idle)),
-            Ok(Err(e)) => Err(error_chain(&e)),
-            Ok(Ok(chunk)) => Ok(chunk),
+            Ok(Some(Err(e))) => Err(error_chain(&e)),
+            Ok(Some(Ok(chunk))) => Ok(Some(chunk)),
+            Ok(None) => Ok(None),
         }
     }
 }
