@@ -1,15 +1,99 @@
-//! One worker's conversation as a pure state machine (docs/model.md §11.3, §11.5): the messages
-//! so far, the turn budget and the output rule. It does no I/O: the driver asks it what to send,
-//! hands it each answer and each tool result, and it says what comes next. Every rule of the
-//! loop is here, so each one is unit-tested without a server.
+//! One worker's conversation as a pure state machine (docs/model.md §11.3–§11.5): the messages
+//! so far, the turn budget, the output rule, the request body, which call of an answer ends the
+//! run (`submit_result`, after which the rest are not run), and the wording of every reply to a
+//! tool call ([`Reply`]: an answer, a refusal, the tool's own error, a review's rejection). It
+//! does no I/O: the driver asks it what to send, hands it each answer and each call's reply, and
+//! it says what comes next. Every rule of the loop is here, so each one is unit-tested without a
+//! server; the driver itself is tested in process with a fake model under paused time.
 
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::wire::{Answer, ToolCall};
 
 /// The name of the implicit tool that ends a run with its result.
 pub const SUBMIT_RESULT: &str = "submit_result";
+
+/// The sentence every tool error ends with (docs/model.md §11.4).
+pub const DO_NOT_RETRY: &str =
+    "Do not repeat the same call unchanged; fix the arguments or take another approach.";
+
+/// What one tool call gives back to the model (docs/model.md §11.4): its answer, or one of
+/// the kinds of error, each worded here and nowhere else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// The tool's answer.
+    Answer(String),
+    /// The call was refused or failed before the tool answered (bad arguments, an unknown
+    /// tool, a timeout, a transport failure, a spawn refusal): `why`, a full stop when it has
+    /// none, and [`DO_NOT_RETRY`].
+    Refused(String),
+    /// The tool answered with an error (`isError`): its text and [`DO_NOT_RETRY`].
+    ToolError(String),
+    /// The review gate rejected the call, which did not run: `rejected by review: <reason>`.
+    Rejected(String),
+    /// An invalid `submit_result`: `why. ` and [`DO_NOT_RETRY`].
+    Invalid(String),
+}
+
+impl Reply {
+    /// Whether the model is told the call failed.
+    pub fn is_error(&self) -> bool {
+        !matches!(self, Reply::Answer(_))
+    }
+
+    /// The text the model is sent.
+    pub fn into_text(self) -> String {
+        match self {
+            Reply::Answer(text) => text,
+            Reply::Refused(why) => {
+                // A refusal from agentry's own API has no final stop; the instruction is a
+                // sentence of its own.
+                let stop = if why.ends_with(['.', '!', '?']) {
+                    ""
+                } else {
+                    "."
+                };
+                format!("{why}{stop} {DO_NOT_RETRY}")
+            }
+            Reply::ToolError(text) => format!("{text} {DO_NOT_RETRY}"),
+            Reply::Rejected(reason) => format!("rejected by review: {reason}"),
+            Reply::Invalid(why) => format!("{why}. {DO_NOT_RETRY}"),
+        }
+    }
+
+    /// A call of `name` whose arguments are not JSON.
+    pub fn bad_arguments(name: &str, e: &serde_json::Error) -> Self {
+        Reply::Refused(format!("the arguments of {name} are not JSON: {e}."))
+    }
+
+    /// A call of a name that was not offered.
+    pub fn unknown_tool(name: &str, offered: &[String]) -> Self {
+        Reply::Refused(format!(
+            "unknown tool {name}; the tools you have are: {}. Call only one of these.",
+            offered.join(", ")
+        ))
+    }
+
+    /// The spawn tool's name at the depth limit.
+    pub fn depth_limit() -> Self {
+        Reply::Refused("Agent depth limit reached. Solve the task yourself.".to_owned())
+    }
+}
+
+/// What the loop does with one tool call of an answer.
+#[derive(Debug, PartialEq)]
+pub enum CallStep {
+    /// The call is `submit_result` and it was accepted: the run is over with this result, and
+    /// the calls after it in the same answer are not run.
+    Done(String),
+    /// The run failed for this reason (results refused once too often).
+    Failed(String),
+    /// The call was answered here (a refused `submit_result`): its text, already appended.
+    Answered(String),
+    /// The driver runs it, then hands its [`Reply`] to [`Conversation::tool_result`].
+    Run,
+}
 
 /// One Chat Completions message, as the API takes it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -141,6 +225,40 @@ impl Conversation {
         self.turns
     }
 
+    /// The body of the next turn's request (docs/model.md §11.3): `model`, the messages so far,
+    /// streamed with usage, the offered `tools` when there are any, and `reasoning_effort`.
+    pub fn request(&self, model: &str, tools: &[Value], effort: Option<&str>) -> Value {
+        let mut body = json!({
+            "model": model,
+            "messages": self.messages(),
+            "stream": true,
+            "stream_options": {"include_usage": true},
+        });
+        if !tools.is_empty() {
+            body["tools"] = Value::Array(tools.to_vec());
+        }
+        if let Some(e) = effort {
+            body["reasoning_effort"] = json!(e);
+        }
+        body
+    }
+
+    /// Takes one tool call of the current answer, in order: `submit_result` is decided here;
+    /// any other call is the driver's to run.
+    pub fn take_call(&mut self, call: &ToolCall) -> CallStep {
+        if call.name != SUBMIT_RESULT {
+            return CallStep::Run;
+        }
+        match self.submit(&call.arguments) {
+            Submitted::Done(result) => CallStep::Done(result),
+            Submitted::Failed(reason) => CallStep::Failed(reason),
+            Submitted::Refused(why) => {
+                let text = self.tool_result(&call.id, Reply::Invalid(why));
+                CallStep::Answered(text)
+            }
+        }
+    }
+
     /// Starts a turn; `Err` with the failure once the budget is spent.
     pub fn begin_turn(&mut self) -> Result<u32, String> {
         if self.turns >= self.bounds.max_turns {
@@ -225,9 +343,10 @@ impl Conversation {
         })
     }
 
-    /// Appends a tool's answer to call `id`, cut to [`Bounds::tool_result_bytes`] with a note
-    /// that says so (it goes back with every later turn).
-    pub fn tool_result(&mut self, id: &str, mut content: String) {
+    /// Appends the reply to call `id`, cut to [`Bounds::tool_result_bytes`] with a note that
+    /// says so (it goes back with every later turn); returns the text appended.
+    pub fn tool_result(&mut self, id: &str, reply: Reply) -> String {
+        let mut content = reply.into_text();
         let max = self.bounds.tool_result_bytes;
         if content.len() > max {
             let whole = content.len();
@@ -242,8 +361,9 @@ impl Conversation {
         }
         self.messages.push(Message::Tool {
             tool_call_id: id.to_owned(),
-            content,
+            content: content.clone(),
         });
+        content
     }
 
     /// Checks the arguments of a `submit_result` call (its `result` against the schema).
@@ -299,6 +419,97 @@ mod tests {
         }
     }
 
+    /// Every kind of reply, worded in one place: (reply, text for the model, is an error).
+    #[test]
+    fn replies_are_worded_here() {
+        let table = [
+            (Reply::Answer("42".into()), "42".to_owned(), false),
+            (
+                Reply::Refused("no such agent".into()),
+                format!("no such agent. {DO_NOT_RETRY}"),
+                true,
+            ),
+            (
+                Reply::Refused("Agent depth limit reached.".into()),
+                format!("Agent depth limit reached. {DO_NOT_RETRY}"),
+                true,
+            ),
+            (
+                Reply::ToolError("disk full".into()),
+                format!("disk full {DO_NOT_RETRY}"),
+                true,
+            ),
+            (
+                Reply::Rejected("too risky".into()),
+                "rejected by review: too risky".to_owned(),
+                true,
+            ),
+            (
+                Reply::Invalid("bad.".into()),
+                format!("bad.. {DO_NOT_RETRY}"),
+                true,
+            ),
+            (
+                Reply::depth_limit(),
+                format!("Agent depth limit reached. Solve the task yourself. {DO_NOT_RETRY}"),
+                true,
+            ),
+            (
+                Reply::unknown_tool("x", &["a".into(), "b".into()]),
+                format!(
+                    "unknown tool x; the tools you have are: a, b. Call only one of these. {DO_NOT_RETRY}"
+                ),
+                true,
+            ),
+        ];
+        for (reply, text, error) in table {
+            assert_eq!(reply.is_error(), error, "{reply:?}");
+            assert_eq!(reply.into_text(), text);
+        }
+    }
+
+    /// Each call of an answer, in order: `submit_result` decided here (accepted, refused, or
+    /// refused once too often), anything else handed to the driver.
+    #[test]
+    fn calls_are_taken_in_order_and_submit_is_decided_here() {
+        let roomy = Bounds {
+            tool_result_bytes: 4096,
+            ..bounds(5, 1)
+        };
+        let mut c = Conversation::new("", "p", None, roomy);
+        let call = |name: &str, args: &str| ToolCall {
+            id: "c".into(),
+            name: name.into(),
+            arguments: args.into(),
+        };
+        assert_eq!(c.take_call(&call("task", "{}")), CallStep::Run);
+        let CallStep::Answered(text) = c.take_call(&call(SUBMIT_RESULT, "{}")) else {
+            panic!("a refused result is answered here")
+        };
+        assert_eq!(
+            text,
+            format!("the arguments have no \"result\". {DO_NOT_RETRY}")
+        );
+        assert!(
+            matches!(c.messages().last(), Some(Message::Tool { content, .. }) if *content == text)
+        );
+        assert!(matches!(
+            c.take_call(&call(SUBMIT_RESULT, "nope")),
+            CallStep::Failed(r) if r.starts_with("output invalid after 2 attempts")
+        ));
+        let mut ok = Conversation::new("", "p", None, bounds(5, 1));
+        assert_eq!(
+            ok.take_call(&call(SUBMIT_RESULT, r#"{"result": "r"}"#)),
+            CallStep::Done("r".into())
+        );
+        let body = ok.request("m", &[], Some("high"));
+        assert_eq!(body["model"], "m");
+        assert_eq!(body["stream"], true);
+        assert_eq!(body["reasoning_effort"], "high");
+        assert!(body.get("tools").is_none());
+        assert_eq!(body["messages"][0], json!({"role": "user", "content": "p"}));
+    }
+
     #[test]
     fn truncated_answers_fail_and_sizes_are_bounded() {
         let mut c = Conversation::new("", "p", None, bounds(5, 2));
@@ -323,7 +534,7 @@ mod tests {
             c.submit(&json!({"result": "y".repeat(40)}).to_string()),
             Submitted::Failed(r) if r.starts_with("the result is 40 bytes")
         ));
-        c.tool_result("c1", "é".repeat(20));
+        c.tool_result("c1", Reply::Answer("é".repeat(20)));
         let Some(Message::Tool { content, .. }) = c.messages().last() else {
             panic!("no tool message")
         };
@@ -371,7 +582,7 @@ mod tests {
             ..Answer::default()
         });
         assert_eq!(step, Step::Tools(vec![call]));
-        c.tool_result("c1", "ok".into());
+        c.tool_result("c1", Reply::Answer("ok".into()));
         let last = serde_json::to_value(c.messages().last().unwrap()).unwrap();
         assert_eq!(
             last,

@@ -36,13 +36,10 @@ use crate::{
     resolve::Effective,
     workers::{model::ProgressKind, spec::McpServerSpec},
 };
-use conversation::{Bounds, Conversation, Step, Submitted};
+pub use conversation::DO_NOT_RETRY;
+use conversation::{Bounds, CallStep, Conversation, Reply, Step};
 use tools::{Route, Toolbox};
 use wire::{Endpoint, ModelClient, Timing, Usage};
-
-/// The sentence every tool error ends with (docs/model.md §11.4).
-pub const DO_NOT_RETRY: &str =
-    "Do not repeat the same call unchanged; fix the arguments or take another approach.";
 
 /// Bound on the text of one progress event (docs/workers.md §6.9).
 const EVENT_TEXT: usize = 64 * 1024;
@@ -377,18 +374,7 @@ impl Run {
                 Ok(n) => n,
                 Err(reason) => return failed(reason),
             };
-            let mut body = json!({
-                "model": model,
-                "messages": conv.messages(),
-                "stream": true,
-                "stream_options": {"include_usage": true},
-            });
-            if !toolbox.definitions().is_empty() {
-                body["tools"] = Value::Array(toolbox.definitions().to_vec());
-            }
-            if let Some(e) = effort(agent.thinking_level) {
-                body["reasoning_effort"] = json!(e);
-            }
+            let body = conv.request(model, toolbox.definitions(), effort(agent.thinking_level));
             let answer = match self.client.turn(endpoint, &body, timing).await {
                 Ok(a) => a,
                 Err(e) => return failed(e.0),
@@ -422,68 +408,66 @@ impl Run {
                     Some(json!({"id": call.id, "name": call.name, "arguments": args})),
                 )
                 .await;
-                let (text, is_error, reviewed) = match toolbox.route(&call.name) {
-                    Route::Submit => match conv.submit(&call.arguments) {
-                        Submitted::Done(result) => {
-                            self.report(&mut reporting, ProgressKind::ToolResult, "result accepted".to_owned(), Some(json!({"id": call.id, "name": call.name, "is_error": false, "reviewed": false}))).await;
-                            return Outcome::Completed { stdout: result };
-                        }
-                        Submitted::Failed(reason) => return failed(reason),
-                        Submitted::Refused(why) => (format!("{why}. {DO_NOT_RETRY}"), true, false),
-                    },
-                    route => self.call(toolbox, route, &call.name, &call.arguments).await,
-                };
-                self.report(&mut reporting, ProgressKind::ToolResult, bounded(&text, EVENT_TEXT), Some(json!({"id": call.id, "name": call.name, "is_error": is_error, "reviewed": reviewed}))).await;
-                conv.tool_result(&call.id, text);
+                match conv.take_call(&call) {
+                    CallStep::Done(result) => {
+                        self.report(&mut reporting, ProgressKind::ToolResult, "result accepted".to_owned(), Some(json!({"id": call.id, "name": call.name, "is_error": false, "reviewed": false}))).await;
+                        return Outcome::Completed { stdout: result };
+                    }
+                    CallStep::Failed(reason) => return failed(reason),
+                    CallStep::Answered(text) => {
+                        self.report(&mut reporting, ProgressKind::ToolResult, bounded(&text, EVENT_TEXT), Some(json!({"id": call.id, "name": call.name, "is_error": true, "reviewed": false}))).await;
+                    }
+                    CallStep::Run => {
+                        let (reply, reviewed) = self
+                            .call(
+                                toolbox,
+                                toolbox.route(&call.name),
+                                &call.name,
+                                &call.arguments,
+                            )
+                            .await;
+                        let is_error = reply.is_error();
+                        let text = conv.tool_result(&call.id, reply);
+                        self.report(&mut reporting, ProgressKind::ToolResult, bounded(&text, EVENT_TEXT), Some(json!({"id": call.id, "name": call.name, "is_error": is_error, "reviewed": reviewed}))).await;
+                    }
+                }
             }
         }
     }
 
-    /// Runs one call that is not `submit_result`: its text, whether it is an error, and
-    /// whether a review ran.
+    /// Runs one call that is not `submit_result`: what goes back to the model, and whether a
+    /// review ran. Every wording is [`Reply`]'s.
     async fn call(
         &self,
         toolbox: &Toolbox,
         route: Route,
         name: &str,
         arguments: &str,
-    ) -> (String, bool, bool) {
-        // A refusal from agentry's own API has no final stop; the instruction is a sentence of
-        // its own.
-        let err = |why: String| {
-            let stop = if why.ends_with(['.', '!', '?']) {
-                ""
-            } else {
-                "."
-            };
-            (format!("{why}{stop} {DO_NOT_RETRY}"), true, false)
-        };
+    ) -> (Reply, bool) {
         let args: Option<Value> = match arguments.trim() {
             "" => None,
             text => match serde_json::from_str(text) {
                 Ok(v) => Some(v),
-                Err(e) => return err(format!("the arguments of {name} are not JSON: {e}.")),
+                Err(e) => return (Reply::bad_arguments(name, &e), false),
             },
         };
         match route {
-            Route::Submit => unreachable!("handled by the loop"),
-            Route::Unknown => err(format!(
-                "unknown tool {name}; the tools you have are: {}. Call only one of these.",
-                toolbox.names().join(", ")
-            )),
+            Route::Submit => unreachable!("decided by the conversation"),
+            Route::Unknown => (Reply::unknown_tool(name, toolbox.names()), false),
             Route::Memory(tool) => {
                 let dir = toolbox.memory_dir().unwrap_or(std::path::Path::new(""));
                 match memory::call(dir, &tool, args.as_ref()).await {
-                    Ok(text) => (text, false, false),
-                    Err(why) => err(why),
+                    Ok(text) => (Reply::Answer(text), false),
+                    Err(why) => (Reply::Refused(why), false),
                 }
             }
-            Route::DepthLimit => {
-                err("Agent depth limit reached. Solve the task yourself.".to_owned())
-            }
+            Route::DepthLimit => (Reply::depth_limit(), false),
             Route::Spawn => {
                 let Some(agentry) = &self.agentry else {
-                    return err("the spawn tool is not available here.".to_owned());
+                    return (
+                        Reply::Refused("the spawn tool is not available here.".to_owned()),
+                        false,
+                    );
                 };
                 let field = |k: &str| {
                     args.as_ref()
@@ -494,22 +478,28 @@ impl Run {
                 };
                 let (agent, prompt) = (field("agent"), field("prompt"));
                 if agent.is_empty() || prompt.is_empty() {
-                    return err(format!("{name} needs \"agent\" and \"prompt\"."));
+                    return (
+                        Reply::Refused(format!("{name} needs \"agent\" and \"prompt\".")),
+                        false,
+                    );
                 }
                 match agentry
                     .spawn(&self.assignment, &agent, &field("description"), &prompt)
                     .await
                 {
-                    Ok(result) => (result, false, false),
-                    Err(why) => err(why),
+                    Ok(result) => (Reply::Answer(result), false),
+                    Err(why) => (Reply::Refused(why), false),
                 }
             }
             Route::Mcp(tool) => {
                 let mut reviewed = false;
                 if toolbox.needs_review(&tool) {
                     let Some(agentry) = &self.agentry else {
-                        return err(
-                            "rejected by review: the review gate is not available.".to_owned()
+                        return (
+                            Reply::Refused(
+                                "rejected by review: the review gate is not available.".to_owned(),
+                            ),
+                            false,
                         );
                     };
                     reviewed = true;
@@ -522,28 +512,23 @@ impl Run {
                         )
                         .await
                     {
-                        return (format!("rejected by review: {reason}"), true, true);
+                        return (Reply::Rejected(reason), true);
                     }
                 }
                 let timeout = self.settings.looping.tool_timeout;
-                match tokio::time::timeout(timeout, toolbox.call(&tool, args)).await {
-                    Err(_) => {
-                        let (t, e, _) = err(format!(
-                            "{} did not answer within {} (model.tool_timeout).",
-                            tool.offered_name(),
-                            humantime::format_duration(timeout)
-                        ));
-                        (t, e, reviewed)
-                    }
+                let reply = match tokio::time::timeout(timeout, toolbox.call(&tool, args)).await {
+                    Err(_) => Reply::Refused(format!(
+                        "{} did not answer within {} (model.tool_timeout).",
+                        tool.offered_name(),
+                        humantime::format_duration(timeout)
+                    )),
                     Ok(Err(why)) => {
-                        let (t, e, _) = err(format!("{} failed: {why}.", tool.offered_name()));
-                        (t, e, reviewed)
+                        Reply::Refused(format!("{} failed: {why}.", tool.offered_name()))
                     }
-                    Ok(Ok(r)) if r.is_error => {
-                        (format!("{} {DO_NOT_RETRY}", r.text), true, reviewed)
-                    }
-                    Ok(Ok(r)) => (r.text, false, reviewed),
-                }
+                    Ok(Ok(r)) if r.is_error => Reply::ToolError(r.text),
+                    Ok(Ok(r)) => Reply::Answer(r.text),
+                };
+                (reply, reviewed)
             }
         }
     }
@@ -564,7 +549,184 @@ impl Run {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Provider;
+    use crate::{
+        config::Provider,
+        resolve::Tools,
+        workers::spec::{AgentSpec, WorkerSpec},
+    };
+    use wire::{Answer, ToolCall, TurnError};
+
+    /// A model in process: each turn takes the next scripted answer (or waits forever once
+    /// they are spent), and keeps the request it was sent.
+    struct FakeModel {
+        answers: Mutex<Vec<Result<Answer, TurnError>>>,
+        seen: Mutex<Vec<Value>>,
+    }
+
+    #[async_trait::async_trait]
+    impl ModelClient for FakeModel {
+        async fn turn(&self, _: &Endpoint, body: &Value, _: Timing) -> Result<Answer, TurnError> {
+            self.seen.lock().unwrap().push(body.clone());
+            let next = {
+                let mut answers = self.answers.lock().unwrap();
+                (!answers.is_empty()).then(|| answers.remove(0))
+            };
+            match next {
+                Some(answer) => answer,
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    fn call(id: &str, name: &str, arguments: &str) -> Answer {
+        Answer {
+            tool_calls: vec![ToolCall {
+                id: id.into(),
+                name: name.into(),
+                arguments: arguments.into(),
+            }],
+            finish_reason: Some("tool_calls".into()),
+            ..Answer::default()
+        }
+    }
+
+    /// A job of a worker of agent `a` (only `submit_result` offered) on the fake model.
+    fn job(timeout: Duration) -> Job {
+        let spec = WorkerSpec {
+            worker_id: "wkr_00000000000000000000000000000001".into(),
+            depth: 1,
+            prompt: "do it".into(),
+            description: String::new(),
+            workspace: None,
+            agent: AgentSpec {
+                name: "a".into(),
+                system_prompt: "sys".into(),
+                tools: Tools::Only(vec!["submit_result".into()]),
+                tool_rules: Vec::new(),
+                spawns: String::new(),
+                model: Vec::new(),
+                thinking_level: None,
+                max_turns: None,
+                permission_mode: None,
+                output_schema: None,
+                mcp_servers: None,
+            },
+            memory_dir: None,
+        };
+        Job {
+            worker_id: spec.worker_id.clone(),
+            stdin: Vec::new(),
+            env: Vec::new(),
+            cwd: None,
+            timeout,
+            kill_grace: Duration::from_secs(1),
+            max_output_bytes: 1 << 20,
+            assignment: Some(Arc::new(Assignment {
+                spec,
+                worker_token: "t".into(),
+                caller_scope: "anonymous".into(),
+                inherited_model: Vec::new(),
+                plan: false,
+                at_max_depth: false,
+                review: false,
+            })),
+            meter: Meter::default(),
+            stop_reason: Default::default(),
+        }
+    }
+
+    async fn drive(
+        answers: Vec<Result<Answer, TurnError>>,
+        timeout: Duration,
+    ) -> (Outcome, Vec<Value>) {
+        let fake = Arc::new(FakeModel {
+            answers: Mutex::new(answers),
+            seen: Mutex::new(Vec::new()),
+        });
+        let ex = ModelExecutor::new(
+            ModelSettings {
+                models: models(),
+                ..ModelSettings::default()
+            },
+            fake.clone(),
+        );
+        let (started, _) = oneshot::channel();
+        let out = ex
+            .run(job(timeout), CancellationToken::new(), started)
+            .await;
+        let seen = fake.seen.lock().unwrap().clone();
+        (out, seen)
+    }
+
+    /// The driver in process: a hallucinated tool and an invalid result go back to the model as
+    /// tool errors in order, the second `submit_result` ends the run and the call after it in
+    /// the same answer is never run.
+    #[tokio::test(start_paused = true)]
+    async fn the_driver_answers_each_call_in_order_and_submit_ends_the_list() {
+        let mut last = call("c3", "submit_result", r#"{"result": "done"}"#);
+        last.tool_calls.push(ToolCall {
+            id: "c4".into(),
+            name: "never_run".into(),
+            arguments: "{}".into(),
+        });
+        let (out, seen) = drive(
+            vec![
+                Ok(call("c1", "read_file", "{}")),
+                Ok(call("c2", "submit_result", "{not json")),
+                Ok(last),
+            ],
+            Duration::from_secs(60),
+        )
+        .await;
+        assert_eq!(
+            out,
+            Outcome::Completed {
+                stdout: "done".into()
+            }
+        );
+        assert_eq!(seen.len(), 3);
+        assert_eq!(seen[0]["model"], "base");
+        assert_eq!(seen[0]["tools"][0]["function"]["name"], "submit_result");
+        let tool_text = |req: &Value| {
+            req["messages"].as_array().unwrap().last().unwrap()["content"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        };
+        assert_eq!(
+            tool_text(&seen[1]),
+            format!(
+                "unknown tool read_file; the tools you have are: submit_result. Call only one of these. {DO_NOT_RETRY}"
+            )
+        );
+        assert!(
+            tool_text(&seen[2]).starts_with("the arguments are not JSON: "),
+            "{}",
+            tool_text(&seen[2])
+        );
+    }
+
+    /// Under paused time: a model that never answers is bounded by the worker's timeout, and a
+    /// turn error fails the run with its text.
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_model_times_out_and_a_turn_error_fails_the_run() {
+        let t0 = tokio::time::Instant::now();
+        let (out, seen) = drive(Vec::new(), Duration::from_secs(90)).await;
+        assert!(matches!(out, Outcome::TimedOut { after, .. } if after == Duration::from_secs(90)));
+        assert_eq!(t0.elapsed(), Duration::from_secs(90));
+        assert_eq!(seen.len(), 1);
+        let (out, _) = drive(
+            vec![Err(TurnError(
+                "model request failed: 400 Bad Request: no".into(),
+            ))],
+            Duration::from_secs(90),
+        )
+        .await;
+        assert!(
+            matches!(&out, Outcome::Failed { reason, .. } if reason == "model request failed: 400 Bad Request: no"),
+            "{out:?}"
+        );
+    }
 
     fn models() -> ModelsConfig {
         ModelsConfig {
