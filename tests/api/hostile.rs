@@ -196,10 +196,17 @@ async fn a_worker_cannot_take_its_own_reviewer() {
         pb::WorkerState::Pending as i32,
         "nobody took the reviewer"
     );
-    // Let the review fail closed: the worker ends, so does its child.
+    // Let the review fail closed: nobody may run the reviewer, so the gate rejects at its own
+    // timeout, naming it, and the reviewer never completed.
     r.complete(&a, "done").await;
     drop(r);
-    let _ = pending.await;
+    let verdict = pending.await.unwrap().unwrap().into_inner();
+    assert_eq!(verdict.decision, pb::Decision::Reject as i32, "{verdict:?}");
+    assert_eq!(verdict.reason, "review timed out after 3s");
+    assert!(verdict.reviewed);
+    assert_eq!(verdict.reviewer_worker_id, reviewer.id);
+    let ended = get(&s, &reviewer.id).await;
+    assert_ne!(ended.state, pb::WorkerState::Completed as i32, "{ended:?}");
 }
 
 #[tokio::test]
