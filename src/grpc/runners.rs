@@ -10,18 +10,14 @@ use tokio_stream::{Stream, wrappers::ReceiverStream};
 use tonic::{Code, Request, Response, Status, Streaming};
 
 use super::{
-    convert::ts,
+    convert::{duration, spec, ts},
     pb::{self, connect_request::Msg as In, connect_response::Msg as Out},
     request,
     status::{Violations, with_info},
 };
-use crate::{
-    resolve::Tools,
-    workers::{
-        runners::{self, Finish, Hello, Outbound, RunnerHub, Session},
-        spec::{McpServerList, WorkerSpec},
-        supervisor::Supervisor,
-    },
+use crate::workers::{
+    runners::{self, Finish, Hello, Outbound, RunnerHub, Session},
+    supervisor::Supervisor,
 };
 
 /// Most labels a `hello` may carry.
@@ -137,105 +133,6 @@ fn hello(h: pb::RunnerHello) -> Result<Hello, Status> {
         labels: h.labels.into_iter().collect::<BTreeMap<_, _>>(),
         resume: h.resume,
     })
-}
-
-/// A JSON value as `google.protobuf.Value`.
-fn value(v: &serde_json::Value) -> prost_types::Value {
-    use prost_types::value::Kind;
-    let kind = match v {
-        serde_json::Value::Null => Kind::NullValue(0),
-        serde_json::Value::Bool(b) => Kind::BoolValue(*b),
-        serde_json::Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
-        serde_json::Value::String(s) => Kind::StringValue(s.clone()),
-        serde_json::Value::Array(a) => Kind::ListValue(prost_types::ListValue {
-            values: a.iter().map(value).collect(),
-        }),
-        serde_json::Value::Object(o) => Kind::StructValue(prost_types::Struct {
-            fields: o.iter().map(|(k, v)| (k.clone(), value(v))).collect(),
-        }),
-    };
-    prost_types::Value { kind: Some(kind) }
-}
-
-fn names(v: &[String]) -> prost_types::ListValue {
-    prost_types::ListValue {
-        values: v
-            .iter()
-            .map(|s| prost_types::Value {
-                kind: Some(prost_types::value::Kind::StringValue(s.clone())),
-            })
-            .collect(),
-    }
-}
-
-/// The proto form of a worker spec.
-pub fn spec(s: &WorkerSpec) -> pb::WorkerSpec {
-    let a = &s.agent;
-    pb::WorkerSpec {
-        worker_id: s.worker_id.clone(),
-        depth: s.depth,
-        prompt: s.prompt.clone(),
-        description: s.description.clone(),
-        workspace: s.workspace.clone(),
-        agent: Some(pb::AgentSpec {
-            name: a.name.clone(),
-            system_prompt: a.system_prompt.clone(),
-            tools: Some(pb::ToolSpec {
-                kind: Some(match &a.tools {
-                    Tools::Only(v) => pb::tool_spec::Kind::Only(names(v)),
-                    Tools::AllExcept(v) => pb::tool_spec::Kind::AllExcept(names(v)),
-                }),
-            }),
-            tool_rules: tool_rules(&a.tool_rules),
-            spawns: a.spawns.clone(),
-            model: a.model.clone(),
-            thinking_level: a.thinking_level.map(|t| t.as_str().to_owned()),
-            max_turns: a.max_turns,
-            permission_mode: a.permission_mode.clone(),
-            output_schema: a.output_schema.as_ref().map(value),
-            mcp_servers: a.mcp_servers.as_ref().map(mcp_servers),
-        }),
-        memory_dir: s.memory_dir.clone(),
-    }
-}
-
-/// Permission-pattern rules as the API shows them.
-pub fn tool_rules(rules: &[crate::resolve::ToolRule]) -> Vec<pb::ToolRule> {
-    rules
-        .iter()
-        .map(|r| pb::ToolRule {
-            entry: r.entry.clone(),
-            name: r.name.clone(),
-            pattern: r.pattern.clone(),
-            deny: r.deny,
-        })
-        .collect()
-}
-
-/// A persona's MCP servers as the API shows them.
-pub fn mcp_servers(list: &McpServerList) -> pb::McpServerList {
-    pb::McpServerList {
-        servers: list
-            .servers
-            .iter()
-            .map(|s| pb::McpServerSpec {
-                name: s.name.clone(),
-                inline: s.inline,
-                command: s.command.clone(),
-                env: s.env.clone().into_iter().collect(),
-                cwd: s.cwd.clone(),
-                url: s.url.clone(),
-                headers: s.headers.clone().into_iter().collect(),
-            })
-            .collect(),
-    }
-}
-
-fn duration(d: std::time::Duration) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
-    }
 }
 
 /// A hub message on the wire; `Err` ends the stream with that status.
