@@ -31,7 +31,7 @@ use crate::workers::{
     executor::Assignment,
     model::{WorkerId, WorkerRecord, generate_token, hash_token},
     spec::WorkerSpec,
-    store::{Notice, Relayed, RunnerWait, StoreError, WorkerStore},
+    store::{Notice, Relayed, RunnerClaim, RunnerWait, StoreError, WorkerStore},
 };
 
 /// How often waits are looked for and relays taken without a notice.
@@ -202,7 +202,7 @@ impl Fleet {
 
     /// Asks the replica that claimed an owned worker to cancel it on its runner.
     pub async fn cancel(&self, id: &WorkerId, reason: &str) -> bool {
-        let Ok(Some(Some((by, _)))) = self.store.runner_claim(id).await else {
+        let Ok(RunnerClaim::Claimed { by, .. }) = self.store.runner_claim(id).await else {
             return false;
         };
         let m = message("cancel", json!({"reason": reason}));
@@ -212,7 +212,7 @@ impl Fleet {
     /// The claim of an owned worker, when its claimer's lease has lapsed: that replica's id.
     pub async fn lost_claimer(&self, id: &WorkerId) -> Option<String> {
         match self.store.runner_claim(id).await {
-            Ok(Some(Some((by, false)))) => Some(by),
+            Ok(RunnerClaim::Claimed { by, live: false }) => Some(by),
             _ => None,
         }
     }

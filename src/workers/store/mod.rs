@@ -247,14 +247,10 @@ pub trait WorkerStore: Send + Sync + 'static {
         Ok(false)
     }
 
-    /// Who claimed a wait: `None` without a wait, `Some(None)` unclaimed, else the claiming
-    /// replica's id and whether its lease is still live on the database clock.
-    async fn runner_claim(
-        &self,
-        id: &WorkerId,
-    ) -> Result<Option<Option<(String, bool)>>, StoreError> {
+    /// Who claimed the runner wait of worker `id`.
+    async fn runner_claim(&self, id: &WorkerId) -> Result<RunnerClaim, StoreError> {
         let _ = id;
-        Ok(None)
+        Ok(RunnerClaim::NoWait)
     }
 
     /// Sends `messages` about worker `id` to replica `to`, in order, and notifies it once.
@@ -445,6 +441,23 @@ pub struct ListQuery {
     pub after: Option<(i64, WorkerId)>,
     /// At most this many workers; the caller bounds it (page size), 0 returns none.
     pub limit: usize,
+}
+
+/// Who holds the runner wait of a worker (docs/runners.md, across replicas).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunnerClaim {
+    /// The worker has no wait: not published, or already withdrawn.
+    NoWait,
+    /// Published and not claimed yet.
+    Unclaimed,
+    /// Claimed by replica `by`, whose lease is still live on the database clock (`live`) or
+    /// has lapsed.
+    Claimed {
+        /// The claiming replica's id.
+        by: String,
+        /// Whether its lease is live.
+        live: bool,
+    },
 }
 
 /// Why a store call failed.

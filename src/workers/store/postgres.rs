@@ -29,8 +29,8 @@ use super::pg_schema;
 use super::rows::{Snapshot, advance, progress_event, to_sql_sequence};
 use super::schema::COLUMNS;
 use super::{
-    Applied, Lease, ListQuery, Notice, ParentFilter, Patch, Relayed, RunnerWait, StoreError,
-    WorkerStore, creation_event,
+    Applied, Lease, ListQuery, Notice, ParentFilter, Patch, Relayed, RunnerClaim, RunnerWait,
+    StoreError, WorkerStore, creation_event,
 };
 use crate::workers::lifecycle::Event;
 use crate::workers::model::{
@@ -1521,10 +1521,7 @@ impl WorkerStore for PostgresStore {
         Ok(n > 0)
     }
 
-    async fn runner_claim(
-        &self,
-        id: &WorkerId,
-    ) -> Result<Option<Option<(String, bool)>>, StoreError> {
+    async fn runner_claim(&self, id: &WorkerId) -> Result<RunnerClaim, StoreError> {
         let client = self.client().await?;
         let row = client
             .query_opt(
@@ -1535,10 +1532,16 @@ impl WorkerStore for PostgresStore {
             )
             .await
             .pg("read a runner claim")?;
-        Ok(row.map(|row| {
-            row.get::<_, Option<String>>(0)
-                .map(|by| (by, row.get::<_, bool>(1)))
-        }))
+        Ok(match row {
+            None => RunnerClaim::NoWait,
+            Some(row) => match row.get::<_, Option<String>>(0) {
+                None => RunnerClaim::Unclaimed,
+                Some(by) => RunnerClaim::Claimed {
+                    by,
+                    live: row.get::<_, bool>(1),
+                },
+            },
+        })
     }
 
     async fn relay(&self, to: &str, id: &WorkerId, messages: &[String]) -> Result<(), StoreError> {
