@@ -545,22 +545,23 @@ async fn huge_personas_are_parsed_in_linear_time_through_list_agents() {
     }
 }
 
-/// A sustained stream of progress events through gRPC — 112 MiB of event text, with a watcher
-/// reading along — keeps the SQLite WAL under its 64 MiB bound the whole time (it grew to 651 MB
-/// before the bound; docs/guide.md, limits).
-#[tokio::test]
-async fn a_stream_of_progress_events_keeps_the_sqlite_wal_bounded() {
-    use tokio_stream::StreamExt as _;
-    let s = crate::workers::with_runtime("exec sleep 120", |_| {}).await;
-    let w = crate::workers::spawn(&s, spawn_req("task", "hold the line", false))
+/// A running worker on `prompt`, its worker token, and a watch of its events from the start.
+async fn watched_runner(
+    s: &TestServer,
+    prompt: &str,
+) -> (
+    pb::Worker,
+    String,
+    tonic::Streaming<pb::WatchWorkerResponse>,
+) {
+    let w = crate::workers::spawn(s, spawn_req("task", prompt, false))
         .await
         .unwrap()
         .worker
         .unwrap();
-    wait_state(&s, &w.id, pb::WorkerState::Running).await;
-    let token = crate::workers::env_of(&s, &w.id).await["AGENTRY_WORKER_TOKEN"].clone();
-    // A watcher follows the events, so readers hold snapshots while the writes go on.
-    let mut watch = s
+    wait_state(s, &w.id, pb::WorkerState::Running).await;
+    let token = crate::workers::env_of(s, &w.id).await["AGENTRY_WORKER_TOKEN"].clone();
+    let watch = s
         .client
         .clone()
         .watch_worker(pb::WatchWorkerRequest {
@@ -570,6 +571,18 @@ async fn a_stream_of_progress_events_keeps_the_sqlite_wal_bounded() {
         .await
         .unwrap()
         .into_inner();
+    (w, token, watch)
+}
+
+/// A sustained stream of progress events through gRPC — 112 MiB of event text, with a watcher
+/// reading along — keeps the SQLite WAL under its 64 MiB bound the whole time (it grew to 651 MB
+/// before the bound; docs/guide.md, limits).
+#[tokio::test]
+async fn a_stream_of_progress_events_keeps_the_sqlite_wal_bounded() {
+    use tokio_stream::StreamExt as _;
+    let s = crate::workers::with_runtime("exec sleep 120", |_| {}).await;
+    // A watcher follows the events, so readers hold snapshots while the writes go on.
+    let (w, token, mut watch) = watched_runner(&s, "hold the line").await;
     let watcher = tokio::spawn(async move {
         let mut seen = 0u64;
         while let Some(Ok(_)) = watch.next().await {
@@ -617,23 +630,7 @@ async fn four_workers_flooding_large_events_keep_the_wal_bounded() {
     let mut floods = tokio::task::JoinSet::new();
     let mut ids = Vec::new();
     for i in 0..WORKERS {
-        let w = crate::workers::spawn(&s, spawn_req("task", &format!("flood {i}"), false))
-            .await
-            .unwrap()
-            .worker
-            .unwrap();
-        wait_state(&s, &w.id, pb::WorkerState::Running).await;
-        let token = crate::workers::env_of(&s, &w.id).await["AGENTRY_WORKER_TOKEN"].clone();
-        let mut watch = s
-            .client
-            .clone()
-            .watch_worker(pb::WatchWorkerRequest {
-                worker_id: w.id.clone(),
-                after_sequence: 0,
-            })
-            .await
-            .unwrap()
-            .into_inner();
+        let (w, token, mut watch) = watched_runner(&s, &format!("flood {i}")).await;
         tokio::spawn(async move { while let Some(Ok(_)) = watch.next().await {} });
         let mut c = s.client.clone();
         floods.spawn(async move {

@@ -138,6 +138,11 @@ impl Hostile {
     }
 }
 
+/// [`hostile`] with one persona, `scout`, that has nothing but a name and a description.
+async fn scout(steps: Value, yaml: &str) -> Hostile {
+    hostile(steps, yaml, |r| agent(r, "scout", "")).await
+}
+
 /// A persona `name` in `<root>/agents` with `front` after its name and description.
 fn agent(root: &Path, name: &str, front: &str) {
     persona(
@@ -146,6 +151,14 @@ fn agent(root: &Path, name: &str, front: &str) {
         &format!("name: {name}\ndescription: d\n{front}"),
         "Work.",
     );
+}
+
+/// `ListWorkers` of the children of worker `id`.
+fn children_of(id: &str) -> pb::ListWorkersRequest {
+    pb::ListWorkersRequest {
+        parent_id: id.to_owned(),
+        ..Default::default()
+    }
 }
 
 fn failed_with(w: &pb::Worker, text: &str) {
@@ -163,10 +176,7 @@ async fn a_tool_call_index_of_four_billion_fails_only_the_worker() {
     let call = json!({"choices": [{"index": 0, "delta": {"tool_calls": [
         {"index": 4_000_000_000u64, "id": "c1", "type": "function",
          "function": {"name": "submit_result", "arguments": "{}"}}]}}]});
-    let h = hostile(json!([{"raw": [sse(call), "data: [DONE]\n\n"]}]), "", |r| {
-        agent(r, "scout", "");
-    })
-    .await;
+    let h = scout(json!([{"raw": [sse(call), "data: [DONE]\n\n"]}]), "").await;
     let w = h.run("scout", "go", Path::new("")).await.unwrap();
     failed_with(
         &w,
@@ -177,15 +187,12 @@ async fn a_tool_call_index_of_four_billion_fails_only_the_worker() {
 
 #[tokio::test]
 async fn a_retry_after_of_1e20_waits_at_most_max_backoff() {
-    let h = hostile(
+    let h = scout(
         json!([
             {"status": 429, "headers": {"Retry-After": "1e20"}},
             {"content": "fine after the wait"},
         ]),
         "model: {max_backoff: 300ms}\n",
-        |r| {
-            agent(r, "scout", "");
-        },
     )
     .await;
     let t0 = Instant::now();
@@ -199,15 +206,12 @@ async fn a_retry_after_of_1e20_waits_at_most_max_backoff() {
 
 #[tokio::test]
 async fn a_50_mb_answer_fails_the_worker_and_is_not_read_whole() {
-    let h = hostile(
+    let h = scout(
         json!([
             {"match": "text flood", "flood": 50_000_000, "flood_as": "content"},
             {"match": "line flood", "flood": 50_000_000, "flood_as": "line"},
         ]),
         "",
-        |r| {
-            agent(r, "scout", "");
-        },
     )
     .await;
     let w = h.run("scout", "text flood", Path::new("")).await.unwrap();
@@ -232,12 +236,9 @@ async fn a_50_mb_answer_fails_the_worker_and_is_not_read_whole() {
 
 #[tokio::test]
 async fn a_700_mb_error_body_is_read_only_to_its_bound() {
-    let h = hostile(
+    let h = scout(
         json!([{"flood": 700_000_000, "flood_as": "error", "status": 400}]),
         "",
-        |r| {
-            agent(r, "scout", "");
-        },
     )
     .await;
     let w = h.run("scout", "go", Path::new("")).await.unwrap();
@@ -276,8 +277,7 @@ fn tool_messages(requests: &[Value], i: usize) -> Vec<String> {
 #[tokio::test]
 async fn an_mcp_reply_over_the_bound_fails_the_call_at_once() {
     let notes = tempfile::NamedTempFile::new().unwrap();
-    let h = hostile(
-        json!([
+    let h = hostile(json!([
             {"match": "max_mcp_message_bytes", "tool_calls": [{"name": "submit_result", "arguments": {"result": "gave up"}}]},
             {"tool_calls": [{"name": "mcp__hostile__big", "arguments": {"bytes": 2_000_000}}]},
         ]),
@@ -345,14 +345,7 @@ async fn a_6_mb_tool_result_is_cut_for_the_model() {
 
 #[tokio::test]
 async fn a_plain_json_answer_is_read_as_the_answer() {
-    let h = hostile(
-        json!([{"plain": true, "content": "a plain answer"}]),
-        "",
-        |r| {
-            agent(r, "scout", "");
-        },
-    )
-    .await;
+    let h = scout(json!([{"plain": true, "content": "a plain answer"}]), "").await;
     let w = h.run("scout", "go", Path::new("")).await.unwrap();
     assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
     assert_eq!(w.result.as_deref(), Some("a plain answer"));
@@ -361,15 +354,12 @@ async fn a_plain_json_answer_is_read_as_the_answer() {
 
 #[tokio::test]
 async fn an_early_end_or_a_length_cut_is_never_a_completed_worker() {
-    let h = hostile(
+    let h = scout(
         json!([
             {"match": "early", "content": "half of it", "finish_reason": null, "done": false},
             {"match": "long", "content": "cut off mid", "finish_reason": "length"},
         ]),
         "",
-        |r| {
-            agent(r, "scout", "");
-        },
     )
     .await;
     let w = h.run("scout", "early", Path::new("")).await.unwrap();
@@ -401,8 +391,7 @@ fn project(root: &Path, name: &str) -> PathBuf {
 #[tokio::test]
 async fn the_memory_tools_and_the_prompt_never_reach_outside() {
     let write = json!({"name": "memory_write", "arguments": {"path": "up/new/deeper/x.md", "content": "escaped"}});
-    let h = hostile(
-        json!([
+    let h = hostile(json!([
             {"match": "leads out of your memory directory", "tool_calls": [{"name": "submit_result", "arguments": {"result": "refused"}}]},
             {"tool_calls": [write]},
         ]),
@@ -582,17 +571,8 @@ async fn read_only_follows_the_mcp_specification_and_inline_servers_are_not_trus
         .await
         .unwrap();
     assert_eq!(w.result.as_deref(), Some("stopped"), "{w:?}");
-    let reviews = h
-        .client
-        .clone()
-        .list_workers(pb::ListWorkersRequest {
-            parent_id: w.id.clone(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .workers;
+    let reviews = h.client.clone().list_workers(children_of(&w.id)).await;
+    let reviews = reviews.unwrap().into_inner().workers;
     assert_eq!(reviews.len(), 1, "{reviews:?}");
     assert_eq!(reviews[0].agent, "reviewer");
     let asked = h
@@ -667,14 +647,7 @@ async fn what_follows_done_is_not_part_of_the_answer() {
     let text =
         json!({"choices": [{"index": 0, "delta": {"content": "whole"}, "finish_reason": "stop"}]});
     let junk = format!("data: {}", "x".repeat(2_000_000));
-    let h = hostile(
-        json!([{"raw": [sse(text), "data: [DONE]\n\n", junk]}]),
-        "",
-        |r| {
-            agent(r, "scout", "");
-        },
-    )
-    .await;
+    let h = scout(json!([{"raw": [sse(text), "data: [DONE]\n\n", junk]}]), "").await;
     let w = h.run("scout", "go", Path::new("")).await.unwrap();
     assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
     assert_eq!(w.result.as_deref(), Some("whole"));
