@@ -184,6 +184,31 @@ impl WriteSide {
         u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
 
+    /// The backstop of the WAL bound, run by the writer thread after a group's callers have
+    /// their answers: a WAL past [`WAL_HOLD_AT`] (the checkpointer has not kept up, readers
+    /// kept it from truncating) is truncated here, with the write connection held, so the next
+    /// groups wait for it instead of growing it further.
+    fn hold_wal_bound(&self) {
+        let frames = WAL_FRAMES.with(std::cell::Cell::get);
+        if frames * self.frame_bytes < WAL_HOLD_AT {
+            return;
+        }
+        let conn = self.lock();
+        match conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+            row.get::<_, i64>(0)
+        }) {
+            Ok(0) => {
+                WAL_FRAMES.with(|f| f.set(0));
+                tracing::debug!(frames, "sqlite WAL truncated by the writer");
+            }
+            Ok(_) => tracing::warn!(
+                frames,
+                "sqlite WAL truncation waited out its bound; readers hold old snapshots"
+            ),
+            Err(e) => tracing::warn!(error = %e, frames, "sqlite WAL truncation failed"),
+        }
+    }
+
     /// Counts one commit, nudging the checkpointer every [`CHECKPOINT_EVERY`] commits and
     /// every [`CHECKPOINT_BYTES`] of WAL growth (the WAL hook's count on this thread).
     fn committed(&self) {
@@ -269,6 +294,9 @@ pub const WAL_LIMIT: u64 = 64 << 20;
 /// (64 KiB of text and 64 KiB of data each, in overflow pages) add about 32 MiB: so the bound
 /// holds from here.
 const WAL_TRUNCATE_AT: u64 = WAL_LIMIT / 4;
+/// The WAL size past which the writer thread truncates it itself before it takes the next
+/// group (see [`WriteSide::hold_wal_bound`]): under [`WAL_LIMIT`] by one group and more.
+const WAL_HOLD_AT: u64 = WAL_LIMIT / 2;
 /// How long one truncating checkpoint may wait for readers of older snapshots to finish (writes
 /// wait meanwhile); when that is not enough it gives up and tries again on the next nudge.
 const TRUNCATE_WAIT: Duration = Duration::from_millis(500);
@@ -572,6 +600,9 @@ fn write_loop(side: &WriteSide, queue: &mpsc::Receiver<Queued>) {
         }
         for finish in finishers {
             finish(commit.clone());
+        }
+        if commit.is_ok() {
+            side.hold_wal_bound();
         }
     }
 }
