@@ -319,15 +319,18 @@ fn finish(
                 }
             }
             "permission_mode" => {
-                p.permission_mode = r.take_string(&mut e);
+                p.permission_mode = r
+                    .take_string(&mut e)
+                    .map(|m| super::PermissionMode::parse(&m));
                 if let Some(m) = &p.permission_mode
-                    && !super::PERMISSION_MODES.contains(&m.as_str())
+                    && !m.is_known()
                 {
                     r.warn(
                         &e,
                         "unknown_permission_mode",
                         format!(
-                            "permission mode {m:?} is none of {}; it is passed through as written",
+                            "permission mode {:?} is none of {}; it is passed through as written",
+                            m.as_str(),
                             super::PERMISSION_MODES.join(", ")
                         ),
                     );

@@ -227,6 +227,95 @@ pub const PERMISSION_MODES: &[&str] = &[
     "read-only",
 ];
 
+/// A persona's `permissionMode` (docs/personas.md §2.7), typed from parsing to the edge: one of
+/// [`PERMISSION_MODES`], or any other value passed through as written (with an
+/// `unknown_permission_mode` warning at parse). It travels as its text (stored specs, the exec
+/// document, the API), so a value reads back exactly as it was written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum PermissionMode {
+    /// `default`.
+    Default,
+    /// `acceptEdits`.
+    AcceptEdits,
+    /// `auto`.
+    Auto,
+    /// `dontAsk`.
+    DontAsk,
+    /// `bypassPermissions`.
+    BypassPermissions,
+    /// `plan`: the worker runs in plan mode.
+    Plan,
+    /// `manual`.
+    Manual,
+    /// `read-only` (agentry's): only read-only tools.
+    ReadOnly,
+    /// Anything else, as written.
+    Other(String),
+}
+
+impl PermissionMode {
+    /// The mode `s` names (never fails: an unknown one is [`PermissionMode::Other`]).
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "default" => Self::Default,
+            "acceptEdits" => Self::AcceptEdits,
+            "auto" => Self::Auto,
+            "dontAsk" => Self::DontAsk,
+            "bypassPermissions" => Self::BypassPermissions,
+            "plan" => Self::Plan,
+            "manual" => Self::Manual,
+            "read-only" => Self::ReadOnly,
+            other => Self::Other(other.to_owned()),
+        }
+    }
+
+    /// The text, as written.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Default => "default",
+            Self::AcceptEdits => "acceptEdits",
+            Self::Auto => "auto",
+            Self::DontAsk => "dontAsk",
+            Self::BypassPermissions => "bypassPermissions",
+            Self::Plan => "plan",
+            Self::Manual => "manual",
+            Self::ReadOnly => "read-only",
+            Self::Other(s) => s,
+        }
+    }
+
+    /// Whether the value is one the dialects write.
+    pub fn is_known(&self) -> bool {
+        !matches!(self, Self::Other(_))
+    }
+
+    /// Whether a worker of this mode is offered only read-only tools: `read-only` (also
+    /// spelled `readonly`) and `plan` (docs/model.md §11.4).
+    pub fn is_read_only(&self) -> bool {
+        match self {
+            Self::ReadOnly | Self::Plan => true,
+            Self::Other(s) => s == "readonly",
+            _ => false,
+        }
+    }
+}
+
+impl From<String> for PermissionMode {
+    fn from(s: String) -> Self {
+        Self::parse(&s)
+    }
+}
+
+impl From<PermissionMode> for String {
+    fn from(m: PermissionMode) -> Self {
+        match m {
+            PermissionMode::Other(s) => s,
+            known => known.as_str().to_owned(),
+        }
+    }
+}
+
 /// Frontmatter fields agentry does not honour although they change what a worker may do: each
 /// is an `unsupported_field` warning naming the file, line and field, never silence
 /// (docs/personas.md §2.7).
@@ -255,8 +344,8 @@ pub struct Persona {
     pub thinking_level: Option<ThinkingLevel>,
     /// Opaque output schema.
     pub output: Option<serde_json::Value>,
-    /// Passed through.
-    pub permission_mode: Option<String>,
+    /// Passed through, typed.
+    pub permission_mode: Option<PermissionMode>,
     /// Positive turn budget.
     pub max_turns: Option<u32>,
     /// Wrapped into `<critical-reminder>` in the composed prompt.

@@ -114,7 +114,7 @@ fn key_normalisation() {
         "---\nname: a\ndescription: d\nthinkingLevel: high\npermission-mode: read-only\nmaxTurns: 15\nwhenToUse: |\n  first\n  second\ncriticalReminder: stay\ndisallowedTools: bash\n---\n",
     );
     assert_eq!(a.thinking_level, Some(ThinkingLevel::High));
-    assert_eq!(a.permission_mode.as_deref(), Some("read-only"));
+    assert_eq!(a.permission_mode, Some(super::PermissionMode::ReadOnly));
     assert_eq!(a.max_turns, Some(15));
     assert_eq!(a.when_to_use.as_deref(), Some("first\nsecond\n"));
     assert_eq!(a.critical_reminder.as_deref(), Some("stay"));
@@ -428,7 +428,14 @@ fn effort_and_permission_modes() {
     }
     let r = p("---\nname: a\ndescription: d\neffort: extreme\npermissionMode: yolo\n---\nb\n");
     assert_eq!(codes(&r), ["invalid_effort", "unknown_permission_mode"]);
-    assert_eq!(r.persona.unwrap().permission_mode.as_deref(), Some("yolo"));
+    assert_eq!(
+        r.persona
+            .unwrap()
+            .permission_mode
+            .as_ref()
+            .map(super::PermissionMode::as_str),
+        Some("yolo")
+    );
     let r = p(
         "---\nname: a\ndescription: d\npermissionMode: acceptEdits\nthinking: low\neffort: high\n---\nb\n",
     );
@@ -601,6 +608,35 @@ fn the_dialect_tables_name_every_field() {
         assert!(
             row.contains("**warning**"),
             "{field} must be reported as a warning: {row}"
+        );
+    }
+}
+
+/// Every permission mode reads back as it was written, through its text and through JSON (a
+/// stored spec, the exec document); unknown ones are kept, and read-only is `read-only`,
+/// `readonly` or `plan`.
+#[test]
+fn permission_modes_are_typed_and_read_back_as_written() {
+    use super::PermissionMode;
+    for text in super::PERMISSION_MODES
+        .iter()
+        .copied()
+        .chain(["yolo", "readonly", ""])
+    {
+        let m = PermissionMode::parse(text);
+        assert_eq!(m.as_str(), text);
+        assert_eq!(
+            m.is_known(),
+            super::PERMISSION_MODES.contains(&text),
+            "{text}"
+        );
+        let json = serde_json::to_string(&m).unwrap();
+        assert_eq!(json, serde_json::to_string(text).unwrap());
+        assert_eq!(serde_json::from_str::<PermissionMode>(&json).unwrap(), m);
+        assert_eq!(
+            m.is_read_only(),
+            matches!(text, "read-only" | "readonly" | "plan"),
+            "{text}"
         );
     }
 }

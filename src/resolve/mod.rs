@@ -242,7 +242,7 @@ pub struct Effective {
     /// Turn budget.
     pub max_turns: Option<u32>,
     /// Passed through.
-    pub permission_mode: Option<String>,
+    pub permission_mode: Option<crate::persona::PermissionMode>,
     /// Effective output schema.
     pub output_schema: Option<serde_json::Value>,
     /// Where it came from.
@@ -273,7 +273,7 @@ pub fn effective(
     let p = &def.persona;
     // `permissionMode: plan` is plan mode (docs/personas.md §2.7): the worker gets exactly the
     // plan-mode agent, whatever mode the request asked for.
-    let mode = if p.permission_mode.as_deref() == Some("plan") {
+    let mode = if p.permission_mode == Some(crate::persona::PermissionMode::Plan) {
         Mode::Plan
     } else {
         mode

@@ -61,7 +61,7 @@ pub struct AgentSpec {
     pub max_turns: Option<u32>,
     /// Passed through, when set.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub permission_mode: Option<String>,
+    pub permission_mode: Option<crate::persona::PermissionMode>,
     /// The effective output schema (a JSON value), when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<serde_json::Value>,

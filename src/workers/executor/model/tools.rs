@@ -194,8 +194,8 @@ impl Toolbox {
         let read_only = a.plan
             || agent
                 .permission_mode
-                .as_deref()
-                .is_some_and(|m| matches!(m, "read-only" | "readonly" | "plan"));
+                .as_ref()
+                .is_some_and(crate::persona::PermissionMode::is_read_only);
         let offered = |t: &McpTool| match &agent.tools {
             Tools::Only(list) => list.iter().any(|e| selects(e, &t.server, &t.name)),
             Tools::AllExcept(ex) => !ex.iter().any(|e| selects(e, &t.server, &t.name)),
