@@ -156,8 +156,8 @@ async fn events(s: &TestServer, id: &str) -> Vec<pb::WatchWorkerResponse> {
     all
 }
 
-/// The `tool` messages the model was sent in request `i`.
-fn tool_messages(req: &Value) -> Vec<String> {
+/// The `tool` messages the model was sent in a logged request.
+pub(crate) fn tool_messages(req: &Value) -> Vec<String> {
     req["body"]["messages"]
         .as_array()
         .unwrap()

@@ -32,7 +32,7 @@ use tonic::{Code, transport::Channel};
 use crate::{
     binary::{Binary, Launch, config},
     helpers::*,
-    model::Scripted,
+    model::{Scripted, tool_messages},
 };
 
 /// The address space a server under attack may have: room for its normal 1.8 GB of
@@ -263,17 +263,6 @@ fn mcp_hostile(notes: &Path) -> String {
     )
 }
 
-/// The `tool` messages of request `i` of the model log.
-fn tool_messages(requests: &[Value], i: usize) -> Vec<String> {
-    requests[i]["body"]["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 #[tokio::test]
 async fn an_mcp_reply_over_the_bound_fails_the_call_at_once() {
     let notes = tempfile::NamedTempFile::new().unwrap();
@@ -299,7 +288,7 @@ async fn an_mcp_reply_over_the_bound_fails_the_call_at_once() {
         t0.elapsed()
     );
     let requests = h.model.requests();
-    let answer = &tool_messages(&requests, 1)[0];
+    let answer = &tool_messages(&requests[1])[0];
     assert!(
         answer.contains(
             "the server sent a message over 1048576 bytes (model.max_mcp_message_bytes); its connection was closed"
@@ -328,7 +317,7 @@ async fn a_6_mb_tool_result_is_cut_for_the_model() {
     assert_eq!(w.state, pb::WorkerState::Completed as i32, "{w:?}");
     let requests = h.model.requests();
     assert_eq!(requests.len(), 3);
-    let cut = &tool_messages(&requests, 1)[0];
+    let cut = &tool_messages(&requests[1])[0];
     assert!(
         cut.ends_with(
             "\n[cut: the tool returned 6000000 bytes; only the first 131072 are shown (model.max_tool_result_bytes)]"

@@ -587,9 +587,9 @@ impl Supervisor {
 
     /// Whether worker `id` is being admitted here: its worktree may exist before its row does.
     /// Asked before the store, this never misses a worker: its row is written before it stops
-    /// being admitted.
+    /// being admitted (the mark spans the row's creation, so `creating` need not be asked).
     pub fn is_admitting(&self, id: &WorkerId) -> bool {
-        self.admitting_lock().contains(id) || self.creating_lock().contains_key(id)
+        self.admitting_lock().contains(id)
     }
 
     /// Whether a cached dispatch may be reused: being created, or [`Self::reusable_record`].

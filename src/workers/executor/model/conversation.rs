@@ -81,6 +81,18 @@ impl Reply {
     }
 }
 
+/// At most `max` bytes of `s`, cut at a character boundary.
+pub(super) fn head(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 /// What the loop does with one tool call of an answer.
 #[derive(Debug, PartialEq)]
 pub enum CallStep {
@@ -350,10 +362,7 @@ impl Conversation {
         let max = self.bounds.tool_result_bytes;
         if content.len() > max {
             let whole = content.len();
-            let mut end = max;
-            while !content.is_char_boundary(end) {
-                end -= 1;
-            }
+            let end = head(&content, max).len();
             content.truncate(end);
             content.push_str(&format!(
                 "\n[cut: the tool returned {whole} bytes; only the first {end} are shown (model.max_tool_result_bytes)]"

@@ -312,14 +312,7 @@ fn failed(reason: String) -> Outcome {
 
 /// At most `max` bytes of `s`, cut at a character boundary.
 fn bounded(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_owned()
+    conversation::head(s, max).to_owned()
 }
 
 impl Run {

@@ -315,9 +315,8 @@ async fn read_json(mut body: Body, timing: &Timing) -> Result<Answer, String> {
     let text = std::str::from_utf8(&data)
         .map_err(|_| "the model's JSON answer is not UTF-8".to_owned())?;
     let mut assembly = Assembly::bounded(timing);
-    assembly
-        .take(text)
-        .map_err(|e| e.replace("model stream: event 1", "the model's JSON answer"))?;
+    assembly.whole = true;
+    assembly.take(text)?;
     if assembly.events == 1 && !assembly.saw_choice {
         return Err(
             "the model's JSON answer has no choices: it is not a chat completion".to_owned(),
@@ -522,11 +521,17 @@ fn error_message(body: &str) -> String {
     {
         return m;
     }
-    let trimmed = body.trim();
-    match trimmed.char_indices().nth(512) {
-        Some((i, _)) => format!("{}…", &trimmed[..i]),
-        None if trimmed.is_empty() => "(no body)".to_owned(),
-        None => trimmed.to_owned(),
+    match body.trim() {
+        "" => "(no body)".to_owned(),
+        trimmed => head_chars(trimmed, 512),
+    }
+}
+
+/// The first `n` characters of `text`, with `…` when there were more.
+fn head_chars(text: &str, n: usize) -> String {
+    match text.char_indices().nth(n) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text.to_owned(),
     }
 }
 
@@ -579,12 +584,15 @@ pub(super) struct Assembly {
     events: usize,
     /// Whether any event had a `choices` entry (a JSON answer without one is not an answer).
     saw_choice: bool,
+    /// The answer is one JSON document, not a stream of events (for the wording of errors).
+    whole: bool,
     /// Bytes of text and arguments so far, against `max_bytes`.
     bytes: usize,
     max_bytes: usize,
     max_calls: usize,
 }
 
+#[cfg(test)]
 impl Default for Assembly {
     fn default() -> Self {
         Self::bounded(&Timing::of(
@@ -604,9 +612,19 @@ impl Assembly {
             usage: None,
             events: 0,
             saw_choice: false,
+            whole: false,
             bytes: 0,
             max_bytes: timing.answer_bytes,
             max_calls: timing.tool_calls,
+        }
+    }
+
+    /// What an error names: the current event of a stream, or the JSON answer.
+    fn place(&self) -> String {
+        if self.whole {
+            "the model's JSON answer".to_owned()
+        } else {
+            format!("model stream: event {}", self.events)
         }
     }
 
@@ -614,7 +632,7 @@ impl Assembly {
     pub(super) fn take(&mut self, data: &str) -> Result<(), String> {
         self.events += 1;
         let chunk: Chunk = serde_json::from_str(data)
-            .map_err(|e| format!("model stream: event {} is not valid JSON: {e}", self.events))?;
+            .map_err(|e| format!("{} is not valid JSON: {e}", self.place()))?;
         if let Some(u) = chunk.usage.as_ref().and_then(usage_of) {
             self.usage = Some(u);
         }
@@ -661,17 +679,18 @@ impl Assembly {
                 Some(i) => i,
                 None => {
                     return Err(format!(
-                        "model stream: event {}: tool call index {} is not a non-negative integer",
-                        self.events,
-                        bounded_json(v)
+                        "{}: tool call index {} is not a non-negative integer",
+                        self.place(),
+                        head_chars(&v.to_string(), 64)
                     ));
                 }
             },
         };
         if at >= self.max_calls {
             return Err(format!(
-                "model stream: event {}: tool call index {at} is over the {} calls one answer may make (model.max_tool_calls)",
-                self.events, self.max_calls
+                "{}: tool call index {at} is over the {} calls one answer may make (model.max_tool_calls)",
+                self.place(),
+                self.max_calls
             ));
         }
         if at >= self.calls.len() {
@@ -729,15 +748,6 @@ impl Assembly {
             usage: self.usage,
             events: self.events,
         }
-    }
-}
-
-/// A JSON value as text, at most 64 bytes of it, for an error message.
-fn bounded_json(v: &Value) -> String {
-    let text = v.to_string();
-    match text.char_indices().nth(64) {
-        Some((i, _)) => format!("{}…", &text[..i]),
-        None => text,
     }
 }
 
