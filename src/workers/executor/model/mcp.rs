@@ -203,20 +203,26 @@ impl<R: AsyncRead + Unpin> AsyncRead for BoundedLines<R> {
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
-                for &b in &buf.filled()[before..] {
-                    this.line = if b == b'\n' { 0 } else { this.line + 1 };
-                    if this.line > this.max {
-                        let why = format!(
-                            "the server sent a message over {} bytes (model.max_mcp_message_bytes); its connection was closed",
-                            this.max
-                        );
-                        let _ = this.cut.set(why.clone());
-                        buf.set_filled(before);
-                        return Poll::Ready(Err(std::io::Error::new(
-                            std::io::ErrorKind::InvalidData,
-                            why,
-                        )));
-                    }
+                // The longest line in what was read, counting on from the line already open.
+                let new = &buf.filled()[before..];
+                let (mut line, mut longest, mut start) = (this.line, 0, 0);
+                for nl in memchr::memchr_iter(b'\n', new) {
+                    longest = longest.max(line + nl - start);
+                    (line, start) = (0, nl + 1);
+                }
+                this.line = line + new.len() - start;
+                longest = longest.max(this.line);
+                if longest > this.max {
+                    let why = format!(
+                        "the server sent a message over {} bytes (model.max_mcp_message_bytes); its connection was closed",
+                        this.max
+                    );
+                    let _ = this.cut.set(why.clone());
+                    buf.set_filled(before);
+                    return Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        why,
+                    )));
                 }
                 Poll::Ready(Ok(()))
             }
@@ -388,6 +394,32 @@ impl Drop for Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A line over the bound fails the read at once, wherever it falls in the bytes read, and
+    /// every read after it fails too.
+    #[tokio::test]
+    async fn lines_over_the_bound_cut_the_connection() {
+        use tokio::io::AsyncReadExt;
+        let read = |bytes: &'static [u8], max: usize| async move {
+            let mut r = BoundedLines {
+                inner: bytes,
+                line: 0,
+                max,
+                cut: Arc::new(OnceLock::new()),
+            };
+            let mut out = Vec::new();
+            let first = r.read_to_end(&mut out).await.map(|_| out);
+            (first, r.read(&mut [0u8; 4]).await.is_err())
+        };
+        assert_eq!(read(b"abc\nabcd\n", 4).await.0.unwrap(), b"abc\nabcd\n");
+        let (cut, after) = read(b"ab\nabcde\nab", 4).await;
+        assert!(cut.unwrap_err().to_string().contains("over 4 bytes"));
+        assert!(after, "a cut connection stays cut");
+        assert!(
+            read(b"abcde", 4).await.0.is_err(),
+            "an unended line counts too"
+        );
+    }
 
     #[test]
     fn annotations_follow_the_mcp_specification() {
