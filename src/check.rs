@@ -98,7 +98,10 @@ impl Report {
 
     /// Number of warning diagnostics.
     pub fn warnings(&self) -> usize {
-        self.snapshot.all_diagnostics().count() - self.errors()
+        self.snapshot
+            .all_diagnostics()
+            .filter(|d| d.severity == Severity::Warning)
+            .count()
     }
 
     /// [`EXIT_ERRORS`] when any diagnostic is an error, else [`EXIT_OK`].
@@ -334,6 +337,7 @@ pub fn write_github(report: &Report, out: &mut impl Write) -> io::Result<()> {
         let command = match d.severity {
             Severity::Error => "error",
             Severity::Warning => "warning",
+            Severity::Info => "notice",
         };
         write!(out, "::{command} file={}", escape_property(&d.path))?;
         if let Some(line) = d.line {

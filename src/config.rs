@@ -969,12 +969,15 @@ mod tests {
                 "mcp_servers: {fs: {command: [x], url: 'http://h'}}",
                 "mcp_servers.fs",
             ),
-            ("mcp_servers: {a_b: {command: [x]}}", "mcp_servers.a_b"),
+            ("mcp_servers: {a__b: {command: [x]}}", "mcp_servers.a__b"),
+            ("mcp_servers: {_a: {command: [x]}}", "mcp_servers._a"),
             ("model: {max_turns: 0}", "model.max_turns"),
         ] {
             let e = load_str(&format!("{yaml}\n"), &[]).unwrap_err();
             assert!(e.to_string().contains(key), "{yaml}: {e}");
-        }
+        } // Codex names servers with `_`.
+        let c = load_str("mcp_servers: {chrome_devtools: {command: [x]}}\n", &[]).unwrap();
+        assert!(c.mcp_servers.contains_key("chrome_devtools"));
     }
 
     #[test]

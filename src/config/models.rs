@@ -206,8 +206,11 @@ pub(super) fn validate(
     }
     for (name, s) in servers {
         let key = format!("mcp_servers.{name}");
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
-            return refuse(key, "a server name is letters, digits and -");
+        if !crate::persona::mcp::valid_server_name(name) {
+            return refuse(
+                key,
+                &format!("a server name is {}", crate::persona::mcp::SERVER_NAME_RULE),
+            );
         }
         match (s.command.is_empty(), &s.url) {
             (true, None) => return refuse(key, "needs command (stdio) or url (streamable HTTP)"),

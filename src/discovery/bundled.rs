@@ -33,8 +33,15 @@ pub(super) fn commands() -> Result<Vec<CommandDef>, DiscoveryError> {
                 file: path.clone(),
                 message,
             };
-            let name = command::name_from_path(std::path::Path::new(file)).map_err(invalid)?;
-            let parsed = command::parse_markdown(text.as_bytes(), &path, Comments::Strip);
+            let name =
+                command::name_from_path(std::path::Path::new(file), command::Dialect::Native)
+                    .map_err(invalid)?;
+            let parsed = command::parse_markdown(
+                text.as_bytes(),
+                &path,
+                Comments::Strip,
+                command::Dialect::Native,
+            );
             match (parsed.command, parsed.diagnostics.is_empty()) {
                 (Some(c), true) => Ok(CommandDef {
                     name: name.full,

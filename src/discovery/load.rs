@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 
 use crate::persona::{
     self, Comments, Diagnostic, MAX_FILE_BYTES, ParseOptions, Persona, Severity,
-    command::{self, Command, CommandName},
+    command::{self, Command, CommandName, Dialect},
 };
 
 use super::{AgentDef, SourceKind, sources::SourceDir};
@@ -127,7 +127,7 @@ impl<K: Eq + std::hash::Hash, V> BuildCache<K, V> {
 /// Listings by directory (and how it is read), so a rebuild lists only the directories that
 /// changed: (directory, recursive, toml) → its listing and the last build that used it. Shared
 /// by every workspace's builds; `capacity` counts the files listed.
-pub type ListCache = BuildCache<(PathBuf, bool, bool), (Arc<Listing>, u64)>;
+pub type ListCache = BuildCache<(PathBuf, bool, bool, bool), (Arc<Listing>, u64)>;
 
 /// The listings of one build, in the order of its directories.
 pub struct Found {
@@ -347,7 +347,7 @@ pub fn list(dirs: &[SourceDir], diags: &mut Vec<Diagnostic>, cache: &ListCache) 
     let listings: Vec<Arc<Listing>> = dirs
         .par_iter()
         .map(|d| {
-            let key = (d.path.clone(), d.recursive, d.toml);
+            let key = (d.path.clone(), d.recursive, d.toml, d.skills);
             let prior = if cache.enabled {
                 cache.lock().get(&key).map(|(l, _)| l.clone())
             } else {
@@ -471,8 +471,12 @@ fn walk(d: &SourceDir) -> Listing {
             let nb = name.as_bytes();
             // `.gemini/commands/` holds `**/*.toml` only: Gemini CLI ignores a `.md` there (often a
             // file other commands include with `@{…}`), so it is not a command (docs §3.6).
-            let md =
-                nb.ends_with(b".md") && (top || d.recursive) && !(d.toml && d.family == ".gemini");
+            // A skills dir holds `<name>/SKILL.md`; the other files of a skill are its own.
+            let md = if d.skills {
+                !top && nb == b"SKILL.md" && rel.components().count() == 1
+            } else {
+                nb.ends_with(b".md") && (top || d.recursive) && !(d.toml && d.family == ".gemini")
+            };
             let toml = d.toml && nb.ends_with(b".toml");
             // A flat directory reads every `*.md` at its top level, hidden or not.
             if nb.starts_with(b".") && (d.recursive || !(top && md)) {
@@ -497,7 +501,9 @@ fn walk(d: &SourceDir) -> Listing {
                 if md && !d.recursive {
                     diags.push(not_a_file(&path, tt));
                 }
-                if let (Some(canon_root), Some(canon_dir)) = (&canon_root, &canon_dir) {
+                if let (Some(canon_root), Some(canon_dir), true) =
+                    (&canon_root, &canon_dir, top || !d.skills)
+                {
                     // A real directory inside a canonical one is canonical once joined; only a
                     // symlink needs resolving.
                     let canon = if t.is_symlink() {
@@ -638,7 +644,9 @@ fn refuse_inline_mcp(parsed: &mut persona::Parsed, file_path: &str) {
 
 /// Reads and parses every command file, in parallel, keeping the input order; files unchanged
 /// since `cache` last saw them are reused. A path that cannot name a command is an
-/// `invalid_command_name` error and the file is not read.
+/// `invalid_command_name` error and the file is not read. A file's dialect comes from where it
+/// is (docs §3.6); a skill (`<name>/SKILL.md` in a skills dir) is named after its directory, and
+/// one with `user-invocable: false` is no command.
 pub fn parse_commands(
     files: Vec<FoundFile<'_>>,
     dirs: &[SourceDir],
@@ -657,7 +665,19 @@ pub fn parse_commands(
                 sha256: String::new(),
                 diagnostics: Vec::new(),
             };
-            let name = match command::name_from_path(f.rel) {
+            let d = &dirs[f.dir];
+            let toml = is_toml(f.path);
+            let dialect = if toml {
+                Dialect::Gemini
+            } else {
+                Dialect::of_markdown(&d.family, d.kind == SourceKind::Plugin, d.skills)
+            };
+            let rel = if d.skills {
+                f.rel.parent().unwrap_or(f.rel)
+            } else {
+                f.rel
+            };
+            let name = match command::name_from_path(rel, dialect) {
                 Ok(n) => n,
                 Err(why) => {
                     loaded.diagnostics.push(Diagnostic {
@@ -665,21 +685,33 @@ pub fn parse_commands(
                         line: None,
                         severity: Severity::Error,
                         code: "invalid_command_name",
-                        message: format!("{} cannot name a command: {why}", shown(f.rel)),
+                        message: format!("{} cannot name a command: {why}", shown(rel)),
                     });
                     return loaded;
                 }
             };
             let parse = |bytes: &[u8], sha256: String| {
-                let parsed = if is_toml(f.path) {
+                let mut parsed = if toml {
                     command::parse_toml(bytes, &loaded.file_path)
                 } else {
                     command::parse_markdown(
                         bytes,
                         &loaded.file_path,
-                        Comments::for_family(&dirs[f.dir].family),
+                        Comments::for_family(&d.family),
+                        dialect,
                     )
                 };
+                if d.skills
+                    && let Some(c) = &mut parsed.command
+                {
+                    if !c.user_invocable {
+                        // Only the model may load it: not a command, and nothing wrong.
+                        parsed.command = None;
+                        parsed.diagnostics.clear();
+                    } else {
+                        c.skill_dir = f.path.parent().map(shown);
+                    }
+                }
                 ParsedCommand {
                     command: parsed.command,
                     sha256,
@@ -844,6 +876,7 @@ mod tests {
             path: tree.clone(),
             recursive: true,
             toml: false,
+            skills: false,
         }];
         let names =
             |found: &Found| -> Vec<String> { found.files().iter().map(|f| shown(f.rel)).collect() };

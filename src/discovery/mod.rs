@@ -510,13 +510,21 @@ impl Commands {
                 let (Some(name), Some(command)) = (f.name, f.command) else {
                     continue;
                 };
-                if let Some(first) = in_dir.get(&name.full) {
-                    diagnostics.push(duplicate(&f.file_path, "command", &name.full, first));
+                // A plugin's commands are `<plugin>:<name>`, and answer to `<name>` (and a
+                // nested one to its base name) like a nested command to its base name.
+                let (full, also): (String, Vec<String>) = if d.kind == SourceKind::Plugin {
+                    let full = format!("{}:{}", d.family, name.full);
+                    (full, std::iter::once(name.full).chain(name.base).collect())
                 } else {
-                    in_dir.insert(name.full.clone(), f.file_path.clone());
+                    (name.full, name.base.into_iter().collect())
+                };
+                if let Some(first) = in_dir.get(&full) {
+                    diagnostics.push(duplicate(&f.file_path, "command", &full, first));
+                } else {
+                    in_dir.insert(full.clone(), f.file_path.clone());
                 }
                 let won = self.merge_full(CommandDef {
-                    name: name.full,
+                    name: full,
                     aliases: Vec::new(),
                     command,
                     source: d.kind,
@@ -525,8 +533,8 @@ impl Commands {
                     content_sha256: f.sha256,
                     shadowed_by: None,
                 });
-                if let (Some(at), Some(base)) = (won, name.base) {
-                    bases.push((base, at));
+                if let Some(at) = won {
+                    bases.extend(also.into_iter().map(|base| (base, at)));
                 }
             }
             for (base, at) in bases {
@@ -876,6 +884,7 @@ impl Registry {
                     path: p.clone(),
                     recursive,
                     toml: true,
+                    skills: false,
                 })
                 .collect(),
             ..sources::Plan::default()
@@ -898,6 +907,7 @@ pub fn persona_files(dir: &Path, recursive: bool) -> Vec<PathBuf> {
         path: dir.to_owned(),
         recursive,
         toml: true,
+        skills: false,
     };
     load::list(&[source], &mut Vec::new(), &load::ListCache::none())
         .files()

@@ -23,6 +23,8 @@ pub struct SourceDir {
     /// Also read `**/*.toml`: Codex agents in `.codex` agent dirs (§2.5), Gemini CLI commands
     /// in `.gemini` command dirs (§3.6).
     pub toml: bool,
+    /// A skills dir (`<family>/skills`): `<name>/SKILL.md` only, each a command too (§3.6).
+    pub skills: bool,
 }
 
 /// Every directory one snapshot reads, in precedence order, and what the watcher must add.
@@ -30,7 +32,8 @@ pub struct SourceDir {
 pub struct Plan {
     /// Agent directories (§3.1).
     pub agents: Vec<SourceDir>,
-    /// Workflow-command directories (§3.6).
+    /// Workflow-command directories (§3.6), the skill dirs among them (each just before the
+    /// commands dir of its place).
     pub commands: Vec<SourceDir>,
     /// Skill directories (`<family>/skills`, docs/personas.md §2.8), in the agents' order.
     pub skills: Vec<SourceDir>,
@@ -142,7 +145,46 @@ pub fn plan(cfg: &SourceConfig, workspace: Option<&Path>, diags: &mut Vec<Diagno
         std::iter::empty(),
         &mut plan.watch,
     );
+    plan.commands = with_skills(
+        cfg,
+        &plugins,
+        &plan.skills,
+        std::mem::take(&mut plan.commands),
+    );
     plan
+}
+
+/// The command dirs with the skill dirs among them (skills are commands too, docs §3.6): at each
+/// place (a family's project dir, its user dir, a plugin install) the skills dir comes just
+/// before the commands dir, as Claude Code prefers a skill to a command of the same name.
+fn with_skills(
+    cfg: &SourceConfig,
+    plugins: &[(String, PathBuf)],
+    skills: &[SourceDir],
+    commands: Vec<SourceDir>,
+) -> Vec<SourceDir> {
+    let place = |d: &SourceDir| -> (usize, usize, bool) {
+        let group = match d.kind {
+            SourceKind::Project | SourceKind::User => cfg
+                .families
+                .iter()
+                .position(|f| *f == d.family)
+                .unwrap_or(usize::MAX),
+            SourceKind::Plugin => {
+                cfg.families.len()
+                    + plugins
+                        .iter()
+                        .position(|(_, install)| Some(install.as_path()) == d.path.parent())
+                        .unwrap_or(plugins.len())
+            }
+            SourceKind::Dir | SourceKind::Bundled => usize::MAX,
+        };
+        (group, usize::from(d.kind == SourceKind::User), !d.skills)
+    };
+    let mut all: Vec<SourceDir> = skills.iter().cloned().chain(commands).collect();
+    // Stable: dirs of one place keep their order.
+    all.sort_by_key(place);
+    all
 }
 
 /// The directories of one registry: per family the nearest project dir and the user dir, then
@@ -168,6 +210,7 @@ fn plan_one<'a>(
                         path: cand,
                         recursive: what.recursive(),
                         toml,
+                        skills: what == Registry::Skills,
                     });
                     break;
                 }
@@ -183,6 +226,7 @@ fn plan_one<'a>(
                     path: u,
                     recursive: what.recursive(),
                     toml,
+                    skills: what == Registry::Skills,
                 });
             } else {
                 watch.targets.push(u);
@@ -200,6 +244,7 @@ fn plan_one<'a>(
             path,
             recursive: what.recursive(),
             toml: false,
+            skills: what == Registry::Skills,
         });
     }
     for (path, recursive) in extra {
@@ -212,6 +257,7 @@ fn plan_one<'a>(
             path: path.clone(),
             recursive,
             toml: false,
+            skills: what == Registry::Skills,
         });
     }
     dirs

@@ -352,6 +352,7 @@ fn a_file_seen_through_another_source_is_not_reused_as_is() {
             path: shared.clone(),
             recursive: false,
             toml: false,
+            skills: false,
         }],
         ..sources::Plan::default()
     };

@@ -107,6 +107,7 @@ pub fn diagnostic(d: &Diagnostic) -> pb::Diagnostic {
         path: d.path.clone(),
         line: d.line,
         severity: match d.severity {
+            Severity::Info => pb::Severity::Info,
             Severity::Warning => pb::Severity::Warning,
             Severity::Error => pb::Severity::Error,
         } as i32,

@@ -1,7 +1,8 @@
 //! Workflow commands (docs §3.6): prompt templates a coordinator expands and runs. Parses one
-//! command file — markdown with optional frontmatter, or a Gemini CLI TOML command — derives a
-//! command's name from its path inside a commands directory, and expands a template with the
-//! caller's arguments.
+//! command file — markdown with optional frontmatter (a command or a skill), or a Gemini CLI TOML
+//! command — derives a command's name from its path inside a commands directory, and expands a
+//! template with the caller's arguments by the rules of the tool that owns the file (its
+//! [`Dialect`]): a placeholder of one tool is plain text to another.
 //!
 //! Pure like the rest of [`crate::persona`]: a path is only split into names, never opened.
 
@@ -16,13 +17,48 @@ use super::{
 /// Longest description taken from a template's first line, in characters.
 pub const MAX_FALLBACK_DESCRIPTION_CHARS: usize = 200;
 
+/// Which tool's rules read and expand a command (docs §3.6); where its file sits decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// Gemini CLI's TOML commands: `{{args}}` only; `$…` is text.
+    Gemini,
+    /// Claude Code's markdown commands and skills: `$ARGUMENTS`, `$ARGUMENTS[N]` and `$N`
+    /// counting from 0 over shell-split words, named positions, `${CLAUDE_SKILL_DIR}`;
+    /// `{{args}}` is text.
+    Claude,
+    /// agentry's own (`.xcsh`, `.codex`, `command_dirs`, bundled): `$ARGUMENTS`, `$@`, `$1`…`$9`
+    /// over whitespace-separated words; `{{args}}` is text.
+    Native,
+}
+
+impl Dialect {
+    /// The dialect of a markdown file in a commands directory of `family` (a plugin's when
+    /// `plugin`), or of a skill. TOML files are always [`Dialect::Gemini`].
+    pub fn of_markdown(family: &str, plugin: bool, skill: bool) -> Self {
+        if skill || plugin || family == ".claude" {
+            Self::Claude
+        } else {
+            Self::Native
+        }
+    }
+
+    /// The tool, as people name it.
+    pub fn tool(self) -> &'static str {
+        match self {
+            Self::Gemini => "Gemini CLI",
+            Self::Claude => "Claude Code",
+            Self::Native => "agentry",
+        }
+    }
+}
+
 /// One parsed command file. The name comes from its path, not from the file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Command {
     /// The `description` key, else the template's first non-empty line (at most
     /// [`MAX_FALLBACK_DESCRIPTION_CHARS`] characters).
     pub description: String,
-    /// The body (markdown) or `prompt` (TOML): what [`expand`] fills in.
+    /// The body (markdown) or `prompt` (TOML): what [`expand_command`] fills in.
     pub template: String,
     /// `argument_hint`: what to pass, for a human (`<file> [focus]`).
     pub argument_hint: Option<String>,
@@ -32,8 +68,34 @@ pub struct Command {
     pub allowed_tools: Option<Vec<String>>,
     /// Markdown or TOML.
     pub format: Format,
+    /// Whose rules expand it.
+    pub dialect: Dialect,
+    /// `arguments` (Claude dialect): the names of the positions, `$name` in the template.
+    pub arguments: Vec<String>,
+    /// `user-invocable` (a skill with `false` is not a command).
+    pub user_invocable: bool,
+    /// A skill's directory (`${CLAUDE_SKILL_DIR}`), set by whoever read it as a skill.
+    pub skill_dir: Option<String>,
     /// Every other key, as JSON, so nothing a file says is lost.
     pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Command {
+    fn empty(format: Format, dialect: Dialect) -> Self {
+        Self {
+            description: String::new(),
+            template: String::new(),
+            argument_hint: None,
+            model: None,
+            allowed_tools: None,
+            format,
+            dialect,
+            arguments: Vec::new(),
+            user_invocable: true,
+            skill_dir: None,
+            extra: serde_json::Map::new(),
+        }
+    }
 }
 
 /// The result of parsing one command file.
@@ -60,8 +122,10 @@ pub struct CommandName {
 /// the path cannot name a command: a segment that is not UTF-8, empty, or holds `\`, NUL or a
 /// control character, or a name over [`MAX_NAME_BYTES`]. A segment may hold `:`
 /// (`svelte/svelte:a11y.md` is `/svelte:a11y` to its users), as the tools that read these files
-/// allow; a name two files would give is a `duplicate_name` like any other.
-pub fn name_from_path(rel: &Path) -> Result<CommandName, String> {
+/// allow; a name two files would give is a `duplicate_name` like any other. A Gemini command's
+/// segments are cleaned as Gemini CLI cleans them: every character outside `A-Za-z0-9_.-`
+/// becomes `_` (`a:b.toml` is `a_b`).
+pub fn name_from_path(rel: &Path, dialect: Dialect) -> Result<CommandName, String> {
     let mut segments = Vec::new();
     for c in rel.components() {
         let Component::Normal(os) = c else {
@@ -80,6 +144,11 @@ pub fn name_from_path(rel: &Path) -> Result<CommandName, String> {
         .or_else(|| last.strip_suffix(".toml"))
         .unwrap_or(last);
     segments.push(stem);
+    let cleaned: Vec<String>;
+    if dialect == Dialect::Gemini {
+        cleaned = segments.iter().map(|s| gemini_segment(s)).collect();
+        segments = cleaned.iter().map(String::as_str).collect();
+    }
     for s in &segments {
         if s.is_empty() {
             return Err("a path segment is empty".to_owned());
@@ -98,8 +167,21 @@ pub fn name_from_path(rel: &Path) -> Result<CommandName, String> {
             full.len()
         ));
     }
-    let base = (segments.len() > 1).then(|| stem.to_owned());
+    let base = (segments.len() > 1).then(|| segments[segments.len() - 1].to_owned());
     Ok(CommandName { full, base })
+}
+
+/// A name segment as Gemini CLI makes it: characters outside `A-Za-z0-9_.-` become `_`.
+fn gemini_segment(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// The description a command without one gets: its template's first non-empty line, trimmed,
@@ -125,12 +207,13 @@ fn empty_template(path: &str) -> Diagnostic {
     }
 }
 
-/// Parses a markdown command: optional frontmatter (`description`, `argument_hint`, `model`,
-/// `allowed_tools`, the rest in `extra`), then the template. Never panics on any input.
-pub fn parse_markdown(bytes: &[u8], path: &str, comments: Comments) -> Parsed {
+/// Parses a markdown command of `dialect`: optional frontmatter (`description`,
+/// `argument_hint`, `model`, `allowed_tools`; in the Claude dialect `arguments` and
+/// `user-invocable` too; the rest in `extra`), then the template. Never panics on any input.
+pub fn parse_markdown(bytes: &[u8], path: &str, comments: Comments, dialect: Dialect) -> Parsed {
     let mut diags = Vec::new();
-    let command =
-        decode(bytes, path, &mut diags).and_then(|t| markdown(t, path, comments, &mut diags));
+    let command = decode(bytes, path, &mut diags)
+        .and_then(|t| markdown(t, path, comments, dialect, &mut diags));
     Parsed {
         command,
         diagnostics: diags,
@@ -141,18 +224,12 @@ fn markdown(
     text: &str,
     path: &str,
     comments: Comments,
+    dialect: Dialect,
     diags: &mut Vec<Diagnostic>,
 ) -> Option<Command> {
     let doc = split::split(text, comments);
-    let mut c = Command {
-        description: String::new(),
-        template: doc.body,
-        argument_hint: None,
-        model: None,
-        allowed_tools: None,
-        format: Format::Markdown,
-        extra: serde_json::Map::new(),
-    };
+    let mut c = Command::empty(Format::Markdown, dialect);
+    c.template = doc.body;
     let mut description = None;
     match doc.front {
         split::Front::None => {}
@@ -180,12 +257,19 @@ fn markdown(
             };
             let entries = fields::entries(&block, &mut diag);
             let mut r = Reader::new(&block, &mut diag);
+            let claude = dialect == Dialect::Claude;
             for e in entries {
                 match &*e.key {
-                    "description" => description = describing(&mut r, &e),
-                    "argument_hint" => c.argument_hint = describing(&mut r, &e),
+                    "description" => description = describing(&mut r, &block, &e),
+                    "argument_hint" => c.argument_hint = describing(&mut r, &block, &e),
                     "model" => c.model = r.string(&e).map(|m| m.trim().to_owned()),
                     "allowed_tools" => c.allowed_tools = r.list(&e),
+                    "arguments" if claude => c.arguments = positions(&mut r, &e),
+                    "user_invocable" if claude => {
+                        c.user_invocable = !matches!(e.value, serde_yaml::Value::Bool(false));
+                        c.extra
+                            .insert(e.raw_key.into_owned(), fields::yaml_to_json(e.value));
+                    }
                     _ => {
                         c.extra
                             .insert(e.raw_key.into_owned(), fields::yaml_to_json(e.value));
@@ -200,14 +284,61 @@ fn markdown(
     finish(c, description, path, diags)
 }
 
+/// `arguments`: the names of the positions, as a list or a whitespace-separated string; any
+/// other shape is a warning and names nothing (the file still loads).
+fn positions(r: &mut Reader<'_, '_>, e: &fields::Entry) -> Vec<String> {
+    use serde_yaml::Value as Yaml;
+    let named: Option<Vec<String>> = match &e.value {
+        Yaml::String(s) => Some(s.split_whitespace().map(str::to_owned).collect()),
+        Yaml::Sequence(items) => items
+            .iter()
+            .map(|i| i.as_str().map(|s| s.trim().to_owned()))
+            .collect(),
+        Yaml::Null => Some(Vec::new()),
+        _ => None,
+    };
+    match named {
+        Some(names) => names.into_iter().filter(|n| is_position_name(n)).collect(),
+        None => {
+            r.warn_describing(e);
+            Vec::new()
+        }
+    }
+}
+
+/// Whether `n` can be written `$n`: a letter or `_`, then letters, digits and `_`.
+fn is_position_name(n: &str) -> bool {
+    let mut chars = n.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// The source text of an entry's value on its line (`key: <this>`), when it is all there.
+fn source_text(block: &split::Block<'_>, e: &fields::Entry) -> Option<String> {
+    let line = split::lines(&block.text).nth(e.line?)?;
+    let (_, value) = line.split_once(':')?;
+    let value = value.trim();
+    (!value.is_empty()).then(|| value.to_owned())
+}
+
 /// A field that only describes (`description`, `argument-hint`): a string as it is; a list, as
-/// YAML readers turn `[project-name]` into one, rendered back as its source text; anything
-/// else a warning, and the file still loads (only fields that change behaviour may skip it).
-fn describing(r: &mut Reader<'_, '_>, e: &fields::Entry) -> Option<String> {
+/// YAML readers turn `[project-name]` or `["file", "focus"]` into one, kept as its source text
+/// exactly as written (rendered `[a, b]` only when it spans lines); anything else a warning,
+/// and the file still loads (only fields that change behaviour may skip it).
+fn describing(
+    r: &mut Reader<'_, '_>,
+    block: &split::Block<'_>,
+    e: &fields::Entry,
+) -> Option<String> {
     use serde_yaml::Value as Yaml;
     match &e.value {
         Yaml::String(s) => Some(s.clone()),
         Yaml::Null => None,
+        Yaml::Sequence(_) if source_text(block, e).is_some_and(|t| t.starts_with('[')) => {
+            source_text(block, e)
+        }
         Yaml::Sequence(items) => Some(format!(
             "[{}]",
             items
@@ -249,6 +380,7 @@ fn finish(
     if c.template.trim().is_empty() {
         diags.push(empty_template(path));
     }
+    diags.extend(foreign_placeholder(&c, path));
     Some(c)
 }
 
@@ -274,15 +406,7 @@ fn toml_command(text: &str, path: &str, diags: &mut Vec<Diagnostic>) -> Option<C
             message,
         });
     };
-    let mut c = Command {
-        description: String::new(),
-        template: String::new(),
-        argument_hint: None,
-        model: None,
-        allowed_tools: None,
-        format: Format::Toml,
-        extra: serde_json::Map::new(),
-    };
+    let mut c = Command::empty(Format::Toml, Dialect::Gemini);
     let (mut prompt, mut description, mut failed) = (None, None, false);
     for e in entries {
         let slot = match e.key.as_str() {
@@ -322,8 +446,8 @@ fn toml_command(text: &str, path: &str, diags: &mut Vec<Diagnostic>) -> Option<C
     if failed {
         return None;
     }
-    // Gemini CLI's own fallback for a command without one.
-    let description = description.or_else(|| {
+    // Gemini CLI's own fallback for a command without one (an empty one is none).
+    let description = description.filter(|d| !d.trim().is_empty()).or_else(|| {
         let file = std::path::Path::new(path)
             .file_name()
             .map(|f| f.to_string_lossy().into_owned())
@@ -333,101 +457,234 @@ fn toml_command(text: &str, path: &str, diags: &mut Vec<Diagnostic>) -> Option<C
     finish(c, description, path, diags)
 }
 
-/// Expands a command as its own tool does (docs §3.6): the placeholders of [`expand`]; in a
-/// Gemini TOML command, `{{args}}` inside a `!{…}` shell block is shell-quoted (one single-quoted
-/// word); and when the template has no placeholder at all and arguments are given, they are not
-/// lost: Gemini CLI appends two newlines and the invocation as typed (`/name arguments`), Claude
-/// Code two newlines and `ARGUMENTS: <arguments>`.
+/// The informational diagnostic of a template holding a placeholder of another dialect only
+/// (docs §3.6): it stays text, and the author learns why.
+fn foreign_placeholder(c: &Command, path: &str) -> Option<Diagnostic> {
+    let (found, owner, own) = match c.dialect {
+        // `$1` in a Gemini prompt is more often a price than a placeholder: not reported.
+        Dialect::Gemini => ("$ARGUMENTS", "Claude Code", "{{args}}"),
+        Dialect::Claude | Dialect::Native => ("{{args}}", "Gemini CLI", "$ARGUMENTS"),
+    };
+    c.template.contains(found).then(|| Diagnostic {
+        path: path.to_owned(),
+        line: None,
+        severity: Severity::Info,
+        code: "foreign_placeholder",
+        message: format!(
+            "`{found}` is {owner}'s placeholder; {} does not expand it in this file, so it stays \
+             as written (its placeholder for the arguments is `{own}`)",
+            c.dialect.tool()
+        ),
+    })
+}
+
+/// Expands a command as its own tool does (docs §3.6), by its [`Dialect`]'s placeholders, in
+/// one pass (text that comes from `arguments` is never expanded again), bounded by `limit`
+/// bytes. When the template has no placeholder of its dialect and arguments are given, they are
+/// not lost: Gemini CLI appends two newlines and the invocation as typed (`/name arguments`),
+/// Claude Code (and agentry's own commands) two newlines and `ARGUMENTS: <arguments>`.
 pub fn expand_command(
     name: &str,
-    format: Format,
-    template: &str,
+    c: &Command,
     arguments: &str,
     limit: usize,
 ) -> Result<String, TooLarge> {
-    let gemini = format == Format::Toml;
-    let mut out = if gemini && template.contains("!{") {
-        expand_shell_blocks(template, arguments, limit)?
-    } else {
-        expand(template, arguments, limit)?
+    let mut out = Bounded::new(limit, c.template.len());
+    let placeholders = match c.dialect {
+        Dialect::Gemini => gemini(&c.template, arguments, &mut out)?,
+        Dialect::Claude => claude(c, arguments, &mut out)?,
+        Dialect::Native => native(&c.template, arguments, &mut out)?,
     };
     let args = arguments.trim();
-    if !args.is_empty() && !has_placeholder(template) {
-        let tail = if gemini {
-            format!("\n\n/{name} {args}")
+    if !args.is_empty() && !placeholders {
+        if c.dialect == Dialect::Gemini {
+            out.push_all(&["\n\n/", name, " ", args])?;
         } else {
-            format!("\n\nARGUMENTS: {args}")
-        };
-        if out.len() + tail.len() > limit {
-            return Err(TooLarge { limit });
+            out.push_all(&["\n\nARGUMENTS: ", args])?;
         }
-        out.push_str(&tail);
     }
-    Ok(out)
+    Ok(out.text)
 }
 
-/// Whether `template` has any placeholder [`expand`] fills.
-fn has_placeholder(template: &str) -> bool {
-    template.contains("$ARGUMENTS")
-        || template.contains("$@")
-        || template.contains("{{args}}")
-        || template
-            .as_bytes()
-            .windows(2)
-            .any(|w| w[0] == b'$' && (b'1'..=b'9').contains(&w[1]))
+/// A string that refuses to grow past a bound.
+struct Bounded {
+    text: String,
+    limit: usize,
 }
 
-/// `arguments` as one POSIX shell word.
-fn shell_quote(arguments: &str) -> String {
-    format!("'{}'", arguments.replace('\'', "'\\''"))
+impl Bounded {
+    fn new(limit: usize, hint: usize) -> Self {
+        Self {
+            text: String::with_capacity(hint.min(limit)),
+            limit,
+        }
+    }
+
+    fn push(&mut self, s: &str) -> Result<(), TooLarge> {
+        if self.text.len() + s.len() > self.limit {
+            return Err(TooLarge { limit: self.limit });
+        }
+        self.text.push_str(s);
+        Ok(())
+    }
+
+    fn push_all(&mut self, parts: &[&str]) -> Result<(), TooLarge> {
+        parts.iter().try_for_each(|p| self.push(p))
+    }
 }
 
-/// [`expand`] with `{{args}}` quoted inside `!{…}` blocks (braces inside a block nest).
-fn expand_shell_blocks(template: &str, arguments: &str, limit: usize) -> Result<String, TooLarge> {
-    let quoted = shell_quote(arguments);
-    let mut out = String::new();
+/// Gemini CLI: `{{args}}` is the arguments as given, except inside a `!{…}` shell block (braces
+/// nest), where it is one single-quoted shell word, or nothing when there are no arguments.
+/// Everything else, `$` included, is text; `!{…}` and `@{…}` are left for the caller. Whether
+/// the template had a `{{args}}`.
+fn gemini(template: &str, arguments: &str, out: &mut Bounded) -> Result<bool, TooLarge> {
+    const ARGS: &str = "{{args}}";
+    let quoted = if arguments.is_empty() {
+        String::new()
+    } else {
+        format!("'{}'", arguments.replace('\'', "'\\''"))
+    };
+    let mut found = false;
     let mut rest = template;
-    while let Some(start) = rest.find("!{") {
-        out.push_str(&expand(
-            &rest[..start],
-            arguments,
-            limit.saturating_sub(out.len()),
-        )?);
-        let block = &rest[start + 2..];
-        let mut depth = 1usize;
-        let mut end = None;
-        for (i, c) in block.char_indices() {
-            match c {
-                '{' => depth += 1,
-                '}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        end = Some(i);
-                        break;
-                    }
-                }
-                _ => {}
-            }
+    loop {
+        let arg = rest.find(ARGS).unwrap_or(usize::MAX);
+        let block = rest.find("!{").unwrap_or(usize::MAX);
+        if arg == usize::MAX && block == usize::MAX {
+            out.push(rest)?;
+            return Ok(found);
         }
-        let Some(end) = end else {
+        if arg < block {
+            out.push_all(&[&rest[..arg], arguments])?;
+            found = true;
+            rest = &rest[arg + ARGS.len()..];
+            continue;
+        }
+        out.push_all(&[&rest[..block], "!{"])?;
+        let inner = &rest[block + 2..];
+        let Some(end) = block_end(inner) else {
             // An unclosed block is text.
-            out.push_str(&expand(
-                &rest[start..],
-                arguments,
-                limit.saturating_sub(out.len()),
-            )?);
-            return Ok(out);
+            rest = inner;
+            continue;
         };
-        let inner = block[..end].replace("{{args}}", &quoted);
-        let piece = format!("!{{{inner}}}");
-        if out.len() + piece.len() > limit {
-            return Err(TooLarge { limit });
+        let mut pieces = inner[..end].split(ARGS);
+        out.push(pieces.next().unwrap_or_default())?;
+        for piece in pieces {
+            found = true;
+            out.push_all(&[&quoted, piece])?;
         }
-        out.push_str(&piece);
-        rest = &block[end + 1..];
+        out.push("}")?;
+        rest = &inner[end + 1..];
     }
-    out.push_str(&expand(rest, arguments, limit.saturating_sub(out.len()))?);
-    Ok(out)
+}
+
+/// Where the `}` that closes a `!{` block is in `block` (the text after `!{`); braces nest.
+fn block_end(block: &str) -> Option<usize> {
+    let mut depth = 1usize;
+    for (i, b) in block.bytes().enumerate() {
+        match b {
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Claude Code: `$ARGUMENTS` is the arguments as given; `$ARGUMENTS[N]` and `$N` the N-th
+/// argument counting from 0, the arguments split as a shell splits words (unbalanced quotes:
+/// at whitespace); `$name` the argument at `name`'s place in `arguments:`;
+/// `${CLAUDE_SKILL_DIR}` a skill's directory. A missing argument is empty. Whether the template
+/// had an argument placeholder.
+fn claude(c: &Command, arguments: &str, out: &mut Bounded) -> Result<bool, TooLarge> {
+    const ALL: &str = "$ARGUMENTS";
+    const SKILL_DIR: &str = "${CLAUDE_SKILL_DIR}";
+    let words = shlex::split(arguments)
+        .unwrap_or_else(|| arguments.split_whitespace().map(str::to_owned).collect());
+    let word = |n: usize| words.get(n).map_or("", String::as_str);
+    let mut found = false;
+    let mut rest = c.template.as_str();
+    while let Some(at) = rest.find('$') {
+        out.push(&rest[..at])?;
+        let tail = &rest[at..];
+        let (with, used) = if let Some(after) = tail.strip_prefix(ALL) {
+            found = true;
+            match index(after) {
+                Some((n, len)) => (word(n), ALL.len() + len),
+                None => (arguments, ALL.len()),
+            }
+        } else if let (Some(dir), true) = (&c.skill_dir, tail.starts_with(SKILL_DIR)) {
+            (dir.as_str(), SKILL_DIR.len())
+        } else {
+            let ident = identifier(&tail[1..]);
+            if !ident.is_empty() && ident.bytes().all(|b| b.is_ascii_digit()) {
+                found = true;
+                (word(ident.parse().unwrap_or(usize::MAX)), 1 + ident.len())
+            } else if let Some(i) = c.arguments.iter().position(|n| n == ident) {
+                found = true;
+                (word(i), 1 + ident.len())
+            } else {
+                ("$", 1)
+            }
+        };
+        out.push(with)?;
+        rest = &tail[used..];
+    }
+    out.push(rest)?;
+    Ok(found)
+}
+
+/// `[N]` at the start of `s`: N and the length of the brackets.
+fn index(s: &str) -> Option<(usize, usize)> {
+    let inner = s.strip_prefix('[')?;
+    let close = inner.find(']')?;
+    let digits = &inner[..close];
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((digits.parse().unwrap_or(usize::MAX), close + 2))
+}
+
+/// The run of ASCII letters, digits and `_` at the start of `s`.
+fn identifier(s: &str) -> &str {
+    let end = s
+        .bytes()
+        .position(|b| !(b.is_ascii_alphanumeric() || b == b'_'))
+        .unwrap_or(s.len());
+    &s[..end]
+}
+
+/// agentry's own: `$ARGUMENTS` and `$@` are the arguments as given, `$1`…`$9` their
+/// whitespace-separated words (a missing word is empty). Any other `$` is kept. Whether the
+/// template had a placeholder.
+fn native(template: &str, arguments: &str, out: &mut Bounded) -> Result<bool, TooLarge> {
+    let words: Vec<&str> = arguments.split_whitespace().collect();
+    let mut found = false;
+    let mut rest = template;
+    while let Some(at) = rest.find('$') {
+        out.push(&rest[..at])?;
+        let tail = &rest[at..];
+        let (with, used) = if tail.starts_with("$ARGUMENTS") {
+            (arguments, "$ARGUMENTS".len())
+        } else if tail.starts_with("$@") {
+            (arguments, 2)
+        } else if let Some(d @ b'1'..=b'9') = tail.as_bytes().get(1).copied() {
+            (words.get(usize::from(d - b'1')).copied().unwrap_or(""), 2)
+        } else {
+            out.push("$")?;
+            rest = &tail[1..];
+            continue;
+        };
+        found = true;
+        out.push(with)?;
+        rest = &tail[used..];
+    }
+    out.push(rest)?;
+    Ok(found)
 }
 
 /// The expansion was bigger than the caller's bound.
@@ -438,48 +695,29 @@ pub struct TooLarge {
     pub limit: usize,
 }
 
-/// Expands a template: `$ARGUMENTS`, `$@` and `{{args}}` become `arguments`; `$1`…`$9` its
-/// whitespace-separated words (a missing word is empty). Any other `$` or `{` is kept as it is.
-/// One pass, so text coming from `arguments` is never expanded again. Stops with [`TooLarge`] as
-/// soon as the output would pass `limit` bytes.
-pub fn expand(template: &str, arguments: &str, limit: usize) -> Result<String, TooLarge> {
-    let words: Vec<&str> = arguments.split_whitespace().collect();
-    let mut out = String::with_capacity(template.len().min(limit));
-    let push = |out: &mut String, s: &str| {
-        if out.len() + s.len() > limit {
-            return Err(TooLarge { limit });
-        }
-        out.push_str(s);
-        Ok(())
-    };
-    let mut rest = template;
-    while let Some(at) = rest.find(['$', '{']) {
-        push(&mut out, &rest[..at])?;
-        let tail = &rest[at..];
-        let (with, used) = if let Some(after) = tail.strip_prefix("$ARGUMENTS") {
-            (arguments, tail.len() - after.len())
-        } else if tail.starts_with("$@") || tail.starts_with("{{args}}") {
-            (arguments, if tail.starts_with('$') { 2 } else { 8 })
-        } else if let Some(d @ b'1'..=b'9') = tail.as_bytes().get(1).copied()
-            && tail.starts_with('$')
-        {
-            (words.get(usize::from(d - b'1')).copied().unwrap_or(""), 2)
-        } else {
-            (&tail[..1], 1)
-        };
-        push(&mut out, with)?;
-        rest = &tail[used..];
-    }
-    push(&mut out, rest)?;
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn md(text: &str) -> Parsed {
-        parse_markdown(text.as_bytes(), "c.md", Comments::Strip)
+        parse_markdown(text.as_bytes(), "c.md", Comments::Strip, Dialect::Claude)
+    }
+
+    /// A command of `dialect` with this template.
+    fn cmd(dialect: Dialect, template: &str) -> Command {
+        let format = if dialect == Dialect::Gemini {
+            Format::Toml
+        } else {
+            Format::Markdown
+        };
+        let mut c = Command::empty(format, dialect);
+        c.template = template.to_owned();
+        c
+    }
+
+    /// `template` of `dialect` expanded with `arguments`, unbounded.
+    fn exp(dialect: Dialect, template: &str, arguments: &str) -> String {
+        expand_command("n", &cmd(dialect, template), arguments, 1 << 20).unwrap()
     }
 
     fn codes(r: &Parsed) -> Vec<&'static str> {
@@ -488,39 +726,50 @@ mod tests {
 
     #[test]
     fn names_from_paths() {
-        let n = name_from_path(Path::new("opsx/apply.md")).unwrap();
+        let n = name_from_path(Path::new("opsx/apply.md"), Dialect::Claude).unwrap();
         assert_eq!(n.full, "opsx:apply");
         assert_eq!(n.base.as_deref(), Some("apply"));
-        let n = name_from_path(Path::new("review-pr.md")).unwrap();
+        let n = name_from_path(Path::new("review-pr.md"), Dialect::Claude).unwrap();
         assert_eq!((n.full.as_str(), n.base), ("review-pr", None));
-        let n = name_from_path(Path::new("git/v1.2/commit.toml")).unwrap();
+        let n = name_from_path(Path::new("git/v1.2/commit.toml"), Dialect::Claude).unwrap();
         assert_eq!(n.full, "git:v1.2:commit");
         assert_eq!(
-            name_from_path(Path::new("über_ß.md")).unwrap().full,
+            name_from_path(Path::new("über_ß.md"), Dialect::Claude)
+                .unwrap()
+                .full,
             "über_ß"
         );
         for bad in ["a\\b.md", ".md", "a\u{7}.md", "x/\u{0}y.md"] {
-            assert!(name_from_path(Path::new(bad)).is_err(), "{bad}");
+            assert!(
+                name_from_path(Path::new(bad), Dialect::Claude).is_err(),
+                "{bad}"
+            );
         }
         // `:` (and other punctuation, spaces) may be part of a segment, as users name them.
-        let n = name_from_path(Path::new("svelte/svelte:a11y.md")).unwrap();
+        let n = name_from_path(Path::new("svelte/svelte:a11y.md"), Dialect::Claude).unwrap();
         assert_eq!(
             (n.full.as_str(), n.base.as_deref()),
             ("svelte:svelte:a11y", Some("svelte:a11y"))
         );
         assert_eq!(
-            name_from_path(Path::new("my command.md")).unwrap().full,
+            name_from_path(Path::new("my command.md"), Dialect::Claude)
+                .unwrap()
+                .full,
             "my command"
         );
         let long = format!("{}.md", "x".repeat(129));
         assert!(
-            name_from_path(Path::new(&long))
+            name_from_path(Path::new(&long), Dialect::Claude)
                 .unwrap_err()
                 .contains("129 bytes")
         );
         use std::os::unix::ffi::OsStrExt;
         let odd = Path::new(std::ffi::OsStr::from_bytes(b"a\xff.md"));
-        assert!(name_from_path(odd).unwrap_err().contains("UTF-8"));
+        assert!(
+            name_from_path(odd, Dialect::Claude)
+                .unwrap_err()
+                .contains("UTF-8")
+        );
     }
 
     #[test]
@@ -572,7 +821,7 @@ mod tests {
         let r = md("---\ndescription: d\n---\n");
         assert_eq!(codes(&r), ["empty_template"]);
         assert_eq!(r.command.unwrap().description, "d");
-        let r = parse_markdown(b"caf\xe9", "c.md", Comments::Keep);
+        let r = parse_markdown(b"caf\xe9", "c.md", Comments::Keep, Dialect::Claude);
         assert_eq!(codes(&r), ["not_utf8"]);
     }
 
@@ -604,22 +853,138 @@ mod tests {
     }
 
     #[test]
-    fn expansion_of_every_placeholder() {
+    fn native_placeholders() {
         let t = "all=$ARGUMENTS at=$@ g={{args}} one=$1 two=$2 three=$3 ten=$10";
         assert_eq!(
-            expand(t, "  alpha   beta ", 1 << 20).unwrap(),
-            "all=  alpha   beta  at=  alpha   beta  g=  alpha   beta  one=alpha two=beta \
-             three= ten=alpha0"
+            exp(Dialect::Native, t, "  alpha   beta "),
+            "all=  alpha   beta  at=  alpha   beta  g={{args}} one=alpha two=beta three= \
+             ten=alpha0"
         );
         // Not placeholders: kept as they are.
         let t = "$ $0 $$ $HOME $arguments ${1} {args} {{ args }} $";
-        assert_eq!(expand(t, "x", 1 << 20).unwrap(), t);
+        assert_eq!(exp(Dialect::Native, t, ""), t);
         // Arguments are not expanded again.
         assert_eq!(
-            expand("[$ARGUMENTS]", "$1 {{args}}", 100).unwrap(),
+            exp(Dialect::Native, "[$ARGUMENTS]", "$1 {{args}}"),
             "[$1 {{args}}]"
         );
-        assert_eq!(expand("€$1€", "ü", 100).unwrap(), "€ü€");
+        assert_eq!(exp(Dialect::Native, "€$1€", "ü"), "€ü€");
+    }
+
+    #[test]
+    fn gemini_knows_only_its_own_placeholder() {
+        let g = |t: &str, a: &str| exp(Dialect::Gemini, t, a);
+        // A price, an awk program and Claude's placeholders are text to Gemini CLI.
+        assert_eq!(
+            g("| Pro | $1.25 | for {{args}}", "A1 B2"),
+            "| Pro | $1.25 | for A1 B2"
+        );
+        assert_eq!(
+            g("Run !{awk '{print $3}' {{args}}}", "log.txt"),
+            "Run !{awk '{print $3}' 'log.txt'}"
+        );
+        // No `{{args}}`: the invocation is appended, a `$ARGUMENTS:` heading notwithstanding.
+        assert_eq!(
+            g("$ARGUMENTS: what to review", "src"),
+            "$ARGUMENTS: what to review\n\n/n src"
+        );
+        // Empty arguments inside a shell block are nothing, not `''`.
+        assert_eq!(g("!{grep -rn {{args}} src}", ""), "!{grep -rn  src}");
+        assert_eq!(g("!{echo {a}} {{args}}", "x"), "!{echo {a}} x");
+        assert_eq!(
+            g("Diff: !{git diff {{args}}} for {{args}}", "it's; rm -rf /"),
+            "Diff: !{git diff 'it'\\''s; rm -rf /'} for it's; rm -rf /"
+        );
+        // An unclosed block is text, and `{{args}}` after it still expands.
+        assert_eq!(g("!{echo {{args}}", "x"), "!{echo x");
+    }
+
+    #[test]
+    fn claude_counts_from_zero_and_splits_as_a_shell() {
+        let c = |t: &str, a: &str| exp(Dialect::Claude, t, a);
+        let args = r#""fix login" main --force"#;
+        assert_eq!(
+            c("a=$0 b=$1 c=$2 d=$3 all=$ARGUMENTS", args),
+            r#"a=fix login b=main c=--force d= all="fix login" main --force"#
+        );
+        assert_eq!(
+            c(
+                "$ARGUMENTS[0]/$ARGUMENTS[1]/$ARGUMENTS[9]/$ARGUMENTS[x]",
+                "a 'b c'"
+            ),
+            "a/b c//a 'b c'[x]"
+        );
+        // Unbalanced quotes: split at whitespace.
+        assert_eq!(c("$0|$1", "it's here"), "it's|here");
+        // `{{args}}` is text here; with no placeholder the arguments are appended.
+        assert_eq!(c("Use {{args}}.", "x y"), "Use {{args}}.\n\nARGUMENTS: x y");
+        // Named positions.
+        let mut named = cmd(Dialect::Claude, "Fix $issue on $branch ($issue_id, $other)");
+        named.arguments = vec!["issue".into(), "branch".into()];
+        assert_eq!(
+            expand_command("n", &named, "42 main", 1 << 20).unwrap(),
+            "Fix 42 on main ($issue_id, $other)"
+        );
+        // A skill's directory.
+        let mut skill = cmd(Dialect::Claude, "Run ${CLAUDE_SKILL_DIR}/check.sh $0");
+        skill.skill_dir = Some("/s/lint".into());
+        assert_eq!(
+            expand_command("lint", &skill, "a.rs", 1 << 20).unwrap(),
+            "Run /s/lint/check.sh a.rs"
+        );
+        assert_eq!(c("${CLAUDE_SKILL_DIR}", ""), "${CLAUDE_SKILL_DIR}");
+        // A huge index is a missing argument.
+        assert_eq!(c("[$99999999999999999999999]", "a"), "[]");
+    }
+
+    #[test]
+    fn frontmatter_of_claude_commands() {
+        let c = md(
+            "---\narguments: [issue, branch, 9bad]\nargument-hint: [\"file\", \"focus\"]\n---\nx",
+        )
+        .command
+        .unwrap();
+        assert_eq!(c.arguments, ["issue", "branch"]);
+        assert_eq!(c.argument_hint.as_deref(), Some("[\"file\", \"focus\"]"));
+        let c = md("---\narguments: issue branch\nuser-invocable: false\n---\nx")
+            .command
+            .unwrap();
+        assert_eq!(c.arguments, ["issue", "branch"]);
+        assert!(!c.user_invocable);
+        let c = md("---\nargument-hint:\n  - a\n  - b\n---\nx")
+            .command
+            .unwrap();
+        assert_eq!(c.argument_hint.as_deref(), Some("[a, b]"));
+        // Another dialect's placeholder is a note for the author.
+        let r = md("Use {{args}}.");
+        assert_eq!(codes(&r), ["foreign_placeholder"]);
+        assert_eq!(r.diagnostics[0].severity, Severity::Info);
+        let r = parse_toml(b"prompt = \"Use $ARGUMENTS and $1.25\"", "c.toml");
+        assert_eq!(codes(&r), ["foreign_placeholder"]);
+        assert!(
+            r.diagnostics[0]
+                .message
+                .contains("Claude Code's placeholder"),
+            "{:?}",
+            r.diagnostics
+        );
+        // An empty TOML description is none.
+        let c = parse_toml(b"description = \"\"\nprompt = \"x\"", "my.toml")
+            .command
+            .unwrap();
+        assert_eq!(c.description, "Custom command from my.toml");
+    }
+
+    #[test]
+    fn gemini_names_are_cleaned_as_gemini_cleans_them() {
+        let g = |p: &str| name_from_path(Path::new(p), Dialect::Gemini).unwrap();
+        assert_eq!(g("a:b.toml").full, "a_b");
+        assert_eq!(g("my cmd.toml").full, "my_cmd");
+        let n = g("git/v1.2/com mit.toml");
+        assert_eq!(
+            (n.full.as_str(), n.base.as_deref()),
+            ("git:v1.2:com_mit", Some("com_mit"))
+        );
     }
 
     #[test]
@@ -665,48 +1030,33 @@ mod tests {
                 seed ^= seed << 17;
                 text.push_str(parts[(seed % parts.len() as u64) as usize]);
             }
-            let _ = parse_markdown(text.as_bytes(), "c.md", Comments::Strip);
+            let _ = parse_markdown(text.as_bytes(), "c.md", Comments::Strip, Dialect::Claude);
             let _ = parse_toml(text.as_bytes(), "c.toml");
             let _ = super::super::parse_toml(text.as_bytes(), "a.toml");
-            let out = expand(&text, &text, 1 << 16).unwrap();
-            assert!(out.len() <= 1 << 16);
-            let _ = expand(&text, &text, 7);
+            for dialect in [Dialect::Gemini, Dialect::Claude, Dialect::Native] {
+                let c = cmd(dialect, &text);
+                let out = expand_command("n", &c, &text, 1 << 16).unwrap();
+                assert!(out.len() <= 1 << 16);
+                let _ = expand_command("n", &c, &text, 7);
+            }
         }
     }
 
     #[test]
-    fn expansion_as_each_tool_does_it() {
-        let md =
-            |t: &str, a: &str| expand_command("review", Format::Markdown, t, a, 1 << 20).unwrap();
-        let gem =
-            |t: &str, a: &str| expand_command("git:commit", Format::Toml, t, a, 1 << 20).unwrap();
-        assert_eq!(
-            md("Review the change.", "src/lib.rs"),
-            "Review the change.\n\nARGUMENTS: src/lib.rs"
-        );
-        assert_eq!(md("Review $1.", "src/lib.rs"), "Review src/lib.rs.");
-        assert_eq!(md("Review the change.", "  "), "Review the change.");
-        assert_eq!(
-            gem("Write a commit.", "fix it"),
-            "Write a commit.\n\n/git:commit fix it"
-        );
-        assert_eq!(
-            gem("Diff: !{git diff {{args}}} for {{args}}", "it's; rm -rf /"),
-            "Diff: !{git diff 'it'\\''s; rm -rf /'} for it's; rm -rf /"
-        );
-        assert_eq!(gem("!{echo {a}} {{args}}", "x"), "!{echo {a}} x");
-        assert_eq!(
-            expand_command("n", Format::Markdown, "x", "abc", 5),
-            Err(TooLarge { limit: 5 })
-        );
-    }
-
-    #[test]
     fn expansion_is_bounded() {
-        assert_eq!(expand("$@$@$@", "abcd", 12).unwrap().len(), 12);
-        assert_eq!(expand("$@$@$@", "abcd", 11), Err(TooLarge { limit: 11 }));
-        assert_eq!(expand("0123456789", "", 9), Err(TooLarge { limit: 9 }));
+        let native =
+            |t: &str, a: &str, limit| expand_command("n", &cmd(Dialect::Native, t), a, limit);
+        assert_eq!(native("$@$@$@", "abcd", 12).unwrap().len(), 12);
+        assert_eq!(native("$@$@$@", "abcd", 11), Err(TooLarge { limit: 11 }));
+        assert_eq!(native("0123456789", "", 9), Err(TooLarge { limit: 9 }));
         let huge = "$ARGUMENTS".repeat(10_000);
-        assert!(expand(&huge, &"x".repeat(1000), 1 << 20).is_err());
+        for dialect in [Dialect::Claude, Dialect::Native] {
+            let c = cmd(dialect, &huge);
+            assert!(expand_command("n", &c, &"x".repeat(1000), 1 << 20).is_err());
+        }
+        let g = cmd(Dialect::Gemini, &"{{args}}!{{{args}}}".repeat(10_000));
+        assert!(expand_command("n", &g, &"x".repeat(1000), 1 << 20).is_err());
+        // The appended arguments count too.
+        assert_eq!(native("x", "abc", 5), Err(TooLarge { limit: 5 }));
     }
 }

@@ -47,13 +47,25 @@ pub struct InlineMcp {
     pub headers: BTreeMap<String, String>,
 }
 
-/// A server name: letters, digits and `-`, as in the configuration (it becomes part of tool
-/// names `mcp__<server>__<tool>`, where `_` separates).
+/// Whether `name` can name an MCP server: letters, digits, `-` and `_` (Codex names servers
+/// `chrome_devtools`), but no `__`, nor `_` first or last: a server's name is the middle of its
+/// tools' names `mcp__<server>__<tool>`, where `__` separates.
+pub fn valid_server_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && !name.contains("__")
+        && !name.starts_with('_')
+        && !name.ends_with('_')
+}
+
+/// What a bad server name is told.
+pub const SERVER_NAME_RULE: &str = "letters, digits, - and _ (no __, and no _ first or last: __ separates the parts of a tool name)";
+
 fn check_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
-        return Err(format!(
-            "server name {name:?} must be letters, digits and -"
-        ));
+    if !valid_server_name(name) {
+        return Err(format!("server name {name:?} must be {SERVER_NAME_RULE}"));
     }
     Ok(())
 }

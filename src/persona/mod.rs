@@ -29,6 +29,9 @@ pub const MAX_NAME_BYTES: usize = 128;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
+    /// The file loaded as written; a note for its author (a placeholder of another tool's
+    /// dialect, which stays text).
+    Info,
     /// The file loaded; something was ignored or guessed.
     Warning,
     /// The file was skipped.
@@ -53,6 +56,7 @@ pub struct Diagnostic {
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let sev = match self.severity {
+            Severity::Info => "info",
             Severity::Warning => "warning",
             Severity::Error => "error",
         };

@@ -46,16 +46,12 @@ pub fn resolve<'a>(
             available: super::available(&names, "ListCommands"),
         }
     })?;
-    let expanded = command::expand_command(
-        &def.name,
-        def.command.format,
-        &def.command.template,
-        arguments,
-        limit,
-    )
-    .map_err(|_| CommandError::TooLarge {
-        name: def.name.clone(),
-        limit,
-    })?;
+    let expanded =
+        command::expand_command(&def.name, &def.command, arguments, limit).map_err(|_| {
+            CommandError::TooLarge {
+                name: def.name.clone(),
+                limit,
+            }
+        })?;
     Ok((def, expanded))
 }

@@ -93,7 +93,11 @@ async fn precedence_across_all_sources_with_bundled_init_last() {
     let s = start_in(dir, cfg).await;
 
     let r = list_commands_all(&s, &ws, true).await;
-    assert_eq!(names(&r.commands), ["dup", "init"]);
+    // A plugin's commands are namespaced: they shadow nothing and are not shadowed.
+    assert_eq!(
+        names(&r.commands),
+        ["dup", "proj-plug:dup", "user-plug:dup", "init"]
+    );
     let dup = &r.commands[0];
     assert_eq!(dup.template, "from source 0");
     assert_eq!(dup.description, "from source 0", "first body line");
@@ -108,6 +112,7 @@ async fn precedence_across_all_sources_with_bundled_init_last() {
         .map(|c| c.template.as_str())
         .collect();
     let expected: Vec<_> = (1..sources.len())
+        .filter(|i| !(8..=9).contains(i))
         .map(|i| format!("from source {i}"))
         .collect();
     assert_eq!(order, expected, "shadowed in precedence order");
@@ -118,23 +123,24 @@ async fn precedence_across_all_sources_with_bundled_init_last() {
             .filter(|c| c.name == "dup")
             .all(|c| c.shadowed_by == winner)
     );
-    let plugin = r
-        .shadowed
-        .iter()
-        .find(|c| c.template == "from source 8")
-        .unwrap();
+    let plugin = &r.commands[1];
     assert_eq!(
-        (plugin.source, plugin.family.as_str()),
-        (pb::Source::Plugin as i32, "proj-plug")
+        (
+            plugin.source,
+            plugin.family.as_str(),
+            plugin.template.as_str()
+        ),
+        (pb::Source::Plugin as i32, "proj-plug", "from source 8")
     );
+    assert!(plugin.aliases.is_empty(), "`dup` was taken first");
     // A command on disk beats the bundled one of the same name.
-    assert_eq!(r.commands[1].template, "Init our way.");
-    assert_eq!(r.commands[1].source, pb::Source::Dir as i32);
+    assert_eq!(r.commands[3].template, "Init our way.");
+    assert_eq!(r.commands[3].source, pb::Source::Dir as i32);
     let bundled = r.shadowed.iter().find(|c| c.name == "init").unwrap();
     assert_eq!(bundled.source, pb::Source::Bundled as i32);
     assert_eq!(bundled.file_path, "bundled:init.md");
     assert!(r.diagnostics.is_empty(), "{:?}", r.diagnostics);
-    assert_eq!(r.total_size, 2);
+    assert_eq!(r.total_size, 4);
 
     // Without a workspace the .xcsh user dir wins.
     let r = list_commands_all(&s, Path::new(""), false).await;
@@ -720,4 +726,200 @@ async fn html_comments_are_removed_only_where_the_reference_reader_removes_them(
     assert_eq!(prompt("claude"), body);
     assert_eq!(resolve(&s, &ws, "x", "").await.unwrap().expanded, stripped);
     assert_eq!(resolve(&s, &ws, "c", "").await.unwrap().expanded, body);
+}
+
+/// The command fixture set (`tests/fixtures/commands`, one file per rule of docs §3.6, written
+/// the way users write them) against its expected table: every command in precedence order with
+/// its aliases, description and hint, the diagnostics, and one expansion per rule.
+#[tokio::test]
+async fn the_fixture_set_expands_as_each_tool_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_in(dir.path());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/commands");
+    let ws = dir.path().join("ws/proj");
+    copy_tree(&root.join("ws"), &ws);
+    let plugins = dir.path().join("plugins");
+    copy_tree(&root.join("plugins"), &plugins);
+    let registry = dir
+        .path()
+        .join("home/.claude/plugins/installed_plugins.json");
+    std::fs::create_dir_all(registry.parent().unwrap()).unwrap();
+    std::fs::write(
+        &registry,
+        serde_json::json!({
+            "version": 2,
+            "plugins": {
+                "beta@market": [{"scope": "user", "installPath": plugins.join("beta")}],
+                "alpha@market": [{"scope": "project", "installPath": plugins.join("alpha")}]
+            }
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let s = start_in(dir, cfg).await;
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("expected.json")).unwrap())
+            .unwrap();
+    let text = |v: &serde_json::Value| v.as_str().map(str::to_owned);
+
+    let r = list_commands_all(&s, &ws, false).await;
+    let want = expected["commands"].as_array().unwrap();
+    assert_eq!(
+        names(&r.commands),
+        want.iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect::<Vec<_>>()
+    );
+    for (got, want) in r.commands.iter().zip(want) {
+        let aliases: Vec<String> = want["aliases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(text)
+            .collect();
+        assert_eq!(got.aliases, aliases, "{}", got.name);
+        if let Some(d) = text(&want["description"]) {
+            assert_eq!(got.description, d, "{}", got.name);
+        }
+        assert_eq!(
+            got.argument_hint,
+            text(&want["argument_hint"]),
+            "{}",
+            got.name
+        );
+    }
+    let (ws_shown, plugins_shown) = (ws.display().to_string(), plugins.display().to_string());
+    let relative = |p: &str| {
+        p.strip_prefix(&ws_shown)
+            .map(|r| format!("ws{r}"))
+            .or_else(|| {
+                p.strip_prefix(&plugins_shown)
+                    .map(|r| format!("plugins{r}"))
+            })
+            .unwrap_or_else(|| p.to_owned())
+    };
+    let diagnostics: Vec<(String, String, i32)> = r
+        .diagnostics
+        .iter()
+        .map(|d| (relative(&d.path), d.code.clone(), d.severity))
+        .collect();
+    let want: Vec<(String, String, i32)> = expected["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            assert_eq!(d["severity"], "info");
+            (
+                text(&d["file"]).unwrap(),
+                text(&d["code"]).unwrap(),
+                pb::Severity::Info as i32,
+            )
+        })
+        .collect();
+    assert_eq!(diagnostics, want);
+
+    for case in expected["resolve"].as_array().unwrap() {
+        let (rule, name) = (&case["rule"], case["name"].as_str().unwrap());
+        let arguments = case["arguments"].as_str().unwrap();
+        let got = resolve(&s, &ws, name, arguments).await;
+        match text(&case["expanded"]) {
+            Some(expanded) => {
+                let expanded = expanded
+                    .replace("{ws}", &ws_shown)
+                    .replace("{plugins}", &plugins_shown);
+                assert_eq!(got.unwrap().expanded, expanded, "{rule}");
+            }
+            None => {
+                assert_eq!(case["error"], "NOT_FOUND", "{rule}");
+                assert_eq!(got.unwrap_err().code(), Code::NotFound, "{rule}");
+            }
+        }
+    }
+}
+
+/// `agentry check` tells an author why a placeholder was not expanded, without failing the lint.
+#[tokio::test]
+async fn agentry_check_notes_another_dialects_placeholder() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    command(
+        &home.join(".claude/commands"),
+        "explain.md",
+        "Explain {{args}}.",
+    );
+    command(
+        &home.join(".gemini/commands"),
+        "review.toml",
+        "prompt = \"Review $ARGUMENTS\"\n",
+    );
+    for format in ["text", "github"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentry"))
+            .args(["check", "--format", format])
+            .env("HOME", &home)
+            .env("RUST_LOG", "off")
+            .env_remove("AGENTRY_HOME")
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(out.status.code(), Some(0), "{text}");
+        let (explain, review) = (
+            home.join(".claude/commands/explain.md"),
+            home.join(".gemini/commands/review.toml"),
+        );
+        if format == "text" {
+            assert!(
+                text.contains(&format!(
+                    "{}: info[foreign_placeholder]: `{{{{args}}}}` is Gemini CLI's placeholder; \
+                     Claude Code does not expand it in this file",
+                    explain.display()
+                )),
+                "{text}"
+            );
+            assert!(
+                text.contains(&format!(
+                    "{}: info[foreign_placeholder]: `$ARGUMENTS` is Claude Code's placeholder; \
+                     Gemini CLI does not expand it",
+                    review.display()
+                )),
+                "{text}"
+            );
+        } else {
+            assert!(
+                text.contains(&format!(
+                    "::notice file={},title=foreign_placeholder::",
+                    explain.display()
+                )),
+                "{text}"
+            );
+        }
+    }
+}
+
+/// A Codex agent's `[mcp_servers.chrome_devtools]` loads: Codex names servers with `_`.
+#[tokio::test]
+async fn codex_server_names_with_underscores_load() {
+    // A user file: a project file's inline servers are refused for another reason.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_in(dir.path());
+    let agents = dir.path().join("home/.codex/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    std::fs::write(
+        agents.join("browser.toml"),
+        "name = \"browser\"\ndescription = \"Drives a browser\"\n\
+         developer_instructions = \"Test the page.\"\n\n\
+         [mcp_servers.chrome_devtools]\ncommand = \"npx\"\nargs = [\"chrome-devtools-mcp@latest\"]\n\n\
+         [mcp_servers.bad__name]\ncommand = \"x\"\n",
+    )
+    .unwrap();
+    let s = start_in(dir, cfg).await;
+    let r = list_all(&s, Path::new(""), false).await;
+    assert!(r.agents.iter().any(|a| a.name == "browser"), "{r:?}");
+    let d: Vec<_> = r
+        .diagnostics
+        .iter()
+        .map(|d| (d.code.as_str(), d.message.as_str()))
+        .collect();
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert!(d[0].1.contains("\"bad__name\""), "{d:?}");
+    assert!(!d[0].1.contains("chrome_devtools"), "{d:?}");
 }
