@@ -1,10 +1,10 @@
-//! One worker's conversation as a pure state machine (docs/model.md §11.3–§11.5): the messages
-//! so far, the turn budget, the output rule, the request body, which call of an answer ends the
-//! run (`submit_result`, after which the rest are not run), and the wording of every reply to a
-//! tool call ([`Reply`]: an answer, a refusal, the tool's own error, a review's rejection). It
-//! does no I/O: the driver asks it what to send, hands it each answer and each call's reply, and
-//! it says what comes next. Every rule of the loop is here, so each one is unit-tested without a
-//! server; the driver itself is tested in process with a fake model under paused time.
+//! What one worker's conversation holds (docs/model.md §11.3–§11.5), pure: the messages so far,
+//! the turn budget, the output rule, the request body, which call of an answer ends the run
+//! (`submit_result`), and the wording of every reply to a tool call ([`Reply`]: an answer, a
+//! refusal, the tool's own error, a review's rejection). The loop that steps through it, event
+//! by event, is [`super::turns`]; neither does I/O, so every rule is unit-tested without a
+//! server, and the driver is tested in process with a fake model, a fake MCP server and a fake
+//! review gate under paused time.
 
 use serde::Serialize;
 use serde_json::{Value, json};

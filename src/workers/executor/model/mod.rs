@@ -4,7 +4,10 @@
 //! counted, and risky tools go through the review gate.
 //!
 //! Layout, as the loop is a state machine with its I/O at the edges:
-//! * [`conversation`] — the pure state machine (messages, turns, output rule);
+//! * [`turns`] — the loop as a pure state machine: event in, next action out (ask the model,
+//!   review a call, run a call, finish), with every progress event it reports;
+//! * [`conversation`] — what it holds: the messages, the turn budget, the output rule, and the
+//!   wording of every reply;
 //! * [`wire`] — the model edge: lenient streamed decoding behind [`wire::ModelClient`];
 //! * [`mcp`] — the MCP edge behind [`mcp::McpSession`];
 //! * [`tools`] — which tools a worker is offered, and routing a call by name;
@@ -17,6 +20,7 @@ pub mod conversation;
 pub mod mcp;
 pub mod memory;
 pub mod tools;
+pub mod turns;
 pub mod wire;
 
 use std::{
@@ -37,12 +41,10 @@ use crate::{
     workers::{model::ProgressKind, spec::McpServerSpec},
 };
 pub use conversation::DO_NOT_RETRY;
-use conversation::{Bounds, CallStep, Conversation, Reply, Step};
+use conversation::{Bounds, Conversation, Reply};
 use tools::{Route, Toolbox};
+use turns::{Action, Call, End, Event, Note, Review, Turns};
 use wire::{Endpoint, ModelClient, Timing, Usage};
-
-/// Bound on the text of one progress event (docs/workers.md §6.9).
-const EVENT_TEXT: usize = 64 * 1024;
 
 /// What the executor needs of agentry itself: the spawn tool, the review gate and progress, all
 /// as the worker (with its own token), so every rule that applies to a caller applies.
@@ -310,11 +312,6 @@ fn failed(reason: String) -> Outcome {
     }
 }
 
-/// At most `max` bytes of `s`, cut at a character boundary.
-fn bounded(s: &str, max: usize) -> String {
-    conversation::head(s, max).to_owned()
-}
-
 impl Run {
     async fn drive(self, started: oneshot::Sender<()>) -> Outcome {
         let spec = &self.assignment.spec;
@@ -345,7 +342,7 @@ impl Run {
     async fn converse(&self, toolbox: &Toolbox, endpoint: &Endpoint, model: &str) -> Outcome {
         let agent = &self.assignment.spec.agent;
         let looping = &self.settings.looping;
-        let mut conv = Conversation::new(
+        let conv = Conversation::new(
             &agent.system_prompt,
             &self.assignment.spec.prompt,
             // The reviewer's schema is offered in submit_result but not enforced (§7).
@@ -360,107 +357,75 @@ impl Run {
                 result_bytes: self.max_output_bytes,
             },
         );
+        let mut turns = Turns::new(conv, toolbox.catalog(), model);
         let timing = Timing::of(looping, Duration::from_millis(500));
         let mut reporting = true;
+        let mut action = turns.step(Event::Start);
         loop {
-            let turn = match conv.begin_turn() {
-                Ok(n) => n,
-                Err(reason) => return failed(reason),
-            };
-            let body = conv.request(model, toolbox.definitions(), effort(agent.thinking_level));
-            let answer = match self.client.turn(endpoint, &body, timing).await {
-                Ok(a) => a,
-                Err(e) => return failed(e.0),
-            };
-            if let Some(u) = answer.usage {
-                self.meter.add(model, u);
+            for note in turns.take_notes() {
+                self.report(&mut reporting, note).await;
             }
-            let usage = answer.usage.map(|u| json!({"prompt_tokens": u.prompt, "completion_tokens": u.completion, "total_tokens": u.total}));
-            self.report(&mut reporting, ProgressKind::Status, format!("turn {turn}: {model}"), Some(json!({"turn": turn, "model": model, "finish_reason": answer.finish_reason, "usage": usage}))).await;
-            if !answer.content.trim().is_empty() {
-                self.report(
-                    &mut reporting,
-                    ProgressKind::Text,
-                    bounded(&answer.content, EVENT_TEXT),
-                    None,
-                )
-                .await;
-            }
-            let calls = match conv.answer(answer) {
-                Step::Done(result) => return Outcome::Completed { stdout: result },
-                Step::Failed(reason) => return failed(reason),
-                Step::Again => continue,
-                Step::Tools(calls) => calls,
-            };
-            for call in calls {
-                let args = bounded(&call.arguments, EVENT_TEXT - 512);
-                self.report(
-                    &mut reporting,
-                    ProgressKind::ToolCall,
-                    call.name.clone(),
-                    Some(json!({"id": call.id, "name": call.name, "arguments": args})),
-                )
-                .await;
-                match conv.take_call(&call) {
-                    CallStep::Done(result) => {
-                        self.report(&mut reporting, ProgressKind::ToolResult, "result accepted".to_owned(), Some(json!({"id": call.id, "name": call.name, "is_error": false, "reviewed": false}))).await;
-                        return Outcome::Completed { stdout: result };
-                    }
-                    CallStep::Failed(reason) => return failed(reason),
-                    CallStep::Answered(text) => {
-                        self.report(&mut reporting, ProgressKind::ToolResult, bounded(&text, EVENT_TEXT), Some(json!({"id": call.id, "name": call.name, "is_error": true, "reviewed": false}))).await;
-                    }
-                    CallStep::Run => {
-                        let (reply, reviewed) = self
-                            .call(
-                                toolbox,
-                                toolbox.route(&call.name),
-                                &call.name,
-                                &call.arguments,
-                            )
-                            .await;
-                        let is_error = reply.is_error();
-                        let text = conv.tool_result(&call.id, reply);
-                        self.report(&mut reporting, ProgressKind::ToolResult, bounded(&text, EVENT_TEXT), Some(json!({"id": call.id, "name": call.name, "is_error": is_error, "reviewed": reviewed}))).await;
+            let event = match action {
+                Action::Finish(End::Completed(result)) => {
+                    return Outcome::Completed { stdout: result };
+                }
+                Action::Finish(End::Failed(reason)) => return failed(reason),
+                Action::Ask => {
+                    let body = turns.request(toolbox.definitions(), effort(agent.thinking_level));
+                    match self.client.turn(endpoint, &body, timing).await {
+                        Ok(answer) => {
+                            if let Some(u) = answer.usage {
+                                self.meter.add(model, u);
+                            }
+                            Event::Answered(answer)
+                        }
+                        Err(e) => Event::AskFailed(e.0),
                     }
                 }
-            }
+                Action::Review(call) => Event::Reviewed(self.review(toolbox, &call).await),
+                Action::Run(call) => Event::Ran(self.run_call(toolbox, call).await),
+            };
+            action = turns.step(event);
         }
     }
 
-    /// Runs one call that is not `submit_result`: what goes back to the model, and whether a
-    /// review ran. Every wording is [`Reply`]'s.
-    async fn call(
-        &self,
-        toolbox: &Toolbox,
-        route: Route,
-        name: &str,
-        arguments: &str,
-    ) -> (Reply, bool) {
-        let args: Option<Value> = match arguments.trim() {
-            "" => None,
-            text => match serde_json::from_str(text) {
-                Ok(v) => Some(v),
-                Err(e) => return (Reply::bad_arguments(name, &e), false),
-            },
+    /// The review step of a gated call, before it runs (docs §7).
+    async fn review(&self, toolbox: &Toolbox, call: &Call) -> Review {
+        let Some(agentry) = &self.agentry else {
+            return Review::Unavailable;
         };
-        match route {
-            Route::Submit => unreachable!("decided by the conversation"),
-            Route::Unknown => (Reply::unknown_tool(name, toolbox.names()), false),
+        let (name, destructive) = match toolbox.route(&call.call.name) {
+            Route::Mcp(tool) => (tool.offered_name(), tool.destructive),
+            // Only MCP tools are gated; anything else is reviewed as destructive.
+            _ => (call.call.name.clone(), true),
+        };
+        match agentry
+            .review(&self.assignment, &name, destructive, call.args.clone())
+            .await
+        {
+            Ok(_) => Review::Approved,
+            Err(reason) => Review::Rejected(reason),
+        }
+    }
+
+    /// Runs a call the loop decided to run: what goes back to the model.
+    async fn run_call(&self, toolbox: &Toolbox, call: Call) -> Reply {
+        let Call { call, args } = call;
+        let name = call.name.as_str();
+        match toolbox.route(name) {
+            // Decided by the loop before a call is run; answered the same way should one come.
+            Route::Submit | Route::Unknown => Reply::unknown_tool(name, toolbox.names()),
+            Route::DepthLimit => Reply::depth_limit(),
             Route::Memory(tool) => {
                 let dir = toolbox.memory_dir().unwrap_or(std::path::Path::new(""));
                 match memory::call(dir, &tool, args.as_ref()).await {
-                    Ok(text) => (Reply::Answer(text), false),
-                    Err(why) => (Reply::Refused(why), false),
+                    Ok(text) => Reply::Answer(text),
+                    Err(why) => Reply::Refused(why),
                 }
             }
-            Route::DepthLimit => (Reply::depth_limit(), false),
             Route::Spawn => {
                 let Some(agentry) = &self.agentry else {
-                    return (
-                        Reply::Refused("the spawn tool is not available here.".to_owned()),
-                        false,
-                    );
+                    return Reply::Refused("the spawn tool is not available here.".to_owned());
                 };
                 let field = |k: &str| {
                     args.as_ref()
@@ -471,45 +436,19 @@ impl Run {
                 };
                 let (agent, prompt) = (field("agent"), field("prompt"));
                 if agent.is_empty() || prompt.is_empty() {
-                    return (
-                        Reply::Refused(format!("{name} needs \"agent\" and \"prompt\".")),
-                        false,
-                    );
+                    return Reply::Refused(format!("{name} needs \"agent\" and \"prompt\"."));
                 }
                 match agentry
                     .spawn(&self.assignment, &agent, &field("description"), &prompt)
                     .await
                 {
-                    Ok(result) => (Reply::Answer(result), false),
-                    Err(why) => (Reply::Refused(why), false),
+                    Ok(result) => Reply::Answer(result),
+                    Err(why) => Reply::Refused(why),
                 }
             }
             Route::Mcp(tool) => {
-                let mut reviewed = false;
-                if toolbox.needs_review(&tool) {
-                    let Some(agentry) = &self.agentry else {
-                        return (
-                            Reply::Refused(
-                                "rejected by review: the review gate is not available.".to_owned(),
-                            ),
-                            false,
-                        );
-                    };
-                    reviewed = true;
-                    if let Err(reason) = agentry
-                        .review(
-                            &self.assignment,
-                            &tool.offered_name(),
-                            tool.destructive,
-                            args.clone(),
-                        )
-                        .await
-                    {
-                        return (Reply::Rejected(reason), true);
-                    }
-                }
                 let timeout = self.settings.looping.tool_timeout;
-                let reply = match tokio::time::timeout(timeout, toolbox.call(&tool, args)).await {
+                match tokio::time::timeout(timeout, toolbox.call(&tool, args)).await {
                     Err(_) => Reply::Refused(format!(
                         "{} did not answer within {} (model.tool_timeout).",
                         tool.offered_name(),
@@ -520,19 +459,20 @@ impl Run {
                     }
                     Ok(Ok(r)) if r.is_error => Reply::ToolError(r.text),
                     Ok(Ok(r)) => Reply::Answer(r.text),
-                };
-                (reply, reviewed)
+                }
             }
         }
     }
 
     /// One progress event; after the first refusal (the budget is spent) no more are tried.
-    async fn report(&self, on: &mut bool, kind: ProgressKind, text: String, data: Option<Value>) {
+    async fn report(&self, on: &mut bool, note: Note) {
         if !*on {
             return;
         }
         if let Some(a) = &self.agentry
-            && !a.progress(&self.assignment, kind, text, data).await
+            && !a
+                .progress(&self.assignment, note.kind, note.text, note.data)
+                .await
         {
             *on = false;
         }
@@ -718,6 +658,242 @@ mod tests {
         assert!(
             matches!(&out, Outcome::Failed { reason, .. } if reason == "model request failed: 400 Bad Request: no"),
             "{out:?}"
+        );
+    }
+
+    /// An MCP server in process: answers every call after `delay`, and keeps the calls.
+    struct FakeMcp {
+        delay: Duration,
+        calls: Mutex<Vec<(String, Option<Value>)>>,
+    }
+
+    #[async_trait::async_trait]
+    impl mcp::McpSession for FakeMcp {
+        async fn call(
+            &self,
+            tool: &str,
+            arguments: Option<Value>,
+        ) -> Result<mcp::CallResult, String> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push((tool.to_owned(), arguments));
+            tokio::time::sleep(self.delay).await;
+            Ok(mcp::CallResult {
+                text: format!("{tool} ok"),
+                is_error: false,
+            })
+        }
+
+        async fn close(&self) {}
+    }
+
+    /// agentry in process: a review gate that approves or rejects, and a progress log.
+    struct FakeAgentry {
+        approve: bool,
+        reviews: Mutex<Vec<(String, bool)>>,
+        progress: Mutex<Vec<(ProgressKind, String)>>,
+    }
+
+    #[async_trait::async_trait]
+    impl Agentry for FakeAgentry {
+        async fn spawn(&self, _: &Assignment, _: &str, _: &str, _: &str) -> Result<String, String> {
+            Err("no spawning here".into())
+        }
+
+        async fn review(
+            &self,
+            _: &Assignment,
+            tool: &str,
+            destructive: bool,
+            _: Option<Value>,
+        ) -> Result<String, String> {
+            self.reviews
+                .lock()
+                .unwrap()
+                .push((tool.to_owned(), destructive));
+            if self.approve {
+                Ok("fine".into())
+            } else {
+                Err("too risky".into())
+            }
+        }
+
+        async fn progress(
+            &self,
+            _: &Assignment,
+            kind: ProgressKind,
+            text: String,
+            _: Option<Value>,
+        ) -> bool {
+            self.progress.lock().unwrap().push((kind, text));
+            true
+        }
+    }
+
+    fn fs_tool(name: &str, read_only: bool) -> mcp::McpTool {
+        mcp::McpTool {
+            server: "fs".into(),
+            name: name.into(),
+            description: String::new(),
+            input_schema: json!({"type": "object"}),
+            read_only,
+            destructive: !read_only,
+        }
+    }
+
+    /// The driver with a fake model, a fake MCP server and a fake review gate: what reached the
+    /// server, what was reviewed, the requests sent, and how the run ended.
+    async fn drive_tools(
+        answers: Vec<Answer>,
+        approve: bool,
+        delay: Duration,
+    ) -> (
+        Outcome,
+        Vec<(String, Option<Value>)>,
+        Vec<(String, bool)>,
+        Vec<Value>,
+    ) {
+        let model = Arc::new(FakeModel {
+            answers: Mutex::new(answers.into_iter().map(Ok).collect()),
+            seen: Mutex::new(Vec::new()),
+        });
+        let server = Arc::new(FakeMcp {
+            delay,
+            calls: Mutex::new(Vec::new()),
+        });
+        let agentry = Arc::new(FakeAgentry {
+            approve,
+            reviews: Mutex::new(Vec::new()),
+            progress: Mutex::new(Vec::new()),
+        });
+        let toolbox = Toolbox::of_sessions(
+            vec![fs_tool("read", true), fs_tool("write", false)],
+            vec![("fs".into(), server.clone() as Arc<dyn mcp::McpSession>)],
+            Vec::new(),
+        );
+        let settings = ModelSettings {
+            models: models(),
+            ..ModelSettings::default()
+        };
+        let (endpoint, name) =
+            ModelExecutor::endpoint(&settings, "a", &[], &[]).expect("the default model");
+        let run = Run {
+            settings: Arc::new(settings),
+            client: model.clone(),
+            agentry: Some(agentry.clone()),
+            assignment: job(Duration::from_secs(60)).assignment.unwrap(),
+            meter: Meter::default(),
+            max_output_bytes: 1 << 20,
+        };
+        let out = run.converse(&toolbox, &endpoint, &name).await;
+        let seen = model.seen.lock().unwrap().clone();
+        let calls = server.calls.lock().unwrap().clone();
+        let reviews = agentry.reviews.lock().unwrap().clone();
+        (out, calls, reviews, seen)
+    }
+
+    /// The tool messages of a request, in order.
+    fn tool_texts(req: &Value) -> Vec<String> {
+        req["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .map(|m| m["content"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    fn calls_of(list: &[(&str, &str, &str)]) -> Answer {
+        Answer {
+            tool_calls: list
+                .iter()
+                .map(|(id, name, args)| ToolCall {
+                    id: (*id).into(),
+                    name: (*name).into(),
+                    arguments: (*args).into(),
+                })
+                .collect(),
+            finish_reason: Some("tool_calls".into()),
+            ..Answer::default()
+        }
+    }
+
+    /// A read-only tool runs at once; a destructive one is reviewed first and runs once
+    /// approved; both results go back in order.
+    #[tokio::test(start_paused = true)]
+    async fn a_gated_call_is_reviewed_before_it_runs() {
+        let (out, calls, reviews, seen) = drive_tools(
+            vec![
+                calls_of(&[
+                    ("c1", "mcp__fs__read", r#"{"path": "a"}"#),
+                    ("c2", "mcp__fs__write", r#"{"path": "b"}"#),
+                ]),
+                call("c3", "submit_result", r#"{"result": "written"}"#),
+            ],
+            true,
+            Duration::from_millis(5),
+        )
+        .await;
+        assert_eq!(
+            out,
+            Outcome::Completed {
+                stdout: "written".into()
+            }
+        );
+        assert_eq!(
+            calls,
+            [
+                ("read".to_owned(), Some(json!({"path": "a"}))),
+                ("write".to_owned(), Some(json!({"path": "b"})))
+            ]
+        );
+        assert_eq!(reviews, [("mcp__fs__write".to_owned(), true)]);
+        assert_eq!(tool_texts(&seen[1]), ["read ok", "write ok"]);
+    }
+
+    /// A rejected call never reaches its server; the model is told why.
+    #[tokio::test(start_paused = true)]
+    async fn a_rejected_call_never_runs() {
+        let (out, calls, reviews, seen) = drive_tools(
+            vec![
+                calls_of(&[("c1", "mcp__fs__write", "{}")]),
+                call("c2", "submit_result", r#"{"result": "gave up"}"#),
+            ],
+            false,
+            Duration::ZERO,
+        )
+        .await;
+        assert!(matches!(out, Outcome::Completed { .. }), "{out:?}");
+        assert!(calls.is_empty(), "{calls:?}");
+        assert_eq!(reviews.len(), 1);
+        assert_eq!(tool_texts(&seen[1]), ["rejected by review: too risky"]);
+    }
+
+    /// Under paused time: a tool that does not answer is cut at `model.tool_timeout`, and the
+    /// model is told so; the run goes on.
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_tool_is_cut_at_the_tool_timeout() {
+        let t0 = tokio::time::Instant::now();
+        let (out, calls, _, seen) = drive_tools(
+            vec![
+                calls_of(&[("c1", "mcp__fs__read", "{}")]),
+                call("c2", "submit_result", r#"{"result": "x"}"#),
+            ],
+            true,
+            Duration::from_secs(3600),
+        )
+        .await;
+        assert!(matches!(out, Outcome::Completed { .. }), "{out:?}");
+        assert_eq!(calls.len(), 1);
+        let timeout = ModelSettings::default().looping.tool_timeout;
+        assert_eq!(t0.elapsed(), timeout);
+        assert_eq!(
+            tool_texts(&seen[1]),
+            [format!(
+                "mcp__fs__read did not answer within {} (model.tool_timeout). {DO_NOT_RETRY}",
+                humantime::format_duration(timeout)
+            )]
         );
     }
 

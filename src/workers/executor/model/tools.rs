@@ -11,6 +11,7 @@ use super::{
     ModelSettings,
     conversation::SUBMIT_RESULT,
     mcp::{self, CallResult, McpSession, McpTool},
+    turns::Catalog,
 };
 use crate::{
     config::McpServer,
@@ -256,9 +257,55 @@ impl Toolbox {
         })
     }
 
+    /// A toolbox of these MCP tools on these sessions (in-process tests of the driver): only
+    /// `submit_result` besides them, no spawn tool, no memory.
+    #[cfg(test)]
+    pub fn of_sessions(
+        mcp: Vec<McpTool>,
+        sessions: Vec<(String, Arc<dyn McpSession>)>,
+        review_tools: Vec<String>,
+    ) -> Self {
+        let mut definitions = vec![submit_definition(None)];
+        let mut names = vec![SUBMIT_RESULT.to_owned()];
+        for t in &mcp {
+            definitions.push(json!({"type": "function", "function": {
+                "name": t.offered_name(),
+                "description": t.description,
+                "parameters": t.input_schema,
+            }}));
+            names.push(t.offered_name());
+        }
+        Self {
+            definitions,
+            names,
+            spawn_tool: "task".to_owned(),
+            spawn: false,
+            at_max_depth: false,
+            mcp,
+            sessions,
+            review_tools,
+            memory_dir: None,
+        }
+    }
+
     /// The `tools` of every request.
     pub fn definitions(&self) -> &[Value] {
         &self.definitions
+    }
+
+    /// What the loop decides calls with (docs/model.md §11.4): the names offered, the MCP tools
+    /// that are reviewed before they run, and the spawn tool's name at the depth limit.
+    pub fn catalog(&self) -> Catalog {
+        Catalog {
+            offered: self.names.clone(),
+            gated: self
+                .mcp
+                .iter()
+                .filter(|t| self.needs_review(t))
+                .map(McpTool::offered_name)
+                .collect(),
+            depth_limited: (!self.spawn && self.at_max_depth).then(|| self.spawn_tool.clone()),
+        }
     }
 
     /// The names offered, in the order of [`Self::definitions`].
