@@ -105,7 +105,7 @@ fn job(i: usize) -> Job {
             system_prompt: SYSTEM.into(),
             tools: Tools::Only(vec!["submit_result".into()]),
             tool_rules: Vec::new(),
-            spawns: String::new(),
+            spawns: agentry::persona::Spawns::none(),
             model: Vec::new(),
             thinking_level: None,
             max_turns: None,

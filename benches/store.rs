@@ -48,7 +48,7 @@ fn record(i: usize) -> WorkerRecord {
                     .to_owned(),
                 tools: Tools::AllExcept(vec!["task".into(), "write".into(), "edit".into()]),
                 tool_rules: Vec::new(),
-                spawns: String::new(),
+                spawns: agentry::persona::Spawns::none(),
                 model: vec!["small".to_owned()],
                 thinking_level: None,
                 max_turns: Some(20),

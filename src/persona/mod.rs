@@ -162,6 +162,16 @@ impl Spawns {
         }
     }
 
+    /// No agent at all.
+    pub fn none() -> Self {
+        Spawns::Only(Vec::new())
+    }
+
+    /// Whether no agent may be spawned.
+    pub fn is_none(&self) -> bool {
+        matches!(self, Spawns::Only(names) if names.is_empty())
+    }
+
     /// Parses the wire form: `*` (spaces allowed around it) = any; otherwise comma-separated
     /// names, trimmed, empties dropped (so an empty string is "none").
     pub fn parse_policy(s: &str) -> Self {
@@ -170,6 +180,23 @@ impl Spawns {
         } else {
             Spawns::Only(split_csv(s))
         }
+    }
+}
+
+/// (De)serialises a [`Spawns`] as its wire form (`*`, empty or CSV), as the API, the stored
+/// spec and a runtime's document carry it: `#[serde(with = "crate::persona::policy_text")]`.
+pub mod policy_text {
+    use super::Spawns;
+
+    /// Writes the policy's text.
+    pub fn serialize<S: serde::Serializer>(p: &Spawns, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&p.to_policy_string())
+    }
+
+    /// Reads the policy from its text.
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Spawns, D::Error> {
+        let text: std::borrow::Cow<'de, str> = serde::Deserialize::deserialize(d)?;
+        Ok(Spawns::parse_policy(&text))
     }
 }
 

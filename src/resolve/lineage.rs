@@ -5,7 +5,6 @@
 //! it was spawned with, never re-read from untyped JSON.
 
 use super::{Caller, Effective};
-use crate::persona::Spawns;
 
 /// The lineage a worker of `agent` that got `eff` has when it calls back with its token: its own
 /// depth, its own spawn policy, its own agent blocked (self-recursion guard), and its effective
@@ -13,7 +12,7 @@ use crate::persona::Spawns;
 pub fn of_worker(agent: &str, eff: &Effective) -> Caller {
     Caller {
         depth: eff.depth,
-        policy: Spawns::parse_policy(&eff.spawns),
+        policy: eff.spawns.clone(),
         blocked: vec![agent.to_owned()],
         parent_output_schema: eff.output_schema.clone(),
     }
@@ -22,6 +21,7 @@ pub fn of_worker(agent: &str, eff: &Effective) -> Caller {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::persona::Spawns;
     use crate::resolve::{Mode, Tools};
 
     fn effective(spawns: &str, depth: u32) -> Effective {
@@ -30,7 +30,7 @@ mod tests {
             system_prompt: String::new(),
             tools: Tools::AllExcept(Vec::new()),
             tool_rules: Vec::new(),
-            spawns: spawns.into(),
+            spawns: Spawns::parse_policy(spawns),
             model: Vec::new(),
             thinking_level: None,
             max_turns: None,

@@ -233,8 +233,9 @@ pub struct Effective {
     /// The permission patterns among them (`Bash(git diff:*)`), name and pattern apart.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_rules: Vec<ToolRule>,
-    /// The worker's own policy: `*`, empty or CSV.
-    pub spawns: String,
+    /// The worker's own policy (none when it may not spawn); `*`, empty or CSV as text.
+    #[serde(with = "crate::persona::policy_text")]
+    pub spawns: Spawns,
     /// Models, in order.
     pub model: Vec<String>,
     /// Reasoning effort.
@@ -326,8 +327,8 @@ pub fn effective(
         }
     };
     let spawns = match (&own_spawns, can_spawn) {
-        (Some(s), true) => s.to_policy_string(),
-        _ => String::new(),
+        (Some(s), true) => s.clone(),
+        _ => Spawns::none(),
     };
 
     let body: std::borrow::Cow<'_, str> = if mode == Mode::Plan {

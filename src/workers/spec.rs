@@ -49,8 +49,9 @@ pub struct AgentSpec {
     /// The permission patterns among the tools, name and pattern apart (docs/lineage.md §5.3);
     /// always written, `[]` without any, as the proto JSON form prints a repeated field.
     pub tool_rules: Vec<crate::resolve::ToolRule>,
-    /// The worker's own spawn policy: `*`, empty or CSV.
-    pub spawns: String,
+    /// The worker's own spawn policy, written `*`, empty or CSV.
+    #[serde(with = "crate::persona::policy_text")]
+    pub spawns: crate::persona::Spawns,
     /// Models in order.
     pub model: Vec<String>,
     /// `off` … `xhigh`, when the persona sets it.

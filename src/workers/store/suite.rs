@@ -173,7 +173,7 @@ fn effective(depth: u32) -> Effective {
         system_prompt: "You explore the repository.".to_owned(),
         tools: Tools::AllExcept(vec!["task".to_owned()]),
         tool_rules: Vec::new(),
-        spawns: String::new(),
+        spawns: crate::persona::Spawns::none(),
         model: Vec::new(),
         thinking_level: None,
         max_turns: None,

@@ -552,7 +552,7 @@ impl Supervisor {
                 ("AGENTRY_WORKER_TOKEN".into(), token),
                 ("AGENTRY_AGENT".into(), spec.agent.clone()),
                 ("AGENTRY_DEPTH".into(), eff.depth.to_string()),
-                ("AGENTRY_SPAWNS".into(), eff.spawns.clone()),
+                ("AGENTRY_SPAWNS".into(), eff.spawns.to_policy_string()),
                 ("AGENTRY_BLOCKED_AGENT".into(), blocked.join(",")),
                 (
                     "AGENTRY_MEMORY_DIR".into(),

@@ -536,7 +536,7 @@ mod tests {
                 system_prompt: "sys".into(),
                 tools: Tools::Only(vec!["submit_result".into()]),
                 tool_rules: Vec::new(),
-                spawns: String::new(),
+                spawns: crate::persona::Spawns::none(),
                 model: Vec::new(),
                 thinking_level: None,
                 max_turns: None,

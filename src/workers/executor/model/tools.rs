@@ -15,6 +15,7 @@ use super::{
 };
 use crate::{
     config::McpServer,
+    persona::Spawns,
     resolve::Tools,
     workers::{executor::Assignment, spec::McpServerSpec},
 };
@@ -212,7 +213,7 @@ impl Toolbox {
             })
             .collect();
         let spawn_tool = settings.spawn_tool.clone();
-        let spawn = !agent.spawns.is_empty()
+        let spawn = !agent.spawns.is_none()
             && match &agent.tools {
                 Tools::Only(list) => list.contains(&spawn_tool),
                 Tools::AllExcept(ex) => !ex.contains(&spawn_tool),
@@ -377,14 +378,9 @@ fn submit_definition(schema: Option<&Value>) -> Value {
     }})
 }
 
-fn spawn_definition(name: &str, spawns: &str) -> Value {
+fn spawn_definition(name: &str, spawns: &Spawns) -> Value {
     let mut agent = json!({"type": "string", "description": "The exact name of the agent to run."});
-    if spawns != "*" {
-        let allowed: Vec<&str> = spawns
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .collect();
+    if let Spawns::Only(allowed) = spawns {
         agent["enum"] = json!(allowed);
     }
     json!({"type": "function", "function": {
@@ -478,13 +474,13 @@ mod tests {
 
     #[test]
     fn the_spawn_tool_lists_its_agents() {
-        let d = spawn_definition("task", "explore, plan");
+        let d = spawn_definition("task", &Spawns::parse_policy("explore, plan"));
         assert_eq!(
             d["function"]["parameters"]["properties"]["agent"]["enum"],
             json!(["explore", "plan"])
         );
         assert!(
-            spawn_definition("task", "*")["function"]["parameters"]["properties"]["agent"]
+            spawn_definition("task", &Spawns::Any)["function"]["parameters"]["properties"]["agent"]
                 .get("enum")
                 .is_none()
         );
