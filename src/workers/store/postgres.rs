@@ -30,7 +30,7 @@ use super::rows::{Snapshot, advance, progress_event, to_sql_sequence};
 use super::schema::COLUMNS;
 use super::{
     Applied, Lease, ListQuery, Notice, ParentFilter, Patch, Relayed, RunnerClaim, RunnerWait,
-    StoreError, WorkerStore, creation_event,
+    SharedStore, StoreError, WorkerStore, creation_event,
 };
 use crate::workers::lifecycle::Event;
 use crate::workers::model::{
@@ -310,11 +310,6 @@ impl PostgresStore {
         })
     }
 
-    /// This process's replica id (random per start).
-    pub fn replica_id(&self) -> &str {
-        &self.replica_id
-    }
-
     async fn client(&self) -> Result<Client, StoreError> {
         // Every pool failure is a connection that could not be had: retryable.
         self.pool.get().await.map_err(|e| StoreError::Lost {
@@ -352,7 +347,7 @@ impl PostgresStore {
         }
     }
 
-    /// One attempt at [`WorkerStore::renew_lease`].
+    /// One attempt at [`SharedStore::renew_lease`].
     async fn renew_lease_once(&self) -> Result<Lease, StoreError> {
         let client = self.client().await?;
         // Both sides of the comparison are the database's clock.
@@ -1352,10 +1347,6 @@ impl WorkerStore for PostgresStore {
         row.as_ref().map(read_record).transpose()
     }
 
-    fn is_shared(&self) -> bool {
-        true
-    }
-
     async fn record_worktree(&self, id: &WorkerId, worktree: &str) -> Result<(), StoreError> {
         self.retrying("record a worktree", |_| async {
             let client = self.client().await?;
@@ -1372,7 +1363,124 @@ impl WorkerStore for PostgresStore {
         .await
     }
 
-    async fn add_hold(&self, id: &WorkerId) -> Result<Option<String>, StoreError> {
+    async fn ping(&self) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client.simple_query("SELECT 1").await.pg("ping")?;
+        Ok(())
+    }
+
+    fn shared(self: Arc<Self>) -> Option<Arc<dyn SharedStore>> {
+        Some(self)
+    }
+}
+
+#[async_trait::async_trait]
+impl SharedStore for PostgresStore {
+    fn replica_id(&self) -> &str {
+        &self.replica_id
+    }
+
+    async fn renew_lease(&self) -> Result<Lease, StoreError> {
+        // Retried on a lost connection like a write: a renewal missed for one killed backend
+        // must not let the lease lapse while this replica is alive (renewing twice is harmless).
+        self.retrying("renew replica lease", |_| self.renew_lease_once())
+            .await
+    }
+
+    fn notices(&self) -> broadcast::Receiver<Notice> {
+        self.notices.subscribe()
+    }
+
+    async fn request_stop(&self, id: &WorkerId, reason: &str) -> Result<bool, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.pg("request stop: begin")?;
+        let changed = tx
+            .execute(
+                "UPDATE workers SET stop_reason = $3
+                  WHERE id = $1 AND state IN ('pending', 'running')
+                    AND replica_id IS DISTINCT FROM $2",
+                &[&id.as_str(), &self.replica_id, &reason],
+            )
+            .await
+            .pg("request stop")?;
+        if changed == 1 {
+            tx.execute("SELECT pg_notify('agentry_stop', $1)", &[&id.as_str()])
+                .await
+                .pg("notify stop")?;
+        }
+        tx.commit().await.pg("request stop: commit")?;
+        Ok(changed == 1)
+    }
+
+    async fn stop_requests(&self) -> Result<Vec<(WorkerId, String)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT id, stop_reason FROM workers
+                  WHERE replica_id = $1 AND state IN ('pending', 'running')
+                    AND stop_reason IS NOT NULL",
+                &[&self.replica_id],
+            )
+            .await
+            .pg("read stop requests")?;
+        rows.iter()
+            .map(|row| {
+                let id = WorkerId::parse(row.get::<_, &str>(0))
+                    .map_err(|e| StoreError::Corrupt(format!("worker row: id: {e}")))?;
+                Ok((id, row.get::<_, String>(1)))
+            })
+            .collect()
+    }
+
+    async fn claim_dedupe(
+        &self,
+        key: &str,
+        worker: &WorkerId,
+        ttl: Duration,
+    ) -> Result<Option<WorkerId>, StoreError> {
+        let won = self
+            .claims
+            .write(ClaimWrite {
+                key: key.to_owned(),
+                worker_id: worker.as_str().to_owned(),
+                ttl_ms: lease_ms(ttl),
+            })
+            .await?;
+        if won {
+            return Ok(None);
+        }
+        let client = self.client().await?;
+        let holder = query_opt_cached(
+            &client,
+            "SELECT worker_id FROM dedupe_claims WHERE key = $1",
+            &[&key],
+        )
+        .await
+        .pg("read dedupe claim")?;
+        match holder {
+            Some(row) => {
+                let id = WorkerId::parse(row.get::<_, &str>(0))
+                    .map_err(|e| StoreError::Corrupt(format!("dedupe claim: {e}")))?;
+                Ok((id != *worker).then_some(id))
+            }
+            // Released in between: the next dispatch claims it; this one runs.
+            None => Ok(None),
+        }
+    }
+
+    async fn release_dedupe(&self, key: &str, worker: &WorkerId) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        exec_cached(
+            &client,
+            "DELETE FROM dedupe_claims WHERE key = $1 AND worker_id = $2",
+            &[&key, &worker.as_str()],
+        )
+        .await
+        .pg("release dedupe claim")?;
+        Ok(())
+    }
+
+    async fn add_hold(&self, id: &WorkerId) -> Result<String, StoreError> {
         let hold = format!("h-{}", crate::workers::model::generate_token());
         let client = self.client().await?;
         client
@@ -1384,7 +1492,7 @@ impl WorkerStore for PostgresStore {
             )
             .await
             .pg("add a hold on a remote worker")?;
-        Ok(Some(hold))
+        Ok(hold)
     }
 
     async fn release_hold(&self, id: &WorkerId, hold: &str) -> Result<(), StoreError> {
@@ -1434,10 +1542,6 @@ impl WorkerStore for PostgresStore {
             .await
             .pg("prune holds")?;
         Ok(())
-    }
-
-    fn replica_id(&self) -> Option<&str> {
-        Some(&self.replica_id)
     }
 
     async fn publish_runner_wait(&self, wait: &RunnerWait) -> Result<(), StoreError> {
@@ -1576,112 +1680,6 @@ impl WorkerStore for PostgresStore {
         out.sort_by_key(|r| r.seq);
         Ok(out)
     }
-
-    async fn renew_lease(&self) -> Result<Lease, StoreError> {
-        // Retried on a lost connection like a write: a renewal missed for one killed backend
-        // must not let the lease lapse while this replica is alive (renewing twice is harmless).
-        self.retrying("renew replica lease", |_| self.renew_lease_once())
-            .await
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        client.simple_query("SELECT 1").await.pg("ping")?;
-        Ok(())
-    }
-
-    fn notices(&self) -> Option<broadcast::Receiver<Notice>> {
-        Some(self.notices.subscribe())
-    }
-
-    async fn request_stop(&self, id: &WorkerId, reason: &str) -> Result<bool, StoreError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.pg("request stop: begin")?;
-        let changed = tx
-            .execute(
-                "UPDATE workers SET stop_reason = $3
-                  WHERE id = $1 AND state IN ('pending', 'running')
-                    AND replica_id IS DISTINCT FROM $2",
-                &[&id.as_str(), &self.replica_id, &reason],
-            )
-            .await
-            .pg("request stop")?;
-        if changed == 1 {
-            tx.execute("SELECT pg_notify('agentry_stop', $1)", &[&id.as_str()])
-                .await
-                .pg("notify stop")?;
-        }
-        tx.commit().await.pg("request stop: commit")?;
-        Ok(changed == 1)
-    }
-
-    async fn stop_requests(&self) -> Result<Vec<(WorkerId, String)>, StoreError> {
-        let client = self.client().await?;
-        let rows = client
-            .query(
-                "SELECT id, stop_reason FROM workers
-                  WHERE replica_id = $1 AND state IN ('pending', 'running')
-                    AND stop_reason IS NOT NULL",
-                &[&self.replica_id],
-            )
-            .await
-            .pg("read stop requests")?;
-        rows.iter()
-            .map(|row| {
-                let id = WorkerId::parse(row.get::<_, &str>(0))
-                    .map_err(|e| StoreError::Corrupt(format!("worker row: id: {e}")))?;
-                Ok((id, row.get::<_, String>(1)))
-            })
-            .collect()
-    }
-
-    async fn claim_dedupe(
-        &self,
-        key: &str,
-        worker: &WorkerId,
-        ttl: Duration,
-    ) -> Result<Option<WorkerId>, StoreError> {
-        let won = self
-            .claims
-            .write(ClaimWrite {
-                key: key.to_owned(),
-                worker_id: worker.as_str().to_owned(),
-                ttl_ms: lease_ms(ttl),
-            })
-            .await?;
-        if won {
-            return Ok(None);
-        }
-        let client = self.client().await?;
-        let holder = query_opt_cached(
-            &client,
-            "SELECT worker_id FROM dedupe_claims WHERE key = $1",
-            &[&key],
-        )
-        .await
-        .pg("read dedupe claim")?;
-        match holder {
-            Some(row) => {
-                let id = WorkerId::parse(row.get::<_, &str>(0))
-                    .map_err(|e| StoreError::Corrupt(format!("dedupe claim: {e}")))?;
-                Ok((id != *worker).then_some(id))
-            }
-            // Released in between: the next dispatch claims it; this one runs.
-            None => Ok(None),
-        }
-    }
-
-    async fn release_dedupe(&self, key: &str, worker: &WorkerId) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        exec_cached(
-            &client,
-            "DELETE FROM dedupe_claims WHERE key = $1 AND worker_id = $2",
-            &[&key, &worker.as_str()],
-        )
-        .await
-        .pg("release dedupe claim")?;
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -1803,7 +1801,7 @@ mod tests {
         };
         let a = open(&db, "a").await;
         let b = open(&db, "b").await;
-        let mut notices = a.notices().unwrap();
+        let mut notices = a.notices();
         let rec = create(&a, None, 1_000).await;
         assert!(b.request_stop(&rec.id, "from b").await.unwrap());
         assert_eq!(
@@ -1841,8 +1839,8 @@ mod tests {
         };
         let a = open(&db, "a").await;
         let b = open(&db, "b").await;
-        let mut on_b = b.notices().unwrap();
-        let mut on_a = a.notices().unwrap();
+        let mut on_b = b.notices();
+        let mut on_a = a.notices();
         let rec = create(&a, None, 1_000).await;
         a.apply(&rec.id, Event::Start, Patch::default(), 1_100)
             .await

@@ -27,10 +27,7 @@ use super::rows::{
     read_record, select_worker, to_sql_sequence,
 };
 use super::schema::{COLUMNS, check_schema_version, migrate};
-use super::{
-    Applied, Lease, ListQuery, Notice, ORPHANED_ERROR, Patch, StoreError, WorkerStore,
-    creation_event,
-};
+use super::{Applied, ListQuery, ORPHANED_ERROR, Patch, StoreError, WorkerStore, creation_event};
 use crate::workers::lifecycle::Event;
 use crate::workers::model::{Progress, WorkerEvent, WorkerId, WorkerRecord};
 
@@ -807,47 +804,13 @@ impl WorkerStore for SqliteStore {
         .await
     }
 
-    // One process owns the file (the lock above), so the replica methods are those of a
-    // single replica: nothing to renew, nobody else to notify, stop or race for a claim.
-
-    fn is_shared(&self) -> bool {
-        false
-    }
-
-    async fn renew_lease(&self) -> Result<Lease, StoreError> {
-        Ok(Lease::Renewed)
-    }
-
     async fn ping(&self) -> Result<(), StoreError> {
         self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).context("ping"))
             .await
     }
 
-    fn notices(&self) -> Option<tokio::sync::broadcast::Receiver<Notice>> {
-        None
-    }
-
-    async fn request_stop(&self, _id: &WorkerId, _reason: &str) -> Result<bool, StoreError> {
-        Ok(false)
-    }
-
-    async fn stop_requests(&self) -> Result<Vec<(WorkerId, String)>, StoreError> {
-        Ok(Vec::new())
-    }
-
-    async fn claim_dedupe(
-        &self,
-        _key: &str,
-        _worker: &WorkerId,
-        _ttl: Duration,
-    ) -> Result<Option<WorkerId>, StoreError> {
-        // The supervisor's in-process cache already decided the claim atomically.
-        Ok(None)
-    }
-
-    async fn release_dedupe(&self, _key: &str, _worker: &WorkerId) -> Result<(), StoreError> {
-        Ok(())
-    }
+    // `shared` stays `None`: one process owns the file (the lock above), so there is no lease
+    // to renew, nobody else to notify, stop or race for a claim.
 }
 
 /// The WAL file SQLite keeps beside the database: its name with `-wal` appended.
