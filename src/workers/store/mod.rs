@@ -23,6 +23,7 @@ use super::model::{Progress, WorkerEvent, WorkerId, WorkerRecord, WorkerState};
 mod pg_batch;
 mod pg_schema;
 mod postgres;
+mod record;
 mod rows;
 mod schema;
 mod sqlite;
@@ -318,22 +319,6 @@ pub enum Notice {
     },
     /// The listener (re)connected and may have missed notices: re-read everything.
     Resync,
-}
-
-/// The event a backend writes for [`WorkerStore::create`]: `rec` as a new worker (pending,
-/// sequence 1, no outcome, latest activity = creation), whatever lifecycle fields it carried;
-/// its worktree, made before the row, is kept.
-pub(crate) fn creation_event(rec: &WorkerRecord) -> WorkerEvent {
-    let mut worker = WorkerRecord::new(rec.id.clone(), rec.spec.clone(), rec.token_hash.clone());
-    worker.worktree = rec.worktree.clone();
-    WorkerEvent {
-        worker_id: worker.id.clone(),
-        sequence: 1,
-        state: WorkerState::Pending,
-        time_ms: worker.spec.create_time_ms,
-        worker,
-        progress: None,
-    }
 }
 
 /// Outcome fields to write together with a transition; `None` leaves the stored value unchanged,

@@ -29,7 +29,7 @@ use tokio_postgres::types::ToSql;
 
 use super::StoreError;
 use super::postgres::{PgContext, pool_error_text};
-use super::rows::to_sql_sequence;
+use super::record::to_sql_sequence;
 use crate::workers::model::WorkerEvent;
 
 /// Batches written at once; more transitions wait for one of them to end.

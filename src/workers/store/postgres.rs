@@ -26,11 +26,10 @@ use tokio_postgres::{AsyncMessage, IsolationLevel, NoTls, Row};
 
 use super::pg_batch::{Batcher, ClaimWrite, CreateWrite, TransitionWrite, write_transition_in};
 use super::pg_schema;
-use super::rows::{Snapshot, advance, progress_event, to_sql_sequence};
-use super::schema::COLUMNS;
+use super::record::{COLUMNS, Snapshot, advance, creation_event, progress_event, to_sql_sequence};
 use super::{
     Applied, Lease, ListQuery, Notice, ParentFilter, Patch, Relayed, RunnerClaim, RunnerWait,
-    SharedStore, StoreError, WorkerStore, creation_event,
+    SharedStore, StoreError, WorkerStore,
 };
 use crate::workers::lifecycle::Event;
 use crate::workers::model::{

@@ -62,11 +62,6 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "ALTER TABLE workers ADD COLUMN worktree TEXT;",
 ];
 
-/// The columns of `workers`, in the order [`read_record`] decodes them.
-pub(super) const COLUMNS: &str = "id, agent, description, prompt, workspace, parent_id, depth, state, \
-     sequence, create_time_ms, start_time_ms, close_time_ms, result, structured_result, error, \
-     exit_code, caller_scope, request_id, token_hash, effective, last_activity_ms, usage, worktree";
-
 /// Fails with [`StoreError::SchemaTooNew`] if the file's schema is newer than [`MIGRATIONS`].
 pub(super) fn check_schema_version(conn: &Connection) -> Result<i64, StoreError> {
     let found: i64 = conn

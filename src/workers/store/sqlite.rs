@@ -22,12 +22,13 @@ use nix::fcntl::{Flock, FlockArg};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params, params_from_iter};
 use tokio::sync::oneshot;
 
+use super::record::{COLUMNS, creation_event, to_sql_sequence};
 use super::rows::{
     apply_in, insert_event, insert_worker, list_sql, open_ids, progress_in, read_event,
-    read_record, select_worker, to_sql_sequence,
+    read_record, select_worker,
 };
-use super::schema::{COLUMNS, check_schema_version, migrate};
-use super::{Applied, ListQuery, ORPHANED_ERROR, Patch, StoreError, WorkerStore, creation_event};
+use super::schema::{check_schema_version, migrate};
+use super::{Applied, ListQuery, ORPHANED_ERROR, Patch, StoreError, WorkerStore};
 use crate::workers::lifecycle::Event;
 use crate::workers::model::{Progress, WorkerEvent, WorkerId, WorkerRecord};
 
