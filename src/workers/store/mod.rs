@@ -24,8 +24,6 @@ mod pg_batch;
 mod pg_schema;
 mod postgres;
 mod record;
-mod rows;
-mod schema;
 mod sqlite;
 #[cfg(test)]
 mod suite;

@@ -14,9 +14,9 @@ pub(super) const COLUMNS: &str = "id, agent, description, prompt, workspace, par
      sequence, create_time_ms, start_time_ms, close_time_ms, result, structured_result, error, \
      exit_code, caller_scope, request_id, token_hash, effective, last_activity_ms, usage, worktree";
 
-/// The event a backend writes for [`WorkerStore::create`](super::WorkerStore::create): `rec` as a new worker (pending,
-/// sequence 1, no outcome, latest activity = creation), whatever lifecycle fields it carried;
-/// its worktree, made before the row, is kept.
+/// The event a backend writes for [`WorkerStore::create`](super::WorkerStore::create): `rec` as
+/// a new worker (pending, sequence 1, no outcome, latest activity = creation), whatever
+/// lifecycle fields it carried; its worktree, made before the row, is kept.
 pub(crate) fn creation_event(rec: &WorkerRecord) -> WorkerEvent {
     let mut worker = WorkerRecord::new(rec.id.clone(), rec.spec.clone(), rec.token_hash.clone());
     worker.worktree = rec.worktree.clone();

@@ -3,7 +3,8 @@
 
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 
-use super::{StoreError, sqlite::Context};
+use super::context::Context;
+use crate::workers::store::StoreError;
 
 /// Schema migrations, applied in order; migration `i` takes the file from `PRAGMA user_version`
 /// `i` to `i + 1`. Append only: never edit a migration that has shipped.

@@ -1,13 +1,16 @@
-//! SQLite rows ⇄ domain records: the `workers` and `worker_events` columns, the statements every
-//! store call shares (select, insert, the transition itself) and the list query builder.
+//! SQLite rows ⇄ domain records: reading and writing the `workers` and `worker_events` rows (and
+//! `rusqlite`'s conversions of ids and states), the statements every store call shares (select,
+//! insert, the transition itself, a progress report) and the list query builder.
 
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, Type, Value, ValueRef};
 use rusqlite::{Connection, OptionalExtension, Row, ToSql, params};
 
-use super::record::{COLUMNS, Snapshot, advance, progress_event, to_sql_sequence};
-use super::sqlite::Context;
-use super::{Applied, ListQuery, ParentFilter, Patch, StoreError};
+use super::context::Context;
 use crate::workers::lifecycle::Event;
+#[cfg(doc)]
+use crate::workers::store::WorkerStore;
+use crate::workers::store::record::{COLUMNS, Snapshot, advance, progress_event, to_sql_sequence};
+use crate::workers::store::{Applied, ListQuery, ParentFilter, Patch, StoreError};
 use std::sync::Arc;
 
 use crate::workers::model::{
@@ -145,7 +148,7 @@ pub(super) fn apply_in(
     Ok(Applied::Moved(event))
 }
 
-/// The body of [`WorkerStore::append_progress`](super::WorkerStore::append_progress): a
+/// The body of [`WorkerStore::append_progress`]: a
 /// progress event of a running worker, the next sequence, its latest activity.
 pub(super) fn progress_in(
     tx: &Connection,
