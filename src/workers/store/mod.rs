@@ -20,8 +20,6 @@ use tokio::sync::broadcast;
 use super::lifecycle::{Event, IllegalTransition};
 use super::model::{Progress, WorkerEvent, WorkerId, WorkerRecord, WorkerState};
 
-mod pg_batch;
-mod pg_schema;
 mod postgres;
 mod record;
 mod sqlite;
