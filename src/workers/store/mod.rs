@@ -1,5 +1,9 @@
 //! Durable worker rows and their event log (docs/workers.md §6.2, §6.6): the async
-//! [`WorkerStore`] trait every backend implements, the types it speaks, and the SQLite backend.
+//! [`WorkerStore`] trait every backend implements, the [`SharedStore`] trait of a store several
+//! replicas share, and the types they speak. The backends live in `sqlite/` ([`SqliteStore`])
+//! and `postgres/` ([`PostgresStore`], the only [`SharedStore`]), one file per concern; the
+//! record code both write the same rows with is `record`, which depends on neither. This file
+//! uses the backends only to re-export them.
 //!
 //! This module owns persistence: the rule that a transition is read, decided by
 //! [`lifecycle::transition`](super::lifecycle::transition) and written together with its event
