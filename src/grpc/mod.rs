@@ -153,7 +153,9 @@ pub async fn run_announced(
         accept_timeout: cfg.runners.accept_timeout,
     });
     // On a shared store, runners are shared across replicas (docs/runners.md).
-    let fleet = crate::workers::runners::fleet::Fleet::new(store.clone(), hub.clone());
+    let fleet = store.clone().shared().map(|shared| {
+        crate::workers::runners::fleet::Fleet::new(store.clone(), shared, hub.clone())
+    });
     let model = Arc::new(ModelExecutor::new(
         ModelSettings {
             models: cfg.models.clone(),

@@ -13,7 +13,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::{
     model::WorkerId,
-    store::{Lease, Notice},
+    store::{Lease, Notice, SharedStore},
     supervisor::{Supervisor, Visibility, now_ms},
 };
 
@@ -22,22 +22,21 @@ const MAX_TICK: Duration = Duration::from_secs(1);
 
 /// Starts the replica task on the supervisor's task tracker; it ends with the service.
 pub fn start(sup: &Arc<Supervisor>, lease: Duration) {
-    if !sup.store().is_shared() {
+    let Some(store) = sup.shared_store().cloned() else {
         return;
-    }
+    };
     let sup = sup.clone();
     let tasks = sup.task_tracker();
-    tasks.spawn(run(sup, lease));
+    tasks.spawn(run(sup, store, lease));
 }
 
-async fn run(sup: Arc<Supervisor>, lease: Duration) {
-    let store = sup.store().clone();
+async fn run(sup: Arc<Supervisor>, store: Arc<dyn SharedStore>, lease: Duration) {
     let shutdown = sup.shutdown_token();
     let renew_every = lease / 3;
     let period = renew_every.min(MAX_TICK);
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut notices = store.notices();
+    let mut notices = Some(store.notices());
     let mut last_renewal = tokio::time::Instant::now();
     // Workers whose stop this task already started, so a request seen again (the poll and the
     // notice) is not stopped twice.
@@ -56,7 +55,7 @@ async fn run(sup: Arc<Supervisor>, lease: Duration) {
         match notice {
             // Another replica asked this one to stop a worker: look at the requests now.
             Some(Ok(Notice::Stop { .. })) => {
-                carry_out_stops(&sup, &stopping).await;
+                carry_out_stops(&sup, &*store, &stopping).await;
                 continue;
             }
             // Hold notices may have been missed: recount every run here, then the stops.
@@ -64,7 +63,7 @@ async fn run(sup: Arc<Supervisor>, lease: Duration) {
                 for id in sup.live_ids() {
                     sup.sync_remote_holds(&id).await;
                 }
-                carry_out_stops(&sup, &stopping).await;
+                carry_out_stops(&sup, &*store, &stopping).await;
                 continue;
             }
             // A caller of another replica began or ended waiting for a worker.
@@ -118,7 +117,7 @@ async fn run(sup: Arc<Supervisor>, lease: Duration) {
         if let Err(e) = store.prune_holds().await {
             tracing::warn!(error = %e, "cannot prune the holds of lost replicas");
         }
-        carry_out_stops(&sup, &stopping).await;
+        carry_out_stops(&sup, &*store, &stopping).await;
     }
 }
 
@@ -167,8 +166,12 @@ async fn stop_swept(sup: &Arc<Supervisor>) {
 }
 
 /// Stops every worker of this replica that another replica asked to stop.
-async fn carry_out_stops(sup: &Arc<Supervisor>, stopping: &Arc<Mutex<HashSet<WorkerId>>>) {
-    let requests = match sup.store().stop_requests().await {
+async fn carry_out_stops(
+    sup: &Arc<Supervisor>,
+    store: &dyn SharedStore,
+    stopping: &Arc<Mutex<HashSet<WorkerId>>>,
+) {
+    let requests = match store.stop_requests().await {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(error = %e, "cannot read stop requests");

@@ -31,7 +31,7 @@ use crate::workers::{
     executor::Assignment,
     model::{WorkerId, WorkerRecord, generate_token, hash_token},
     spec::WorkerSpec,
-    store::{Notice, Relayed, RunnerClaim, RunnerWait, StoreError, WorkerStore},
+    store::{Notice, Relayed, RunnerClaim, RunnerWait, SharedStore, StoreError, WorkerStore},
 };
 
 /// How often waits are looked for and relays taken without a notice.
@@ -88,7 +88,10 @@ impl Round {
 
 /// One replica's part in sharing runners with the others.
 pub struct Fleet {
+    /// The worker rows (a claimed worker's, to see it ended).
     store: Arc<dyn WorkerStore>,
+    /// The same store as the replicas share it: waits, claims and relays.
+    shared: Arc<dyn SharedStore>,
     hub: Arc<RunnerHub>,
     /// This replica's id in the store.
     me: String,
@@ -139,18 +142,24 @@ fn finish_of(v: &Value) -> Finish {
 }
 
 impl Fleet {
-    /// The fleet of a shared store, or `None` for a store only this process uses.
-    pub fn new(store: Arc<dyn WorkerStore>, hub: Arc<RunnerHub>) -> Option<Arc<Self>> {
-        let me = store.replica_id()?.to_owned();
-        Some(Arc::new(Self {
+    /// The fleet of `store`, shared with other replicas as `shared` (its
+    /// [`WorkerStore::shared`]).
+    pub fn new(
+        store: Arc<dyn WorkerStore>,
+        shared: Arc<dyn SharedStore>,
+        hub: Arc<RunnerHub>,
+    ) -> Arc<Self> {
+        let me = shared.replica_id().to_owned();
+        Arc::new(Self {
             store,
+            shared,
             hub,
             me,
             owned: Mutex::default(),
             claimed: Mutex::default(),
             slot_freed: tokio::sync::Notify::new(),
             applied: Mutex::default(),
-        }))
+        })
     }
 
     /// Whether the owner should publish: no runner of this replica serves the worker.
@@ -177,7 +186,7 @@ impl Fleet {
             caller_scope: assignment.caller_scope.clone(),
             deadline_ms,
         };
-        let r = self.store.publish_runner_wait(&wait).await;
+        let r = self.shared.publish_runner_wait(&wait).await;
         if r.is_err() {
             self.owned.lock().expect("fleet poisoned").remove(id);
         }
@@ -187,14 +196,14 @@ impl Fleet {
     /// The owned worker's run ended: forget it and its wait.
     pub async fn unpublish(&self, id: &WorkerId) {
         self.owned.lock().expect("fleet poisoned").remove(id);
-        if let Err(e) = self.store.withdraw_runner_wait(id, false).await {
+        if let Err(e) = self.shared.withdraw_runner_wait(id, false).await {
             tracing::warn!(worker = %id, error = %e, "cannot withdraw a runner wait");
         }
     }
 
     /// Withdraws an owned worker nobody claimed yet; true when it was still unclaimed.
     pub async fn withdraw_unclaimed(&self, id: &WorkerId) -> bool {
-        self.store
+        self.shared
             .withdraw_runner_wait(id, true)
             .await
             .unwrap_or(false)
@@ -202,16 +211,16 @@ impl Fleet {
 
     /// Asks the replica that claimed an owned worker to cancel it on its runner.
     pub async fn cancel(&self, id: &WorkerId, reason: &str) -> bool {
-        let Ok(RunnerClaim::Claimed { by, .. }) = self.store.runner_claim(id).await else {
+        let Ok(RunnerClaim::Claimed { by, .. }) = self.shared.runner_claim(id).await else {
             return false;
         };
         let m = message("cancel", json!({"reason": reason}));
-        self.store.relay(&by, id, &[m]).await.is_ok()
+        self.shared.relay(&by, id, &[m]).await.is_ok()
     }
 
     /// The claim of an owned worker, when its claimer's lease has lapsed: that replica's id.
     pub async fn lost_claimer(&self, id: &WorkerId) -> Option<String> {
-        match self.store.runner_claim(id).await {
+        match self.shared.runner_claim(id).await {
             Ok(RunnerClaim::Claimed { by, live: false }) => Some(by),
             _ => None,
         }
@@ -224,7 +233,7 @@ impl Fleet {
     }
 
     async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let mut notices = self.store.notices();
+        let mut notices = Some(self.shared.notices());
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -287,7 +296,7 @@ impl Fleet {
         }
         let waits = match notified {
             Some(waits) => waits,
-            None => match self.store.runner_waits(WAITS_PER_LOOK).await {
+            None => match self.shared.runner_waits(WAITS_PER_LOOK).await {
                 Ok(w) => w,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read runner waits");
@@ -309,7 +318,7 @@ impl Fleet {
             claims.spawn(async move {
                 let token = generate_token();
                 match fleet
-                    .store
+                    .shared
                     .claim_runner_wait(&wait.worker_id, &hash_token(&token))
                     .await
                 {
@@ -372,7 +381,7 @@ impl Fleet {
                         next = rx.try_recv().ok();
                     }
                 }
-                if let Err(e) = fleet.store.relay(&wait.owner, &id, &messages).await {
+                if let Err(e) = fleet.shared.relay(&wait.owner, &id, &messages).await {
                     tracing::warn!(worker = %id, error = %e, "cannot relay a runner event to the worker's replica");
                 }
                 if last {
@@ -388,7 +397,7 @@ impl Fleet {
 
     /// Takes the messages relayed to this replica and applies them.
     async fn take(&self) {
-        let relays = match self.store.take_relays().await {
+        let relays = match self.shared.take_relays().await {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot take relayed runner messages");
@@ -456,7 +465,7 @@ impl Fleet {
             self.hub.remove(id, reason);
             self.claimed.lock().expect("fleet poisoned").remove(id);
             let m = message("finished", finish_json(&Finish::Canceled));
-            let _ = self.store.relay(&owner, id, &[m]).await;
+            let _ = self.shared.relay(&owner, id, &[m]).await;
         }
     }
 

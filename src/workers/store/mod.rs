@@ -1,5 +1,9 @@
 //! Durable worker rows and their event log (docs/workers.md §6.2, §6.6): the async
-//! [`WorkerStore`] trait every backend implements, the types it speaks, and the SQLite backend.
+//! [`WorkerStore`] trait every backend implements, the [`SharedStore`] trait of a store several
+//! replicas share, and the types they speak. The backends live in `sqlite/` ([`SqliteStore`])
+//! and `postgres/` ([`PostgresStore`], the only [`SharedStore`]), one file per concern; the
+//! record code both write the same rows with is `record`, which depends on neither. This file
+//! uses the backends only to re-export them.
 //!
 //! This module owns persistence: the rule that a transition is read, decided by
 //! [`lifecycle::transition`](super::lifecycle::transition) and written together with its event
@@ -12,6 +16,7 @@
 //! by one test suite (`suite`) that each backend runs unchanged.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::broadcast;
@@ -19,11 +24,8 @@ use tokio::sync::broadcast;
 use super::lifecycle::{Event, IllegalTransition};
 use super::model::{Progress, WorkerEvent, WorkerId, WorkerRecord, WorkerState};
 
-mod pg_batch;
-mod pg_schema;
 mod postgres;
-mod rows;
-mod schema;
+mod record;
 mod sqlite;
 #[cfg(test)]
 mod suite;
@@ -37,11 +39,12 @@ pub use sqlite::SqliteStore;
 /// §6.2).
 pub const ORPHANED_ERROR: &str = "orphaned: service restarted";
 
-/// Where workers and their events live.
+/// Where workers and their events live: the core every backend implements whole.
 ///
 /// A trait so that several backends (SQLite embedded, a server database for several replicas)
 /// serve the supervisor and the gRPC layer unchanged. Every method is one short unit of work;
-/// every method that changes state does so atomically.
+/// every method that changes state does so atomically. What exists only where several processes
+/// share the store is [`SharedStore`], reached through [`shared`](Self::shared).
 #[async_trait::async_trait]
 pub trait WorkerStore: Send + Sync + 'static {
     /// Writes a new worker in `pending` with sequence 1, and its creation event, atomically.
@@ -110,46 +113,8 @@ pub trait WorkerStore: Send + Sync + 'static {
     /// before the rows are closed.
     async fn open_workers(&self) -> Result<Vec<WorkerId>, StoreError>;
 
-    /// Renews this process's replica lease (docs §9); called every `replica.lease / 3`. A store
-    /// with no replicas (SQLite) has nothing to renew. [`Lease::Lapsed`] says the lease had
-    /// already expired, so other replicas may have closed this one's runs as orphans.
-    async fn renew_lease(&self) -> Result<Lease, StoreError>;
-
-    /// Whether other processes share this store (PostgreSQL): then the replica duties run
-    /// (lease renewal, the orphan sweeper, stop requests). False for SQLite, where one process
-    /// owns the file and orphans are closed once at start-up.
-    fn is_shared(&self) -> bool;
-
     /// Whether the database answers: health follows it (docs §9).
     async fn ping(&self) -> Result<(), StoreError>;
-
-    /// Wake-ups from other processes sharing the store (events committed, stops requested),
-    /// or `None` when nobody else can write to it. Hints only: a receiver must still re-read
-    /// the store on [`Notice::Resync`] and at least every second.
-    fn notices(&self) -> Option<broadcast::Receiver<Notice>>;
-
-    /// Records a stop request on an open row owned by **another** replica and notifies it;
-    /// returns whether one was recorded (false: the row is terminal, unknown, or this process
-    /// owns it — then the caller stops it itself). SQLite: always false.
-    async fn request_stop(&self, id: &WorkerId, reason: &str) -> Result<bool, StoreError>;
-
-    /// The open rows owned by this replica that another replica asked to stop, with the
-    /// reason: the owner's slow poll behind [`Notice::Stop`].
-    async fn stop_requests(&self) -> Result<Vec<(WorkerId, String)>, StoreError>;
-
-    /// Claims a dedupe key for `worker` in the store for `ttl` (docs §9), unless a live claim
-    /// exists: then returns the worker holding it. A claim whose worker ended `failed` or
-    /// `killed`, or that expired, is taken over. SQLite: the in-process cache is the only
-    /// claim, so this always succeeds (`None`).
-    async fn claim_dedupe(
-        &self,
-        key: &str,
-        worker: &WorkerId,
-        ttl: Duration,
-    ) -> Result<Option<WorkerId>, StoreError>;
-
-    /// Drops `worker`'s claim on `key` (its creation failed).
-    async fn release_dedupe(&self, key: &str, worker: &WorkerId) -> Result<(), StoreError>;
 
     /// The worker holding the token with this hash; only non-terminal workers have one, so this
     /// is also the token validity check.
@@ -178,51 +143,80 @@ pub trait WorkerStore: Send + Sync + 'static {
     /// them. A row that is still open is left as it is.
     async fn record_worktree(&self, id: &WorkerId, worktree: &str) -> Result<(), StoreError>;
 
+    /// This store as one other processes share (PostgreSQL): then the replica duties run
+    /// (lease renewal, the orphan sweeper, stop requests, holds, runners across replicas).
+    /// `None` for SQLite, where one process owns the file and orphans are closed once at
+    /// start-up.
+    fn shared(self: Arc<Self>) -> Option<Arc<dyn SharedStore>> {
+        None
+    }
+}
+
+/// What a store shared by several processes (replicas, docs §9) can do beyond
+/// [`WorkerStore`]: the lease that tells live replicas from lost ones, the wake-ups between
+/// them, stops and dedupe claims across them, callers waiting for another replica's worker,
+/// and runners shared by every replica. Only such a store has it ([`WorkerStore::shared`]);
+/// a caller holding none does what a single process does alone.
+#[async_trait::async_trait]
+pub trait SharedStore: Send + Sync {
+    /// This replica's id in the shared store (random per start).
+    fn replica_id(&self) -> &str;
+
+    /// Renews this process's replica lease (docs §9); called every `replica.lease / 3`.
+    /// [`Lease::Lapsed`] says the lease had already expired, so other replicas may have closed
+    /// this one's runs as orphans.
+    async fn renew_lease(&self) -> Result<Lease, StoreError>;
+
+    /// Wake-ups from other processes sharing the store (events committed, stops requested).
+    /// Hints only: a receiver must still re-read the store on [`Notice::Resync`] and at least
+    /// every second.
+    fn notices(&self) -> broadcast::Receiver<Notice>;
+
+    /// Records a stop request on an open row owned by **another** replica and notifies it;
+    /// returns whether one was recorded (false: the row is terminal, unknown, or this process
+    /// owns it — then the caller stops it itself).
+    async fn request_stop(&self, id: &WorkerId, reason: &str) -> Result<bool, StoreError>;
+
+    /// The open rows owned by this replica that another replica asked to stop, with the
+    /// reason: the owner's slow poll behind [`Notice::Stop`].
+    async fn stop_requests(&self) -> Result<Vec<(WorkerId, String)>, StoreError>;
+
+    /// Claims a dedupe key for `worker` in the store for `ttl` (docs §9), unless a live claim
+    /// exists: then returns the worker holding it. A claim whose worker ended `failed` or
+    /// `killed`, or that expired, is taken over. (Without a shared store the in-process cache
+    /// is the only claim.)
+    async fn claim_dedupe(
+        &self,
+        key: &str,
+        worker: &WorkerId,
+        ttl: Duration,
+    ) -> Result<Option<WorkerId>, StoreError>;
+
+    /// Drops `worker`'s claim on `key` (its creation failed).
+    async fn release_dedupe(&self, key: &str, worker: &WorkerId) -> Result<(), StoreError>;
+
     /// Records that a caller of this replica waits for `id`, a worker another replica runs
     /// (docs §9, waiting across replicas), and notifies its owner, which keeps a worker bound
-    /// to its waiters alive while such holds exist. Returns the hold's id. A store nobody else
-    /// shares never has a remote worker: `None`.
-    async fn add_hold(&self, id: &WorkerId) -> Result<Option<String>, StoreError> {
-        let _ = id;
-        Ok(None)
-    }
+    /// to its waiters alive while such holds exist. Returns the hold's id.
+    async fn add_hold(&self, id: &WorkerId) -> Result<String, StoreError>;
 
     /// Ends the hold [`add_hold`](Self::add_hold) returned, and notifies the worker's owner.
-    async fn release_hold(&self, id: &WorkerId, hold: &str) -> Result<(), StoreError> {
-        let _ = (id, hold);
-        Ok(())
-    }
+    async fn release_hold(&self, id: &WorkerId, hold: &str) -> Result<(), StoreError>;
 
     /// How many holds of live replicas a worker has.
-    async fn holds(&self, id: &WorkerId) -> Result<u64, StoreError> {
-        let _ = id;
-        Ok(0)
-    }
+    async fn holds(&self, id: &WorkerId) -> Result<u64, StoreError>;
 
     /// Deletes the holds of replicas whose lease expired and of workers that ended, notifying
     /// the owners of the workers they held; the sweeper's cleanup after a waiting replica is
     /// lost.
-    async fn prune_holds(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-
-    /// This replica's id in a shared store (`None`: nobody else shares it).
-    fn replica_id(&self) -> Option<&str> {
-        None
-    }
+    async fn prune_holds(&self) -> Result<(), StoreError>;
 
     /// Publishes a runner worker of this replica for the runners of every replica (docs
     /// §10, runners across replicas), and notifies them.
-    async fn publish_runner_wait(&self, wait: &RunnerWait) -> Result<(), StoreError> {
-        let _ = wait;
-        Ok(())
-    }
+    async fn publish_runner_wait(&self, wait: &RunnerWait) -> Result<(), StoreError>;
 
     /// Unclaimed runner waits of live replicas, oldest first, at most `limit`.
-    async fn runner_waits(&self, limit: i64) -> Result<Vec<RunnerWait>, StoreError> {
-        let _ = limit;
-        Ok(Vec::new())
-    }
+    async fn runner_waits(&self, limit: i64) -> Result<Vec<RunnerWait>, StoreError>;
 
     /// Claims an unclaimed wait for this replica and sets the worker's token hash to
     /// `token_hash` (a token minted by the claimer) in one statement, skipping a wait another
@@ -232,37 +226,23 @@ pub trait WorkerStore: Send + Sync + 'static {
         &self,
         id: &WorkerId,
         token_hash: &str,
-    ) -> Result<Option<WorkerRecord>, StoreError> {
-        let _ = (id, token_hash);
-        Ok(None)
-    }
+    ) -> Result<Option<WorkerRecord>, StoreError>;
 
     /// Deletes a wait (only while unclaimed, when `only_unclaimed`); whether one was deleted.
     async fn withdraw_runner_wait(
         &self,
         id: &WorkerId,
         only_unclaimed: bool,
-    ) -> Result<bool, StoreError> {
-        let _ = (id, only_unclaimed);
-        Ok(false)
-    }
+    ) -> Result<bool, StoreError>;
 
     /// Who claimed the runner wait of worker `id`.
-    async fn runner_claim(&self, id: &WorkerId) -> Result<RunnerClaim, StoreError> {
-        let _ = id;
-        Ok(RunnerClaim::NoWait)
-    }
+    async fn runner_claim(&self, id: &WorkerId) -> Result<RunnerClaim, StoreError>;
 
     /// Sends `messages` about worker `id` to replica `to`, in order, and notifies it once.
-    async fn relay(&self, to: &str, id: &WorkerId, messages: &[String]) -> Result<(), StoreError> {
-        let _ = (to, id, messages);
-        Ok(())
-    }
+    async fn relay(&self, to: &str, id: &WorkerId, messages: &[String]) -> Result<(), StoreError>;
 
     /// Takes (deletes and returns, in order) the messages sent to this replica.
-    async fn take_relays(&self) -> Result<Vec<Relayed>, StoreError> {
-        Ok(Vec::new())
-    }
+    async fn take_relays(&self) -> Result<Vec<Relayed>, StoreError>;
 }
 
 /// A runner worker waiting for a runner on any replica.
@@ -280,7 +260,7 @@ pub struct RunnerWait {
     pub deadline_ms: i64,
 }
 
-/// A message relayed to a replica ([`WorkerStore::relay`]).
+/// A message relayed to a replica ([`SharedStore::relay`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Relayed {
     /// Its place in the order of every relayed message (unique).
@@ -291,10 +271,10 @@ pub struct Relayed {
     pub message: String,
 }
 
-/// What [`WorkerStore::renew_lease`] found.
+/// What [`SharedStore::renew_lease`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lease {
-    /// Renewed in time (or there is no lease to keep).
+    /// Renewed in time.
     Renewed,
     /// Renewed, but it had expired first: sweepers elsewhere may have closed this replica's
     /// runs.
@@ -339,22 +319,6 @@ pub enum Notice {
     },
     /// The listener (re)connected and may have missed notices: re-read everything.
     Resync,
-}
-
-/// The event a backend writes for [`WorkerStore::create`]: `rec` as a new worker (pending,
-/// sequence 1, no outcome, latest activity = creation), whatever lifecycle fields it carried;
-/// its worktree, made before the row, is kept.
-pub(crate) fn creation_event(rec: &WorkerRecord) -> WorkerEvent {
-    let mut worker = WorkerRecord::new(rec.id.clone(), rec.spec.clone(), rec.token_hash.clone());
-    worker.worktree = rec.worktree.clone();
-    WorkerEvent {
-        worker_id: worker.id.clone(),
-        sequence: 1,
-        state: WorkerState::Pending,
-        time_ms: worker.spec.create_time_ms,
-        worker,
-        progress: None,
-    }
 }
 
 /// Outcome fields to write together with a transition; `None` leaves the stored value unchanged,

@@ -242,7 +242,9 @@ impl Supervisor {
     async fn forget_claim(&self, key: Option<DedupeKey>, new_id: &WorkerId) {
         if let Some(key) = key {
             self.dedupe.forget(key, new_id.as_str());
-            let _ = self.store.release_dedupe(&key.to_string(), new_id).await;
+            if let Some(shared) = &self.shared {
+                let _ = shared.release_dedupe(&key.to_string(), new_id).await;
+            }
         }
     }
 
@@ -290,11 +292,14 @@ impl Supervisor {
                 return Ok(Some(reused));
             }
         }
-        let holder = self
-            .store
-            .claim_dedupe(&key.to_string(), new_id, self.settings.dedupe_ttl)
-            .await
-            .inspect_err(|_| self.dedupe.forget(key, new_id.as_str()))?;
+        // Without a shared store, the in-process claim above is the only one.
+        let holder = match &self.shared {
+            Some(shared) => shared
+                .claim_dedupe(&key.to_string(), new_id, self.settings.dedupe_ttl)
+                .await
+                .inspect_err(|_| self.dedupe.forget(key, new_id.as_str()))?,
+            None => None,
+        };
         let Some(holder) = holder else {
             return Ok(None);
         };

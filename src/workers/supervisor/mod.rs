@@ -19,7 +19,7 @@ use super::{
     dedupe::DedupeCache,
     executor::Executor,
     model::{WorkerEvent, WorkerId, WorkerRecord, WorkerState, hash_token},
-    store::{StoreError, WorkerStore},
+    store::{SharedStore, StoreError, WorkerStore},
 };
 mod admission;
 mod listing;
@@ -379,6 +379,9 @@ struct Live {
 /// The supervisor. Cheap to share (`Arc`).
 pub struct Supervisor {
     store: Arc<dyn WorkerStore>,
+    /// The same store as one other replicas share (PostgreSQL), or `None` (SQLite: this
+    /// process is alone with its file).
+    shared: Option<Arc<dyn SharedStore>>,
     executor: Arc<dyn Executor>,
     registry: Arc<Registry>,
     rules: Arc<Rules>,
@@ -474,6 +477,7 @@ impl Supervisor {
             tasks: tokio_util::task::TaskTracker::new(),
             stop_reasons: Mutex::new(HashMap::new()),
             metrics: crate::telemetry::Metrics::new(),
+            shared: store.clone().shared(),
             store,
             executor,
             registry,
@@ -488,6 +492,11 @@ impl Supervisor {
     /// The store (for the replica duties).
     pub(crate) fn store(&self) -> &Arc<dyn WorkerStore> {
         &self.store
+    }
+
+    /// The store as other replicas share it, if they do (for the replica duties).
+    pub(crate) fn shared_store(&self) -> Option<&Arc<dyn SharedStore>> {
+        self.shared.as_ref()
     }
 
     /// The tracker of the service's own tasks (shutdown waits for them).
@@ -571,7 +580,7 @@ impl Supervisor {
             })));
         }
         // SQLite has no other process, so its live set is the whole truth.
-        if !self.store.is_shared() {
+        if self.shared.is_none() {
             return Ok(None);
         }
         if let Some(w) = self.remote_tokens.get(&hash) {
@@ -671,7 +680,7 @@ impl Supervisor {
     /// The notices of the shared store, if any (for watchers following another replica's
     /// worker).
     pub fn notices(&self) -> Option<broadcast::Receiver<super::store::Notice>> {
-        self.store.notices()
+        self.shared.as_ref().map(|shared| shared.notices())
     }
 
     /// Subscribes to a worker's events. Returns the receiver (None when the worker is already

@@ -38,13 +38,14 @@ impl Supervisor {
         let Some((cancel, done, told)) = handles else {
             // Run by another replica: record the request for its owner and wait until the row
             // is terminal (the owner kills it, or the sweeper closes it if the owner is lost).
-            let rec =
-                if self.store.is_shared() && self.store.request_stop(id, reason.trim()).await? {
-                    self.wait_terminal(id).await?
-                } else {
-                    // Finished in the meantime.
-                    self.get(id, &Visibility::All).await?
-                };
+            let rec = if let Some(shared) = &self.shared
+                && shared.request_stop(id, reason.trim()).await?
+            {
+                self.wait_terminal(id).await?
+            } else {
+                // Finished in the meantime.
+                self.get(id, &Visibility::All).await?
+            };
             return killed(id, rec);
         };
         let reason = if reason.trim().is_empty() {
@@ -75,7 +76,7 @@ impl Supervisor {
             .filter(|l| l.record.spec.parent_id.as_ref() == Some(id))
             .map(|l| l.record.id.clone())
             .collect();
-        if self.store.is_shared() {
+        if self.shared.is_some() {
             let q = ListQuery {
                 parent: ParentFilter::Worker(id.clone()),
                 states: vec![WorkerState::Pending, WorkerState::Running],

@@ -19,7 +19,7 @@ use std::{
 use tokio::sync::watch;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::{Supervisor, Visibility, WorkerError, WorkerStore};
+use super::{SharedStore, Supervisor, Visibility, WorkerError};
 use crate::workers::model::{WorkerId, WorkerRecord};
 
 /// How often a caller waiting for another replica's worker re-reads it, between notices.
@@ -96,7 +96,7 @@ impl Binding {
 /// A caller's hold on a worker another replica runs: released when dropped (the caller got
 /// its answer or went away), which tells the owner to recount.
 struct RemoteHold {
-    store: Arc<dyn WorkerStore>,
+    store: Arc<dyn SharedStore>,
     worker: WorkerId,
     id: String,
 }
@@ -169,28 +169,34 @@ impl Supervisor {
                 Ok(rec)
             }
             Some(Reuse::Detached) => Ok(rec),
-            // Run by another replica (shared store): follow its row until it is terminal,
-            // holding it there as a waiter here would (dropping this future releases it).
-            None if wait && self.store.is_shared() => {
-                let hold = self.store.add_hold(&rec.id).await?.map(|id| RemoteHold {
-                    store: self.store.clone(),
-                    worker: rec.id.clone(),
-                    id,
-                });
-                let rec = self.wait_terminal(&rec.id).await;
-                drop(hold);
-                rec
-            }
-            None => self.get(&rec.id, &Visibility::All).await,
+            None => match self.shared.as_ref().filter(|_| wait) {
+                // Run by another replica (shared store): follow its row until it is terminal,
+                // holding it there as a waiter here would (dropping this future releases it).
+                Some(shared) => {
+                    let hold = RemoteHold {
+                        id: shared.add_hold(&rec.id).await?,
+                        store: shared.clone(),
+                        worker: rec.id.clone(),
+                    };
+                    let rec = self.wait_terminal(&rec.id).await;
+                    drop(hold);
+                    rec
+                }
+                None => self.get(&rec.id, &Visibility::All).await,
+            },
         }
     }
 
     /// Recounts the holds of callers of other replicas on `id`, if it runs here.
     pub(crate) async fn sync_remote_holds(&self, id: &WorkerId) {
+        // Without a shared store no caller of another replica can hold it.
+        let Some(shared) = &self.shared else {
+            return;
+        };
         if self.live_mut(id, |_| ()).is_none() {
             return;
         }
-        let held = match self.store.holds(id).await {
+        let held = match shared.holds(id).await {
             Ok(n) => n > 0,
             Err(e) => {
                 // Unknown: keep things as they are until the next notice or sweep.
@@ -207,7 +213,7 @@ impl Supervisor {
 
     /// Waits (reading the store, woken by its notices) until the worker's row is terminal.
     pub(super) async fn wait_terminal(&self, id: &WorkerId) -> Result<WorkerRecord, WorkerError> {
-        let mut notices = self.store.notices();
+        let mut notices = self.notices();
         loop {
             let rec = self.stored(id).await?;
             if rec.state.is_terminal() {
@@ -227,7 +233,7 @@ impl Supervisor {
         id: &WorkerId,
     ) -> Result<Option<WorkerRecord>, WorkerError> {
         let deadline = tokio::time::Instant::now() + REMOTE_CLAIM_WAIT;
-        let mut notices = self.store.notices();
+        let mut notices = self.notices();
         loop {
             if let Some(rec) = self.store.get(id).await? {
                 return Ok(Some(rec));

@@ -7,8 +7,8 @@
 
 use deadpool_postgres::Client;
 
-use super::StoreError;
-use super::postgres::PgContext;
+use super::context::PgContext;
+use crate::workers::store::StoreError;
 
 /// The advisory lock key migrations run under: `hashtext('agentry schema')` would do as well;
 /// a fixed constant is simpler to find in `pg_locks`.

@@ -27,10 +27,10 @@ use deadpool_postgres::{GenericClient, Pool};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_postgres::types::ToSql;
 
-use super::StoreError;
-use super::postgres::{PgContext, pool_error_text};
-use super::rows::to_sql_sequence;
+use super::context::{PgContext, pool_error_text};
 use crate::workers::model::WorkerEvent;
+use crate::workers::store::StoreError;
+use crate::workers::store::record::to_sql_sequence;
 
 /// Batches written at once; more transitions wait for one of them to end.
 const IN_FLIGHT: usize = 2;

@@ -3,7 +3,8 @@
 
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 
-use super::{StoreError, sqlite::Context};
+use super::context::Context;
+use crate::workers::store::StoreError;
 
 /// Schema migrations, applied in order; migration `i` takes the file from `PRAGMA user_version`
 /// `i` to `i + 1`. Append only: never edit a migration that has shipped.
@@ -61,11 +62,6 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // 5: the git worktree of an isolated worker (docs/workers.md §6.10).
     "ALTER TABLE workers ADD COLUMN worktree TEXT;",
 ];
-
-/// The columns of `workers`, in the order [`read_record`] decodes them.
-pub(super) const COLUMNS: &str = "id, agent, description, prompt, workspace, parent_id, depth, state, \
-     sequence, create_time_ms, start_time_ms, close_time_ms, result, structured_result, error, \
-     exit_code, caller_scope, request_id, token_hash, effective, last_activity_ms, usage, worktree";
 
 /// Fails with [`StoreError::SchemaTooNew`] if the file's schema is newer than [`MIGRATIONS`].
 pub(super) fn check_schema_version(conn: &Connection) -> Result<i64, StoreError> {

@@ -1,14 +1,16 @@
-//! SQLite rows ⇄ domain records: the `workers` and `worker_events` columns, the statements every
-//! store call shares (select, insert, the transition itself) and the list query builder.
+//! SQLite rows ⇄ domain records: reading and writing the `workers` and `worker_events` rows (and
+//! `rusqlite`'s conversions of ids and states), the statements every store call shares (select,
+//! insert, the transition itself, a progress report) and the list query builder.
 
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, Type, Value, ValueRef};
 use rusqlite::{Connection, OptionalExtension, Row, ToSql, params};
-use serde::{Deserialize, Serialize};
 
-use super::schema::COLUMNS;
-use super::sqlite::Context;
-use super::{Applied, ListQuery, ParentFilter, Patch, StoreError};
-use crate::workers::lifecycle::{self, Event, Outcome};
+use super::context::Context;
+use crate::workers::lifecycle::Event;
+#[cfg(doc)]
+use crate::workers::store::WorkerStore;
+use crate::workers::store::record::{COLUMNS, Snapshot, advance, progress_event, to_sql_sequence};
+use crate::workers::store::{Applied, ListQuery, ParentFilter, Patch, StoreError};
 use std::sync::Arc;
 
 use crate::workers::model::{
@@ -146,69 +148,7 @@ pub(super) fn apply_in(
     Ok(Applied::Moved(event))
 }
 
-/// The record after `event`, as the lifecycle decides it (`None`: a repeated stop absorbed):
-/// the next sequence, the patch, the start or close time, no token once terminal. Shared by
-/// every backend, so they write the same rows.
-pub(super) fn advance(
-    current: &WorkerRecord,
-    event: Event,
-    patch: Patch,
-    now_ms: i64,
-) -> Result<Option<WorkerRecord>, StoreError> {
-    let state = match lifecycle::transition(current.state, event)? {
-        Outcome::Absorbed => return Ok(None),
-        Outcome::Moved(state) => state,
-    };
-    let mut next = current.clone();
-    next.state = state;
-    next.sequence = current.sequence + 1;
-    patch.apply_to(&mut next);
-    if state == WorkerState::Running {
-        next.start_time_ms = Some(now_ms);
-    }
-    if state.is_terminal() {
-        next.close_time_ms = Some(now_ms);
-        next.token_hash = None;
-    }
-    next.last_activity_ms = now_ms;
-    Ok(Some(next))
-}
-
-/// The progress event `current` gets (docs/workers.md §6.9): only a running worker reports, at
-/// most `max_events` events per worker; the event takes the next sequence and is the worker's
-/// latest activity. Shared by every backend, like [`advance`].
-pub(super) fn progress_event(
-    current: WorkerRecord,
-    progress: Progress,
-    now_ms: i64,
-    max_events: u64,
-) -> Result<WorkerEvent, StoreError> {
-    if current.state != WorkerState::Running {
-        return Err(StoreError::NotRunning {
-            id: current.id.clone(),
-            state: current.state,
-        });
-    }
-    if current.sequence >= max_events {
-        return Err(StoreError::TooManyEvents {
-            id: current.id.clone(),
-            max: max_events,
-        });
-    }
-    let mut next = current;
-    next.sequence += 1;
-    next.last_activity_ms = now_ms;
-    Ok(WorkerEvent {
-        worker_id: next.id.clone(),
-        sequence: next.sequence,
-        state: next.state,
-        time_ms: now_ms,
-        worker: next,
-        progress: Some(progress),
-    })
-}
-
-/// The body of [`WorkerStore::append_progress`](super::WorkerStore::append_progress): a
+/// The body of [`WorkerStore::append_progress`]: a
 /// progress event of a running worker, the next sequence, its latest activity.
 pub(super) fn progress_in(
     tx: &Connection,
@@ -287,73 +227,6 @@ pub(super) fn insert_worker(conn: &Connection, rec: &WorkerRecord) -> Result<(),
     })
     .context("insert worker")?;
     Ok(())
-}
-
-/// The part of a worker that transitions change, as stored in each event's `snapshot` column.
-///
-/// The fields fixed at creation (prompt, effective agent, lineage, …) are not repeated in every
-/// event — the prompt alone may be 256 KiB — but read from the `workers` row when events are
-/// loaded; since they never change, the rebuilt [`WorkerEvent::worker`] is exactly the record as
-/// it was right after the transition.
-#[derive(Serialize, Deserialize)]
-pub(super) struct Snapshot {
-    #[serde(default)]
-    last_activity_ms: Option<i64>,
-    start_time_ms: Option<i64>,
-    close_time_ms: Option<i64>,
-    result: Option<String>,
-    structured_result: Option<String>,
-    error: Option<String>,
-    exit_code: Option<i32>,
-    token_hash: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    usage: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    worktree: Option<String>,
-}
-
-impl Snapshot {
-    /// The changing part of `w`.
-    pub(super) fn of(w: &WorkerRecord) -> Self {
-        Snapshot {
-            last_activity_ms: Some(w.last_activity_ms),
-            start_time_ms: w.start_time_ms,
-            close_time_ms: w.close_time_ms,
-            result: w.result.clone(),
-            structured_result: w.structured_result.clone(),
-            error: w.error.clone(),
-            exit_code: w.exit_code,
-            token_hash: w.token_hash.clone(),
-            usage: w.usage.clone(),
-            worktree: w.worktree.clone(),
-        }
-    }
-
-    /// The worker as it was at this event: `current`'s fixed fields with the snapshot laid
-    /// over.
-    pub(super) fn over(
-        self,
-        current: &WorkerRecord,
-        state: WorkerState,
-        sequence: u64,
-        time_ms: i64,
-    ) -> WorkerRecord {
-        WorkerRecord {
-            state,
-            sequence,
-            start_time_ms: self.start_time_ms,
-            close_time_ms: self.close_time_ms,
-            result: self.result,
-            structured_result: self.structured_result,
-            error: self.error,
-            exit_code: self.exit_code,
-            token_hash: self.token_hash,
-            usage: self.usage,
-            worktree: self.worktree,
-            last_activity_ms: self.last_activity_ms.unwrap_or(time_ms),
-            ..current.clone()
-        }
-    }
 }
 
 /// Appends an event row.
@@ -447,12 +320,6 @@ pub(super) fn read_event(row: &Row<'_>, current: &WorkerRecord) -> rusqlite::Res
 pub(super) fn read_sequence(row: &Row<'_>, index: usize) -> rusqlite::Result<u64> {
     let value: i64 = row.get(index)?;
     u64::try_from(value).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(index, value))
-}
-
-/// Sequences are `u64` in the API and `INTEGER` (i64) in SQLite. A worker would need 2^63
-/// transitions to overflow, so saturating is unreachable rather than lossy.
-pub(super) fn to_sql_sequence(sequence: u64) -> i64 {
-    i64::try_from(sequence).unwrap_or(i64::MAX)
 }
 
 impl ToSql for WorkerId {

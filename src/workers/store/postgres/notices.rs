@@ -1,0 +1,245 @@
+//! Notices between replicas: one dedicated `LISTEN` connection per process that turns the
+//! notifications of `agentry_events`, `agentry_stop`, `agentry_holds`, `agentry_runner_waits`
+//! and `agentry_relays` into [`Notice`]s, reconnecting forever (with a [`Notice::Resync`] after
+//! each connect), and the parsing of their payloads. Notices are hints: anything malformed is
+//! dropped.
+
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+use tokio_postgres::{AsyncMessage, NoTls};
+
+use crate::workers::model::WorkerId;
+use crate::workers::store::{Notice, Relayed, RunnerWait};
+
+/// Pause between two attempts of the listener to reconnect.
+const LISTEN_RETRY: Duration = Duration::from_millis(500);
+
+/// Notices buffered per receiver; one that lags re-reads (it gets `Lagged`, then resyncs).
+pub(super) const NOTICE_BUFFER: usize = 1024;
+
+/// The listener: one dedicated connection that `LISTEN`s on `agentry_events` and
+/// `agentry_stop`, turning notifications into [`Notice`]s; reconnects forever, sending
+/// [`Notice::Resync`] after each connect so receivers re-read what they may have missed.
+pub(super) async fn listen(
+    config: tokio_postgres::Config,
+    this_replica: String,
+    notices: broadcast::Sender<Notice>,
+    ready: tokio::sync::oneshot::Sender<()>,
+) {
+    let mut ready = Some(ready);
+    loop {
+        match config.connect(NoTls).await {
+            Ok((client, mut connection)) => {
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+                // The connection must be polled for LISTEN to complete and for messages.
+                let pump = tokio::spawn(async move {
+                    while let Some(message) =
+                        std::future::poll_fn(|cx| connection.poll_message(cx)).await
+                    {
+                        match message {
+                            Ok(AsyncMessage::Notification(n)) => {
+                                let _ = tx.send((n.channel().to_owned(), n.payload().to_owned()));
+                            }
+                            Ok(_) => {}
+                            Err(e) => {
+                                tracing::warn!(error = %e, "store listener connection failed");
+                                break;
+                            }
+                        }
+                    }
+                });
+                if let Err(e) = client
+                    .batch_execute(
+                        "LISTEN agentry_events; LISTEN agentry_stop; LISTEN agentry_holds; \
+                         LISTEN agentry_runner_waits; LISTEN agentry_relays",
+                    )
+                    .await
+                {
+                    tracing::warn!(error = %e, "store listener cannot LISTEN");
+                    pump.abort();
+                } else {
+                    let _ = notices.send(Notice::Resync);
+                    if let Some(ready) = ready.take() {
+                        let _ = ready.send(());
+                    }
+                    while let Some((channel, payload)) = rx.recv().await {
+                        if let Some(notice) = parse_notice(&channel, &payload, &this_replica) {
+                            let _ = notices.send(notice);
+                        }
+                    }
+                    tracing::warn!("store listener disconnected; reconnecting");
+                }
+                drop(client);
+            }
+            Err(e) => tracing::debug!(error = %e, "store listener cannot connect"),
+        }
+        tokio::time::sleep(LISTEN_RETRY).await;
+    }
+}
+
+/// A notification payload as a [`Notice`]; anything malformed is dropped (only a hint).
+fn parse_notice(channel: &str, payload: &str, this_replica: &str) -> Option<Notice> {
+    match channel {
+        "agentry_events" => {
+            // `worker:sequence:replica`; a replica of an earlier build sends no replica.
+            let mut parts = payload.splitn(3, ':');
+            let worker_id = WorkerId::parse(parts.next()?).ok()?;
+            let sequence = parts.next()?.parse().ok()?;
+            Some(Notice::Event {
+                worker_id,
+                sequence,
+                by_this_replica: parts.next() == Some(this_replica),
+            })
+        }
+        "agentry_stop" => Some(Notice::Stop {
+            worker_id: WorkerId::parse(payload).ok()?,
+        }),
+        "agentry_holds" => Some(Notice::Holds {
+            worker_id: WorkerId::parse(payload).ok()?,
+        }),
+        "agentry_runner_waits" => Some(Notice::RunnerWait(parse_wait(payload))),
+        "agentry_relays" => parse_relay(payload),
+        _ => None,
+    }
+}
+
+/// An `agentry_relays` notice: `[to, worker, [[seq, message], …]]` with the messages, or `[to]`
+/// (too large to carry; they are taken from the table). Without an addressee it is dropped.
+fn parse_relay(payload: &str) -> Option<Notice> {
+    type Whole = (String, String, Vec<(i64, String)>);
+    if let Ok((to_replica, worker, messages)) = serde_json::from_str::<Whole>(payload) {
+        // A carried message about an unreadable worker id: take them from the table instead.
+        let relayed = WorkerId::parse(&worker).ok().map(|worker_id| {
+            messages
+                .into_iter()
+                .map(|(seq, message)| Relayed {
+                    seq,
+                    worker_id: worker_id.clone(),
+                    message,
+                })
+                .collect()
+        });
+        return Some(Notice::Relay {
+            to_replica,
+            relayed,
+        });
+    }
+    let (to_replica,): (String,) = serde_json::from_str(payload).ok()?;
+    Some(Notice::Relay {
+        to_replica,
+        relayed: None,
+    })
+}
+
+/// The wait a `agentry_runner_waits` notice carries: `[worker, owner, agent, principal,
+/// deadline_ms]` as JSON; `None` when the payload is not that (the waits are read instead).
+fn parse_wait(payload: &str) -> Option<RunnerWait> {
+    let (worker_id, owner, agent, caller_scope, deadline_ms): (
+        String,
+        String,
+        String,
+        String,
+        i64,
+    ) = serde_json::from_str(payload).ok()?;
+    Some(RunnerWait {
+        worker_id: WorkerId::parse(&worker_id).ok()?,
+        owner,
+        agent,
+        caller_scope,
+        deadline_ms,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notices_parse_and_bad_payloads_are_dropped() {
+        let parse = |channel: &str, payload: &str| parse_notice(channel, payload, "r-me");
+        let id = WorkerId::generate();
+        // Whose commit it was: this replica's, another's, or (an earlier build) not said.
+        for (payload, by_this_replica) in [
+            (format!("{id}:7:r-me"), true),
+            (format!("{id}:7:r-other"), false),
+            (format!("{id}:7"), false),
+        ] {
+            assert_eq!(
+                parse("agentry_events", &payload),
+                Some(Notice::Event {
+                    worker_id: id.clone(),
+                    sequence: 7,
+                    by_this_replica,
+                }),
+                "{payload}"
+            );
+        }
+        assert_eq!(
+            parse("agentry_stop", id.as_str()),
+            Some(Notice::Stop {
+                worker_id: id.clone()
+            })
+        );
+        let wait = RunnerWait {
+            worker_id: id.clone(),
+            owner: "r-1".into(),
+            agent: "reviewer".into(),
+            caller_scope: "team:a".into(),
+            deadline_ms: 1_700_000_000_000,
+        };
+        assert_eq!(
+            parse(
+                "agentry_runner_waits",
+                &format!(r#"["{id}", "r-1", "reviewer", "team:a", 1700000000000]"#)
+            ),
+            Some(Notice::RunnerWait(Some(wait)))
+        );
+        // A wait notice that does not carry a wait still says "look".
+        for payload in ["", "[1, 2]", r#"["not-an-id", "r", "a", "s", 1]"#] {
+            assert_eq!(
+                parse("agentry_runner_waits", payload),
+                Some(Notice::RunnerWait(None)),
+                "{payload}"
+            );
+        }
+        assert_eq!(
+            parse("agentry_relays", r#"["r-2"]"#),
+            Some(Notice::Relay {
+                to_replica: "r-2".into(),
+                relayed: None
+            })
+        );
+        let carried = format!(r#"["r-2", "{id}", [[7, "{{\"kind\":\"accepted\"}}"], [8, "x"]]]"#);
+        assert_eq!(
+            parse("agentry_relays", &carried),
+            Some(Notice::Relay {
+                to_replica: "r-2".into(),
+                relayed: Some(vec![
+                    Relayed {
+                        seq: 7,
+                        worker_id: id.clone(),
+                        message: r#"{"kind":"accepted"}"#.into()
+                    },
+                    Relayed {
+                        seq: 8,
+                        worker_id: id.clone(),
+                        message: "x".into()
+                    },
+                ])
+            })
+        );
+        for (channel, payload) in [
+            ("agentry_events", "nonsense"),
+            ("agentry_events", "w:x"),
+            ("agentry_events", "w-1:7:r-me"),
+            ("agentry_stop", ""),
+            ("agentry_relays", ""),
+            ("agentry_relays", "[]"),
+            ("agentry_relays", "[1]"),
+            ("other", "x"),
+        ] {
+            assert_eq!(parse(channel, payload), None, "{channel} {payload}");
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! Runners across replicas (docs §10): the waits of runner workers published for the runners of
+//! every replica, the claim that takes one (`FOR UPDATE SKIP LOCKED`, the worker's token
+//! rotated in the same statement), and the messages relayed between the owner and the claimer.
+
+use std::sync::LazyLock;
+
+use deadpool_postgres::Client;
+
+use super::cached::{exec_cached, query_opt_cached};
+use super::context::PgContext;
+use super::rows::read_record;
+use crate::workers::model::{WorkerId, WorkerRecord};
+use crate::workers::store::record::COLUMNS;
+use crate::workers::store::{Relayed, RunnerClaim, RunnerWait, StoreError};
+
+/// The largest relay notice that carries its messages (PostgreSQL takes payloads shorter than
+/// 8000 bytes).
+const RELAY_NOTICE_BYTES: usize = 7900;
+
+/// A runner claim (`claim_runner_wait`): lock the wait unless another claimer holds it, rotate
+/// the token of a worker that still waits (pending) and return its row, and claim the wait; a
+/// wait whose worker no longer waits is dropped instead (PostgreSQL runs every data-modifying
+/// `WITH` part to completion whether or not the outer query reads it).
+static CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH c AS (
+             SELECT worker_id FROM runner_waits WHERE worker_id = $1 AND claimed_by IS NULL
+             FOR UPDATE SKIP LOCKED
+         ), t AS (
+             UPDATE workers w SET token_hash = $2 FROM c
+              WHERE w.id = c.worker_id AND w.state = 'pending'
+             RETURNING {COLUMNS}
+         ), stale AS (
+             DELETE FROM runner_waits r USING c
+              WHERE r.worker_id = c.worker_id AND NOT EXISTS (SELECT 1 FROM t)
+         ), k AS (
+             UPDATE runner_waits r SET claimed_by = $3 FROM t
+              WHERE r.worker_id = t.id
+             RETURNING 1
+         )
+         SELECT {COLUMNS} FROM t WHERE EXISTS (SELECT 1 FROM k)"
+    )
+});
+
+/// Relayed messages (`relay`): rows numbered in the order given (`seq` is taken row by row as
+/// the ordered select yields them), and one notice that carries them (`[to, worker, [[seq,
+/// message], …]]`) when that fits in a notice, else only `[to]`.
+static RELAY_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH sent AS (
+             INSERT INTO runner_relays (to_replica, worker_id, message)
+             SELECT $1, $2, m FROM unnest($3::text[]) WITH ORDINALITY AS u(m, i) ORDER BY i
+             RETURNING seq, message
+         ), whole AS (
+             SELECT json_build_array($1, $2, json_agg(json_build_array(seq, message)
+                                                      ORDER BY seq))::text AS p
+               FROM sent HAVING count(*) > 0
+         )
+         SELECT pg_notify('agentry_relays', CASE WHEN octet_length(p) <= {RELAY_NOTICE_BYTES}
+                                                 THEN p ELSE json_build_array($1)::text END)
+           FROM whole"
+    )
+});
+
+/// Publishes a runner wait and notifies every replica (`SharedStore::publish_runner_wait`).
+pub(super) async fn publish_wait(client: &Client, wait: &RunnerWait) -> Result<(), StoreError> {
+    client
+        .execute(
+            "WITH added AS (
+                     INSERT INTO runner_waits (worker_id, owner_replica, agent, caller_scope, deadline_ms)
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (worker_id) DO NOTHING RETURNING 1)
+                 SELECT pg_notify('agentry_runner_waits', json_build_array($1, $2, $3, $4, $5)::text)
+                   FROM added",
+            &[
+                &wait.worker_id.as_str(),
+                &wait.owner,
+                &wait.agent,
+                &wait.caller_scope,
+                &wait.deadline_ms,
+            ],
+        )
+        .await
+        .pg("publish a runner wait")?;
+    Ok(())
+}
+
+/// Unclaimed waits of live replicas, oldest first (`SharedStore::runner_waits`).
+pub(super) async fn waits(client: &Client, limit: i64) -> Result<Vec<RunnerWait>, StoreError> {
+    let rows = client
+        .query(
+            "SELECT w.worker_id, w.owner_replica, w.agent, w.caller_scope, w.deadline_ms
+                   FROM runner_waits w JOIN replicas r ON r.id = w.owner_replica
+                  WHERE w.claimed_by IS NULL AND r.expires_at > now()
+                  ORDER BY w.waiting_since, w.worker_id LIMIT $1",
+            &[&limit],
+        )
+        .await
+        .pg("read runner waits")?;
+    rows.iter()
+        .map(|row| {
+            Ok(RunnerWait {
+                worker_id: WorkerId::parse(row.get::<_, &str>(0))
+                    .map_err(|e| StoreError::Corrupt(format!("runner wait: {e}")))?,
+                owner: row.get(1),
+                agent: row.get(2),
+                caller_scope: row.get(3),
+                deadline_ms: row.get(4),
+            })
+        })
+        .collect()
+}
+
+/// Claims a wait for replica `replica_id`, rotating the worker's token hash
+/// (`SharedStore::claim_runner_wait`).
+pub(super) async fn claim_wait(
+    client: &Client,
+    replica_id: &str,
+    id: &WorkerId,
+    token_hash: &str,
+) -> Result<Option<WorkerRecord>, StoreError> {
+    // One statement, one commit ([`CLAIM_SQL`]).
+    let row = query_opt_cached(
+        client,
+        &CLAIM_SQL,
+        &[&id.as_str(), &token_hash, &replica_id],
+    )
+    .await
+    .pg("claim a runner wait")?;
+    row.as_ref().map(read_record).transpose()
+}
+
+/// Deletes a wait (`SharedStore::withdraw_runner_wait`); whether one was deleted.
+pub(super) async fn withdraw_wait(
+    client: &Client,
+    id: &WorkerId,
+    only_unclaimed: bool,
+) -> Result<bool, StoreError> {
+    let n = client
+        .execute(
+            "DELETE FROM runner_waits WHERE worker_id = $1 AND (NOT $2 OR claimed_by IS NULL)",
+            &[&id.as_str(), &only_unclaimed],
+        )
+        .await
+        .pg("withdraw a runner wait")?;
+    Ok(n > 0)
+}
+
+/// Who claimed the wait of worker `id` (`SharedStore::runner_claim`).
+pub(super) async fn claim_of(client: &Client, id: &WorkerId) -> Result<RunnerClaim, StoreError> {
+    let row = client
+        .query_opt(
+            "SELECT w.claimed_by, COALESCE(r.expires_at > now(), false)
+                   FROM runner_waits w LEFT JOIN replicas r ON r.id = w.claimed_by
+                  WHERE w.worker_id = $1",
+            &[&id.as_str()],
+        )
+        .await
+        .pg("read a runner claim")?;
+    Ok(match row {
+        None => RunnerClaim::NoWait,
+        Some(row) => match row.get::<_, Option<String>>(0) {
+            None => RunnerClaim::Unclaimed,
+            Some(by) => RunnerClaim::Claimed {
+                by,
+                live: row.get::<_, bool>(1),
+            },
+        },
+    })
+}
+
+/// Sends messages about worker `id` to replica `to` (`SharedStore::relay`).
+pub(super) async fn relay(
+    client: &Client,
+    to: &str,
+    id: &WorkerId,
+    messages: &[String],
+) -> Result<(), StoreError> {
+    // Carried by the notice, the messages need no read by their addressee ([`RELAY_SQL`]).
+    exec_cached(client, &RELAY_SQL, &[&to, &id.as_str(), &messages])
+        .await
+        .pg("relay runner messages")?;
+    Ok(())
+}
+
+/// Takes the messages sent to replica `replica_id`, in order (`SharedStore::take_relays`).
+pub(super) async fn take_relays(
+    client: &Client,
+    replica_id: &str,
+) -> Result<Vec<Relayed>, StoreError> {
+    let rows = client
+        .query(
+            "DELETE FROM runner_relays WHERE to_replica = $1
+                 RETURNING seq, worker_id, message",
+            &[&replica_id],
+        )
+        .await
+        .pg("take relayed runner messages")?;
+    let mut out: Vec<Relayed> = rows
+        .iter()
+        .filter_map(|row| {
+            Some(Relayed {
+                seq: row.get(0),
+                worker_id: WorkerId::parse(row.get::<_, &str>(1)).ok()?,
+                message: row.get(2),
+            })
+        })
+        .collect();
+    out.sort_by_key(|r| r.seq);
+    Ok(out)
+}

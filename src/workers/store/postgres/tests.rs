@@ -1,0 +1,324 @@
+//! The PostgreSQL backend's tests: the suite every backend runs, and what only a store shared
+//! by several replicas has — orphans of a lost replica closed exactly once, stop requests,
+//! notices, dedupe claims across replicas, migrations, and the URL shown without its password.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::schema::{self, MIGRATIONS};
+use super::*;
+use crate::workers::model::WorkerState;
+use crate::workers::store::suite::{self, create, moved};
+use crate::workers::store::testdb::TestDb;
+
+fn replica(name: &str, lease_ms: u64) -> ReplicaSettings {
+    ReplicaSettings {
+        name: name.to_owned(),
+        lease: Duration::from_millis(lease_ms),
+    }
+}
+
+async fn open(db: &TestDb, name: &str) -> PostgresStore {
+    PostgresStore::open(&db.url, replica(name, 60_000))
+        .await
+        .unwrap()
+}
+
+suite::store_suite!(async {
+    let db = TestDb::create().await?;
+    let store = open(&db, "suite").await;
+    Some((db, Arc::new(store) as Arc<dyn WorkerStore>))
+});
+
+/// Ends `store`'s lease now, on the database clock, as if its process had died.
+async fn expire(store: &PostgresStore) {
+    store
+        .client()
+        .await
+        .unwrap()
+        .execute(
+            "UPDATE replicas SET expires_at = now() - interval '1 second' WHERE id = $1",
+            &[&store.replica_id],
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn orphans_of_a_lost_replica_are_closed_exactly_once() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let a = open(&db, "a").await;
+    let b = open(&db, "b").await;
+    let c = open(&db, "c").await;
+    let pending = create(&a, None, 1_000).await;
+    let running = create(&a, None, 2_000).await;
+    a.apply(&running.id, Event::Start, Patch::default(), 2_100)
+        .await
+        .unwrap();
+    let done = create(&a, None, 3_000).await;
+    a.apply(&done.id, Event::Start, Patch::default(), 3_100)
+        .await
+        .unwrap();
+    let done = moved(
+        a.apply(&done.id, Event::Complete, Patch::default(), 3_200)
+            .await
+            .unwrap(),
+    )
+    .worker;
+    let bs_own = create(&b, None, 4_000).await;
+
+    // While a lives, nothing is an orphan.
+    assert_eq!(b.open_workers().await.unwrap(), []);
+    assert_eq!(b.close_orphans(5_000).await.unwrap(), []);
+
+    expire(&a).await;
+    assert_eq!(
+        b.open_workers().await.unwrap(),
+        [pending.id.clone(), running.id.clone()]
+    );
+    // Two sweepers at once: every orphan closed by exactly one of them.
+    let (by_b, by_c) = tokio::join!(b.close_orphans(9_000), c.close_orphans(9_000));
+    let (by_b, by_c) = (by_b.unwrap(), by_c.unwrap());
+    let all: HashSet<_> = by_b.iter().chain(&by_c).cloned().collect();
+    assert_eq!(by_b.len() + by_c.len(), 2, "{by_b:?} {by_c:?}");
+    assert_eq!(all, HashSet::from([pending.id.clone(), running.id.clone()]));
+    for (rec, sequence) in [(&pending, 2), (&running, 3)] {
+        let now = b.get(&rec.id).await.unwrap().unwrap();
+        assert_eq!(now.state, WorkerState::Failed);
+        assert_eq!(now.error.as_deref(), Some("orphaned: replica a lost"));
+        assert_eq!(now.close_time_ms, Some(9_000));
+        assert_eq!(now.token_hash, None);
+        assert_eq!(now.sequence, sequence);
+        assert_eq!(
+            b.events_after(&rec.id, 0).await.unwrap().len() as u64,
+            sequence
+        );
+    }
+    assert_eq!(b.get(&done.id).await.unwrap(), Some(done));
+    assert_eq!(
+        b.get(&bs_own.id).await.unwrap().unwrap().state,
+        WorkerState::Pending
+    );
+    assert_eq!(c.close_orphans(10_000).await.unwrap(), []);
+
+    // The zombie owner's late outcome never overwrites the orphan close.
+    let late = a
+        .apply(&running.id, Event::Complete, Patch::default(), 11_000)
+        .await;
+    assert!(matches!(late, Err(StoreError::Illegal(_))), "{late:?}");
+    // Renewing tells the owner its lease had lapsed.
+    assert_eq!(a.renew_lease().await.unwrap(), Lease::Lapsed);
+    assert_eq!(a.renew_lease().await.unwrap(), Lease::Renewed);
+}
+
+#[tokio::test]
+async fn a_stop_request_reaches_the_owner() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let a = open(&db, "a").await;
+    let b = open(&db, "b").await;
+    let mut notices = a.notices();
+    let rec = create(&a, None, 1_000).await;
+    assert!(b.request_stop(&rec.id, "from b").await.unwrap());
+    assert_eq!(
+        a.stop_requests().await.unwrap(),
+        [(rec.id.clone(), "from b".to_owned())]
+    );
+    assert!(b.stop_requests().await.unwrap().is_empty());
+    let stop = loop {
+        let n = tokio::time::timeout(Duration::from_secs(10), notices.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        if matches!(n, Notice::Stop { .. }) {
+            break n;
+        }
+    };
+    assert_eq!(
+        stop,
+        Notice::Stop {
+            worker_id: rec.id.clone()
+        }
+    );
+    // The owner kills it: the request is done with, and a terminal row takes none.
+    a.apply(&rec.id, Event::Kill, Patch::default(), 2_000)
+        .await
+        .unwrap();
+    assert!(a.stop_requests().await.unwrap().is_empty());
+    assert!(!b.request_stop(&rec.id, "again").await.unwrap());
+}
+
+#[tokio::test]
+async fn events_committed_anywhere_are_announced_everywhere() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let a = open(&db, "a").await;
+    let b = open(&db, "b").await;
+    let mut on_b = b.notices();
+    let mut on_a = a.notices();
+    let rec = create(&a, None, 1_000).await;
+    a.apply(&rec.id, Event::Start, Patch::default(), 1_100)
+        .await
+        .unwrap();
+    // Both replicas hear both events; only `a` hears them as its own.
+    for (notices, own) in [(&mut on_b, false), (&mut on_a, true)] {
+        let mut seen = Vec::new();
+        while seen.len() < 2 {
+            match tokio::time::timeout(Duration::from_secs(10), notices.recv())
+                .await
+                .unwrap()
+                .unwrap()
+            {
+                Notice::Event {
+                    worker_id,
+                    sequence,
+                    by_this_replica,
+                } if worker_id == rec.id => seen.push((sequence, by_this_replica)),
+                _ => {}
+            }
+        }
+        assert_eq!(seen, [(1, own), (2, own)]);
+    }
+}
+
+#[tokio::test]
+async fn a_dedupe_claim_is_won_once_across_replicas() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let a = open(&db, "a").await;
+    let b = open(&db, "b").await;
+    let ttl = Duration::from_secs(60);
+    let wa = create(&a, None, 1_000).await;
+    let wb = create(&b, None, 1_000).await;
+    let (ra, rb) = tokio::join!(
+        a.claim_dedupe("key", &wa.id, ttl),
+        b.claim_dedupe("key", &wb.id, ttl)
+    );
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    let winner = match (&ra, &rb) {
+        (None, Some(holder)) => {
+            assert_eq!(*holder, wa.id);
+            &wa
+        }
+        (Some(holder), None) => {
+            assert_eq!(*holder, wb.id);
+            &wb
+        }
+        other => panic!("exactly one claim must win: {other:?}"),
+    };
+    // A failed worker's claim is taken over by the next dispatch.
+    a.apply(&winner.id, Event::Fail, Patch::default(), 2_000)
+        .await
+        .unwrap();
+    let next = create(&a, None, 3_000).await;
+    assert_eq!(a.claim_dedupe("key", &next.id, ttl).await.unwrap(), None);
+    assert_eq!(
+        b.claim_dedupe("key", &wb.id, ttl).await.unwrap(),
+        Some(next.id.clone())
+    );
+    // An expired claim too.
+    let short = Duration::from_millis(1);
+    a.release_dedupe("key", &next.id).await.unwrap();
+    assert_eq!(a.claim_dedupe("key", &next.id, short).await.unwrap(), None);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(b.claim_dedupe("key", &wb.id, ttl).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_refused_naming_both_versions() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let store = open(&db, "a").await;
+    let known = MIGRATIONS.len() as i64;
+    store
+        .client()
+        .await
+        .unwrap()
+        .execute("UPDATE agentry_schema SET version = 999", &[])
+        .await
+        .unwrap();
+    let err = PostgresStore::open(&db.url, replica("b", 60_000))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::SchemaTooNew { found: 999, known: k } if k == known),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains("version 999") && message.contains(&format!("(version {known})")),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn replicas_starting_together_migrate_once() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let mut stores = Vec::new();
+    for i in 0..4 {
+        let url = db.url.clone();
+        stores.push(tokio::spawn(async move {
+            PostgresStore::open(&url, replica(&format!("r{i}"), 60_000)).await
+        }));
+    }
+    for s in stores {
+        s.await.unwrap().unwrap();
+    }
+    let store = open(&db, "check").await;
+    let client = store.client().await.unwrap();
+    assert_eq!(
+        schema::schema_version(&client).await.unwrap(),
+        MIGRATIONS.len() as i64
+    );
+    let replicas: i64 = client
+        .query_one("SELECT count(*) FROM replicas", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(replicas, 5);
+}
+
+#[tokio::test]
+async fn an_unreachable_database_is_named_without_its_password() {
+    // Port 1 on loopback: nothing listens there.
+    let err = PostgresStore::open(
+        "postgres://agentry:s3cret@127.0.0.1:1/agentry",
+        replica("a", 1_000),
+    )
+    .await
+    .unwrap_err();
+    let message = err.to_string();
+    assert!(matches!(err, StoreError::Unreachable { .. }), "{err:?}");
+    assert!(
+        message.contains("postgres://agentry:***@127.0.0.1:1/agentry"),
+        "{message}"
+    );
+    assert!(!message.contains("s3cret"), "{message}");
+}
+
+#[test]
+fn urls_lose_their_passwords() {
+    for (url, shown) in [
+        ("postgres://u:p@h:5432/db", "postgres://u:***@h:5432/db"),
+        ("postgres://u@h/db", "postgres://u@h/db"),
+        (
+            "postgresql://h/db?password=x&sslmode=disable",
+            "postgresql://h/db?password=***&sslmode=disable",
+        ),
+        (
+            "host=h user=u password=x dbname=d",
+            "host=h user=u password=*** dbname=d",
+        ),
+        ("postgres://u:p%40ss@h", "postgres://u:***@h"),
+    ] {
+        assert_eq!(redact_url(url), shown, "{url}");
+    }
+}
