@@ -63,7 +63,7 @@ use agentry::{
     workers::{
         executor::{ExecExecutor, Executor, Job, Outcome},
         store::SqliteStore,
-        supervisor::{Settings, Supervisor},
+        supervisor::Settings,
     },
 };
 use tokio::{
@@ -285,7 +285,7 @@ async fn start_nodelay(cfg: Config) -> Running {
         cfg.executor.command.clone(),
         cfg.executor.env.clone(),
     ));
-    let supervisor = Supervisor::new(
+    let supervisor = agentry::workers::supervise(
         store,
         executor,
         registry.clone(),

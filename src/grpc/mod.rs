@@ -27,7 +27,7 @@ use crate::{
         },
         runners::{HubSettings, RunnerHub},
         store::{PostgresStore, ReplicaSettings, SqliteStore, WorkerStore, redact_url},
-        supervisor::{Settings, Supervisor},
+        supervisor::Settings,
     },
 };
 
@@ -177,7 +177,7 @@ pub async fn run_announced(
             .map(|(a, k)| (a.clone(), kind(*k)))
             .collect(),
     ));
-    let supervisor = Supervisor::new(
+    let supervisor = crate::workers::supervise(
         store.clone(),
         executor,
         registry.clone(),

@@ -14,3 +14,32 @@ pub mod spec;
 pub mod store;
 pub mod supervisor;
 pub mod worktree;
+
+use std::sync::Arc;
+
+use crate::{
+    discovery::Registry,
+    resolve::Rules,
+    workers::{
+        executor::Executor,
+        store::{StoreError, WorkerStore},
+        supervisor::{Settings, Supervisor},
+    },
+};
+
+/// Starts the supervisor over `store` — closing the rows a previous process left open — and,
+/// when other replicas share the store, this replica's duties towards them ([`replica`]: lease,
+/// orphan sweeper, stop requests). The supervisor knows nothing of replicas; the duties drive
+/// it from outside.
+pub async fn supervise(
+    store: Arc<dyn WorkerStore>,
+    executor: Arc<dyn Executor>,
+    registry: Arc<Registry>,
+    rules: Arc<Rules>,
+    settings: Settings,
+) -> Result<Arc<Supervisor>, StoreError> {
+    let lease = settings.replica_lease;
+    let sup = Supervisor::new(store, executor, registry, rules, settings).await?;
+    replica::start(&sup, lease);
+    Ok(sup)
+}

@@ -420,8 +420,9 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
-    /// Creates the supervisor and closes rows orphaned by a previous process.
-    pub async fn new(
+    /// Creates the supervisor and closes rows orphaned by a previous process; the replica
+    /// duties are started by [`crate::workers::supervise`], which is how the service builds it.
+    pub(in crate::workers) async fn new(
         store: Arc<dyn WorkerStore>,
         executor: Arc<dyn Executor>,
         registry: Arc<Registry>,
@@ -484,8 +485,6 @@ impl Supervisor {
             rules,
             settings,
         });
-        // With a shared store: lease renewal, the orphan sweeper, stops asked by others.
-        super::replica::start(&sup, sup.settings.replica_lease);
         Ok(sup)
     }
 
