@@ -1,5 +1,6 @@
+use super::snapshot::FREE_ON_POOL;
 use super::*;
-use crate::persona::{Spawns, ThinkingLevel};
+use crate::persona::{Severity, Spawns, ThinkingLevel};
 use std::path::PathBuf;
 
 fn cfg(home: &Path) -> Config {
