@@ -387,16 +387,25 @@ async fn replicas_a_worker_token_issued_by_a_authenticates_on_b() {
     ))
     .await
     .unwrap();
-    tokio::time::sleep(Duration::from_millis(1_100)).await;
-    let err = cb
-        .get_worker(req(
-            pb::GetWorkerRequest {
-                worker_id: w.id.clone(),
-            },
-            &[("x-agentry-worker-token", token.as_str())],
-        ))
-        .await
-        .unwrap_err();
+    // B may still trust it from its one-second cache of remote tokens, never longer.
+    let err = eventually(
+        "the ended worker's token refused on B",
+        Duration::from_secs(3),
+        || {
+            let mut cb = cb.clone();
+            let token = token.clone();
+            let id = w.id.clone();
+            async move {
+                cb.get_worker(req(
+                    pb::GetWorkerRequest { worker_id: id },
+                    &[("x-agentry-worker-token", token.as_str())],
+                ))
+                .await
+                .err()
+            }
+        },
+    )
+    .await;
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
     drop((a, b));
 }
@@ -985,14 +994,16 @@ async fn replicas_a_restart_on_the_same_host_takes_over_its_predecessor_before_s
 
 /// Holds of callers waiting on any replica, read from the database.
 async fn holds_in(url: &str) -> i64 {
+    count_in(url, "SELECT count(*) FROM worker_holds").await
+}
+
+/// The one count `sql` selects from the database at `url`.
+async fn count_in(url: &str, sql: &str) -> i64 {
     let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .unwrap();
     tokio::spawn(conn);
-    c.query_one("SELECT count(*) FROM worker_holds", &[])
-        .await
-        .unwrap()
-        .get(0)
+    c.query_one(sql, &[]).await.unwrap().get(0)
 }
 
 #[tokio::test]
@@ -1441,7 +1452,19 @@ async fn replicas_a_replica_claims_only_what_its_runners_have_room_for() {
         let w = spawn(&a.client, &format!("slot job {n}"), false).await;
         ids.push(w.worker.unwrap().id);
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Waits are published after the spawn answers: wait until all three are in the store.
+    eventually("the three waits published", Duration::from_secs(10), || {
+        let url = p.db.url.clone();
+        async move {
+            let published = count_in(
+                &url,
+                "SELECT count(*) FROM runner_waits WHERE claimed_by IS NULL",
+            )
+            .await;
+            (published == 3).then_some(())
+        }
+    })
+    .await;
     let mut on_b = RemoteRunner::with_slots(b, "two-slots-again", 2).await;
     // Accepted at once (an offer not accepted within the accept timeout goes back).
     let first = on_b.assignment().await;
