@@ -660,6 +660,9 @@ async fn replicas_take_progress_on_any_replica() {
     let w = spawn(&p.a.client, "long job", false).await.worker.unwrap();
     pid_of(root, &w.id).await;
     let token = std::fs::read_to_string(root.join(format!("{}.token", w.id))).unwrap();
+    // The process writes its pid before the row says running: wait for the event the watch
+    // resumes after.
+    wait_state(&p.a.client, &w.id, RUNNING).await;
     let watch_a = watch(p.a.client.clone(), w.id.clone(), 2).await;
     // The report goes to B, which does not run the worker.
     let seq =
