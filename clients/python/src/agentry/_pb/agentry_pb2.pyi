@@ -54,6 +54,7 @@ class Severity(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SEVERITY_UNSPECIFIED: _ClassVar[Severity]
     SEVERITY_WARNING: _ClassVar[Severity]
     SEVERITY_ERROR: _ClassVar[Severity]
+    SEVERITY_INFO: _ClassVar[Severity]
 
 class OutputSchemaSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -122,6 +123,7 @@ THINKING_LEVEL_XHIGH: ThinkingLevel
 SEVERITY_UNSPECIFIED: Severity
 SEVERITY_WARNING: Severity
 SEVERITY_ERROR: Severity
+SEVERITY_INFO: Severity
 OUTPUT_SCHEMA_SOURCE_UNSPECIFIED: OutputSchemaSource
 OUTPUT_SCHEMA_SOURCE_AGENT: OutputSchemaSource
 OUTPUT_SCHEMA_SOURCE_REQUEST: OutputSchemaSource
