@@ -17,33 +17,7 @@ pub(super) fn read(text: &str, path: &str, diags: &mut Vec<Diagnostic>) -> Optio
         });
     };
     let mut failed = false;
-    let mut p = Persona {
-        name: String::new(),
-        description: String::new(),
-        system_prompt: String::new(),
-        when_to_use: None,
-        tools: None,
-        disallowed_tools: None,
-        spawns: None,
-        model: None,
-        thinking_level: None,
-        output: None,
-        permission_mode: None,
-        max_turns: None,
-        critical_reminder: None,
-        temperature: None,
-        timeout_mins: None,
-        remote: false,
-        worktree: None,
-        background: false,
-        memory: None,
-        skills: Vec::new(),
-        skills_line: None,
-        mcp_servers: None,
-        mcp_servers_line: None,
-        format: Format::Toml,
-        extra: serde_json::Map::new(),
-    };
+    let mut p = Persona::empty(Format::Toml);
     let (mut name, mut description, mut instructions) = (None, None, None);
     for e in entries {
         let line = Some(e.line);

@@ -336,23 +336,24 @@ fn describing(
     match &e.value {
         Yaml::String(s) => Some(s.clone()),
         Yaml::Null => None,
-        Yaml::Sequence(_) if source_text(block, e).is_some_and(|t| t.starts_with('[')) => {
-            source_text(block, e)
-        }
-        Yaml::Sequence(items) => Some(format!(
-            "[{}]",
-            items
-                .iter()
-                .map(|i| match i {
-                    Yaml::String(s) => s.clone(),
-                    other => serde_yaml::to_string(other)
-                        .unwrap_or_default()
-                        .trim()
-                        .to_owned(),
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
+        Yaml::Sequence(items) => source_text(block, e)
+            .filter(|t| t.starts_with('['))
+            .or_else(|| {
+                Some(format!(
+                    "[{}]",
+                    items
+                        .iter()
+                        .map(|i| match i {
+                            Yaml::String(s) => s.clone(),
+                            other => serde_yaml::to_string(other)
+                                .unwrap_or_default()
+                                .trim()
+                                .to_owned(),
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            }),
         Yaml::Bool(_) | Yaml::Number(_) => Some(
             serde_yaml::to_string(&e.value)
                 .unwrap_or_default()

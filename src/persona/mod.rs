@@ -162,6 +162,16 @@ impl Spawns {
         }
     }
 
+    /// The length of [`Self::to_policy_string`], without building it.
+    pub fn policy_len(&self) -> usize {
+        match self {
+            Spawns::Any => 1,
+            Spawns::Only(names) => {
+                names.iter().map(String::len).sum::<usize>() + names.len().saturating_sub(1)
+            }
+        }
+    }
+
     /// No agent at all.
     pub fn none() -> Self {
         Spawns::Only(Vec::new())
@@ -414,6 +424,39 @@ pub struct Persona {
     pub format: Format,
     /// Every key agentry does not know, verbatim, so nothing a file says is lost.
     pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Persona {
+    /// A persona of `format` with every field empty: what a reader fills in.
+    pub(crate) fn empty(format: Format) -> Self {
+        Persona {
+            name: String::new(),
+            description: String::new(),
+            system_prompt: String::new(),
+            when_to_use: None,
+            tools: None,
+            disallowed_tools: None,
+            spawns: None,
+            model: None,
+            thinking_level: None,
+            output: None,
+            permission_mode: None,
+            max_turns: None,
+            critical_reminder: None,
+            temperature: None,
+            timeout_mins: None,
+            remote: false,
+            worktree: None,
+            background: false,
+            memory: None,
+            skills: Vec::new(),
+            skills_line: None,
+            mcp_servers: None,
+            mcp_servers_line: None,
+            format,
+            extra: serde_json::Map::new(),
+        }
+    }
 }
 
 /// The result of parsing one file: maybe a persona, always the diagnostics found on the way.

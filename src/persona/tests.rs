@@ -640,3 +640,11 @@ fn permission_modes_are_typed_and_read_back_as_written() {
         );
     }
 }
+
+#[test]
+fn a_policy_knows_the_length_of_its_text() {
+    for text in ["*", "", "explore", "explore,plan", "a, b ,c"] {
+        let p = Spawns::parse_policy(text);
+        assert_eq!(p.policy_len(), p.to_policy_string().len(), "{text:?}");
+    }
+}

@@ -24,31 +24,8 @@ pub(super) fn finish(
 ) -> Option<Persona> {
     let mut r = Reader::new(block, diag);
     let mut p = Persona {
-        name: String::new(),
-        description: String::new(),
         system_prompt: body,
-        when_to_use: None,
-        tools: None,
-        disallowed_tools: None,
-        spawns: None,
-        model: None,
-        thinking_level: None,
-        output: None,
-        permission_mode: None,
-        max_turns: None,
-        critical_reminder: None,
-        temperature: None,
-        timeout_mins: None,
-        remote: false,
-        worktree: None,
-        background: false,
-        memory: None,
-        skills: Vec::new(),
-        skills_line: None,
-        mcp_servers: None,
-        mcp_servers_line: None,
-        format: Format::Markdown,
-        extra: serde_json::Map::new(),
+        ..Persona::empty(Format::Markdown)
     };
     let mut name = None;
     let mut description = None;

@@ -109,6 +109,6 @@ fn shown_bytes(w: &WorkerRecord) -> usize {
         .chain(effective.model.iter())
         .map(|s| s.len() + 2)
         .sum::<usize>()
-        + effective.spawns.to_policy_string().len();
+        + effective.spawns.policy_len();
     texts.iter().flatten().map(|t| t.len() + 4).sum::<usize>() + lists + 512
 }

@@ -512,15 +512,7 @@ mod tests {
     }
 
     fn call(id: &str, name: &str, arguments: &str) -> Answer {
-        Answer {
-            tool_calls: vec![ToolCall {
-                id: id.into(),
-                name: name.into(),
-                arguments: arguments.into(),
-            }],
-            finish_reason: Some("tool_calls".into()),
-            ..Answer::default()
-        }
+        calls_of(&[(id, name, arguments)])
     }
 
     /// A job of a worker of agent `a` (only `submit_result` offered) on the fake model.

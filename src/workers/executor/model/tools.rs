@@ -237,14 +237,7 @@ impl Toolbox {
                 definitions.push(d);
             }
         }
-        for t in &mcp {
-            definitions.push(json!({"type": "function", "function": {
-                "name": t.offered_name(),
-                "description": t.description,
-                "parameters": t.input_schema,
-            }}));
-            names.push(t.offered_name());
-        }
+        offer_mcp(&mcp, &mut definitions, &mut names);
         Ok(Self {
             definitions,
             names,
@@ -268,14 +261,7 @@ impl Toolbox {
     ) -> Self {
         let mut definitions = vec![submit_definition(None)];
         let mut names = vec![SUBMIT_RESULT.to_owned()];
-        for t in &mcp {
-            definitions.push(json!({"type": "function", "function": {
-                "name": t.offered_name(),
-                "description": t.description,
-                "parameters": t.input_schema,
-            }}));
-            names.push(t.offered_name());
-        }
+        offer_mcp(&mcp, &mut definitions, &mut names);
         Self {
             definitions,
             names,
@@ -364,6 +350,18 @@ impl Toolbox {
         for (_, s) in &self.sessions {
             s.close().await;
         }
+    }
+}
+
+/// Adds the definitions and names of the MCP tools offered.
+fn offer_mcp(mcp: &[McpTool], definitions: &mut Vec<Value>, names: &mut Vec<String>) {
+    for t in mcp {
+        definitions.push(json!({"type": "function", "function": {
+            "name": t.offered_name(),
+            "description": t.description,
+            "parameters": t.input_schema,
+        }}));
+        names.push(t.offered_name());
     }
 }
 
