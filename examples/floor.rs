@@ -430,6 +430,13 @@ impl AgentRegistryService for Floor {
         Err(not_measured())
     }
 
+    async fn send_worker_message(
+        &self,
+        _req: Request<pb::SendWorkerMessageRequest>,
+    ) -> Result<Response<pb::SendWorkerMessageResponse>, Status> {
+        Err(not_measured())
+    }
+
     async fn get_worker(
         &self,
         req: Request<pb::GetWorkerRequest>,

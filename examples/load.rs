@@ -174,6 +174,13 @@ impl AgentRegistryService for Echo {
         Err(Status::unimplemented("not measured"))
     }
 
+    async fn send_worker_message(
+        &self,
+        _req: Request<pb::SendWorkerMessageRequest>,
+    ) -> Result<Response<pb::SendWorkerMessageResponse>, Status> {
+        Err(Status::unimplemented("not measured"))
+    }
+
     async fn get_worker(
         &self,
         _req: Request<pb::GetWorkerRequest>,

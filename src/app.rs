@@ -301,6 +301,16 @@ impl App {
         Ok(self.supervisor.stop(&r.worker_id, &r.reason, &vis).await?)
     }
 
+    /// `SendWorkerMessage` (docs §12).
+    pub async fn send_message(
+        &self,
+        id: &Identity,
+        r: crate::workers::supervisor::SendRequest,
+    ) -> Result<crate::workers::supervisor::MessageSent, Error> {
+        let vis = self.visibility(id).await?;
+        Ok(self.supervisor.send_message(id, &vis, r).await?)
+    }
+
     /// `GetWorker`.
     pub async fn get_worker(
         &self,
@@ -496,6 +506,7 @@ impl crate::workers::executor::model::Agentry for AsWorker {
             request_id: None,
             timeout: None,
             isolation: None,
+            interactive: false,
         };
         let app = self.app().ok_or("the service is shutting down")?;
         let spawned = match app.spawn_worker(&Self::identity(worker), req).await {
@@ -507,9 +518,11 @@ impl crate::workers::executor::model::Agentry for AsWorker {
         };
         let w = spawned.worker;
         match w.state {
-            crate::workers::model::WorkerState::Completed => {
-                Ok(w.structured_result.or(w.result).unwrap_or_default())
-            }
+            crate::workers::model::WorkerState::Completed => Ok(format!(
+                "worker {} (completed):\n{}",
+                w.id,
+                w.structured_result.or(w.result).unwrap_or_default()
+            )),
             state => Err(format!(
                 "agent {agent} ({}) ended {state}: {}",
                 w.id,
@@ -578,5 +591,93 @@ impl crate::workers::executor::model::Agentry for AsWorker {
                 true
             }
         }
+    }
+
+    async fn message(
+        &self,
+        worker: &crate::workers::executor::Assignment,
+        child: &str,
+        text: &str,
+    ) -> Result<String, String> {
+        let child = WorkerId::parse(child).map_err(|e| e.to_string())?;
+        let app = self.app().ok_or("the service is shutting down")?;
+        let req = crate::workers::supervisor::SendRequest {
+            worker_id: child,
+            text: text.to_owned(),
+            interrupt: false,
+            wait: true,
+            request_id: None,
+        };
+        let sent = app
+            .send_message(&Self::identity(worker), req)
+            .await
+            .map_err(|e| e.to_string())?;
+        let w = sent.worker;
+        match w.state {
+            crate::workers::model::WorkerState::Completed => Ok(format!(
+                "worker {} (completed):\n{}",
+                w.id,
+                w.structured_result.or(w.result).unwrap_or_default()
+            )),
+            crate::workers::model::WorkerState::InputRequired => Ok(format!(
+                "worker {} asks: {}",
+                w.id,
+                w.question.unwrap_or_default()
+            )),
+            state => Err(format!(
+                "worker {} ended {state}: {}",
+                w.id,
+                w.error.as_deref().unwrap_or("no error recorded")
+            )),
+        }
+    }
+
+    async fn transcript(&self, id: &str) -> Result<Vec<String>, String> {
+        let id = WorkerId::parse(id).map_err(|e| e.to_string())?;
+        let app = self.app().ok_or("the service is shutting down")?;
+        app.supervisor
+            .store()
+            .transcript(&id)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn save_transcript(
+        &self,
+        worker: &crate::workers::executor::Assignment,
+        from: u32,
+        entries: Vec<String>,
+    ) -> Result<(), String> {
+        let id = WorkerId::parse(&worker.spec.worker_id).map_err(|e| e.to_string())?;
+        let app = self.app().ok_or("the service is shutting down")?;
+        app.supervisor
+            .store()
+            .append_transcript(&id, from, &entries)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn messages(
+        &self,
+        worker: &crate::workers::executor::Assignment,
+        seal: bool,
+    ) -> Result<Vec<crate::workers::store::Message>, String> {
+        let id = WorkerId::parse(&worker.spec.worker_id).map_err(|e| e.to_string())?;
+        let app = self.app().ok_or("the service is shutting down")?;
+        let store = app.supervisor.store();
+        if !seal && !worker.mail.take_pending() {
+            // Only a send through another replica can have left one without a wake-up here.
+            if app.supervisor.shared_store().is_none() {
+                return Ok(Vec::new());
+            }
+            match store.get(&id).await {
+                Ok(Some(rec)) if rec.undelivered > 0 => {}
+                _ => return Ok(Vec::new()),
+            }
+        }
+        store
+            .take_messages(&id, seal)
+            .await
+            .map_err(|e| e.to_string())
     }
 }

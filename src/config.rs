@@ -305,8 +305,9 @@ pub struct McpConfig {
     pub allow_inline: bool,
 }
 
-/// `workers`: how workers are placed (docs/workers.md §6.10).
-#[derive(Debug, Clone, Default, Deserialize)]
+/// `workers`: how workers are placed (docs/workers.md §6.10), and their conversations (docs
+/// §12.7).
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WorkersConfig {
     /// `none` (default) or `worktree`: the isolation of a worker whose request and persona say
@@ -316,6 +317,30 @@ pub struct WorkersConfig {
     pub worktree_base: crate::workers::worktree::Base,
     /// Where worktrees are made; default `worktrees/` beside the SQLite store.
     pub worktrees_dir: Option<PathBuf>,
+    /// Undelivered messages one worker may hold (default 100).
+    pub inbox_max: u32,
+    /// Bound on one model worker's persisted conversation (default 8 MiB).
+    pub transcript_max_bytes: usize,
+    /// How long a finished worker's transcript is kept (default 7 days).
+    #[serde(with = "humantime_serde")]
+    pub transcript_ttl: Duration,
+    /// How long a worker waits in `input_required` (default 24 h).
+    #[serde(with = "humantime_serde")]
+    pub input_timeout: Duration,
+}
+
+impl Default for WorkersConfig {
+    fn default() -> Self {
+        Self {
+            isolation: IsolationKind::default(),
+            worktree_base: crate::workers::worktree::Base::default(),
+            worktrees_dir: None,
+            inbox_max: 100,
+            transcript_max_bytes: 8 << 20,
+            transcript_ttl: Duration::from_secs(7 * 24 * 3600),
+            input_timeout: Duration::from_secs(24 * 3600),
+        }
+    }
 }
 
 /// `workers.isolation`.
@@ -714,6 +739,19 @@ impl Config {
         }
         if self.limits.max_running == 0 {
             return Err(rule("limits.max_running", "must be positive".into()));
+        }
+        for (key, zero) in [
+            ("workers.inbox_max", self.workers.inbox_max == 0),
+            (
+                "workers.transcript_max_bytes",
+                self.workers.transcript_max_bytes == 0,
+            ),
+            ("workers.transcript_ttl", self.workers.transcript_ttl.is_zero()),
+            ("workers.input_timeout", self.workers.input_timeout.is_zero()),
+        ] {
+            if zero {
+                return Err(rule(key, "must be positive".into()));
+            }
         }
         if self.store.path.is_some() && self.store.url.is_some() {
             return Err(rule(

@@ -258,6 +258,7 @@ pub fn state(s: WorkerState) -> i32 {
         WorkerState::Completed => pb::WorkerState::Completed,
         WorkerState::Failed => pb::WorkerState::Failed,
         WorkerState::Killed => pb::WorkerState::Killed,
+        WorkerState::InputRequired => pb::WorkerState::InputRequired,
     }) as i32
 }
 
@@ -303,6 +304,19 @@ pub fn worker(w: &WorkerRecord) -> pb::Worker {
                 base_commit: t.base_commit,
                 changed: t.changed.unwrap_or(false),
             }),
+        continues: spec
+            .continues
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+        continued_by: w
+            .continued_by
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+        question: w.question.clone(),
+        interactive: eff.interactive,
+        undelivered_messages: w.undelivered,
     }
 }
 
@@ -400,6 +414,7 @@ pub fn progress(p: &Progress) -> pb::Progress {
             ProgressKind::ToolCall => pb::ProgressKind::ToolCall,
             ProgressKind::ToolResult => pb::ProgressKind::ToolResult,
             ProgressKind::Status => pb::ProgressKind::Status,
+            ProgressKind::Message => pb::ProgressKind::Message,
         }) as i32,
         text: p.text.clone(),
         data_json: p.data_json.clone().unwrap_or_default(),

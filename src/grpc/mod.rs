@@ -163,6 +163,7 @@ pub async fn run_announced(
             servers: cfg.mcp_servers.clone(),
             review_tools: cfg.review.tools.clone(),
             spawn_tool: cfg.spawn_tool.clone(),
+            transcript_max_bytes: cfg.workers.transcript_max_bytes,
         },
         Arc::new(HttpModel::new().map_err(anyhow::Error::msg)?),
     ));

@@ -23,7 +23,7 @@ use crate::{
     workers::{
         model::{Progress, ProgressKind, WorkerId, WorkerState},
         store::ParentFilter,
-        supervisor::{Identity, SpawnRequest, WorkersQuery},
+        supervisor::{Identity, SendRequest, SpawnRequest, WorkersQuery},
     },
 };
 
@@ -436,7 +436,46 @@ impl TryFrom<Limited<pb::SpawnWorkerRequest>> for SpawnRequest {
             request_id: (!r.request_id.is_empty()).then_some(r.request_id),
             timeout,
             isolation,
+            interactive: r.interactive,
         })
+    }
+}
+
+impl TryFrom<Limited<pb::SendWorkerMessageRequest>> for SendRequest {
+    type Error = Violations;
+
+    fn try_from(
+        Limited(r, limits): Limited<pb::SendWorkerMessageRequest>,
+    ) -> Result<Self, Violations> {
+        let mut v = Violations::default();
+        let id = worker_id("worker_id", &r.worker_id, &mut v);
+        if r.text.trim().is_empty() {
+            v.add("text", "must not be empty");
+        } else {
+            check_prompt_bytes("text", &r.text, limits, &mut v);
+        }
+        if r.text.contains('\0') {
+            v.add("text", "must not contain NUL");
+        }
+        check_line("request_id", &r.request_id, MAX_REQUEST_ID_BYTES, &mut v);
+        let interrupt = match pb::Delivery::try_from(r.delivery) {
+            Ok(pb::Delivery::Unspecified | pb::Delivery::Queue) => false,
+            Ok(pb::Delivery::Interrupt) => true,
+            Err(_) => {
+                v.add("delivery", format!("unknown delivery {}", r.delivery));
+                false
+            }
+        };
+        match id {
+            Some(worker_id) => v.or(Self {
+                worker_id,
+                text: r.text,
+                interrupt,
+                wait: r.wait,
+                request_id: (!r.request_id.is_empty()).then_some(r.request_id),
+            }),
+            None => Err(v),
+        }
     }
 }
 
@@ -496,6 +535,7 @@ fn worker_state(s: i32) -> Option<WorkerState> {
         pb::WorkerState::Completed => Some(WorkerState::Completed),
         pb::WorkerState::Failed => Some(WorkerState::Failed),
         pb::WorkerState::Killed => Some(WorkerState::Killed),
+        pb::WorkerState::InputRequired => Some(WorkerState::InputRequired),
         pb::WorkerState::Unspecified => None,
     }
 }
@@ -661,6 +701,13 @@ pub fn progress(
         Ok(pb::ProgressKind::ToolCall) => ProgressKind::ToolCall,
         Ok(pb::ProgressKind::ToolResult) => ProgressKind::ToolResult,
         Ok(pb::ProgressKind::Status) => ProgressKind::Status,
+        Ok(pb::ProgressKind::Message) => {
+            v.add(
+                &field("kind"),
+                "PROGRESS_KIND_MESSAGE is reported by agentry when it delivers a message; report PROGRESS_KIND_TEXT, _TOOL_CALL, _TOOL_RESULT or _STATUS",
+            );
+            ProgressKind::Text
+        }
         Ok(pb::ProgressKind::Unspecified) => {
             v.add(
                 &field("kind"),

@@ -106,6 +106,19 @@ impl pb::agent_registry_service_server::AgentRegistryService for Service {
         }))
     }
 
+    async fn send_worker_message(
+        &self,
+        req: Request<pb::SendWorkerMessageRequest>,
+    ) -> Result<Response<pb::SendWorkerMessageResponse>, Status> {
+        let (id, r) = request::parse_limited(req, self.app.limits)?;
+        let sent = self.app.send_message(&id, r).await?;
+        Ok(Response::new(pb::SendWorkerMessageResponse {
+            worker: Some(convert::worker(&sent.worker)),
+            message_id: sent.message_id,
+            continued: sent.continued,
+        }))
+    }
+
     async fn get_worker(
         &self,
         req: Request<pb::GetWorkerRequest>,

@@ -219,6 +219,19 @@ impl From<WorkerError> for Status {
                 ],
             ),
             WorkerError::Capacity(_) => with_info(Code::ResourceExhausted, "CAPACITY", msg, &[]),
+            WorkerError::InboxFull { id, max } => with_info(
+                Code::ResourceExhausted,
+                "INBOX_FULL",
+                msg,
+                &[("worker_id", &id), ("inbox_max", &max.to_string())],
+            ),
+            WorkerError::NoMessages { reason, .. } => {
+                with_info(Code::FailedPrecondition, reason, msg, &[])
+            }
+            WorkerError::MessageDenied { reason, .. } => {
+                with_info(Code::PermissionDenied, reason, msg, &[])
+            }
+            WorkerError::MessageIdReused { .. } => invalid("request_id", msg),
             WorkerError::RequestIdReused { .. } => invalid("request_id", msg),
             WorkerError::NotFound(id) => with_info(
                 Code::NotFound,

@@ -42,6 +42,7 @@ mod tests {
             at_max_depth: false,
             memory_dir: None,
             mcp_servers: None,
+            interactive: false,
         }
     }
 

@@ -260,6 +260,10 @@ pub struct Effective {
     /// The persona's MCP servers, when it names any (docs/personas.md §2.9).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp_servers: Option<Vec<crate::persona::mcp::McpRef>>,
+    /// Spawned with `interactive` (docs §12.4): on the model executor it is offered
+    /// `ask_caller`. Not part of the persona: the spawn request decides it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interactive: bool,
 }
 
 /// Computes the effective agent for `def` spawned by `caller`.
@@ -381,6 +385,7 @@ pub fn effective(
         at_max_depth: at_max,
         memory_dir: None,
         mcp_servers: p.mcp_servers.clone(),
+        interactive: false,
     }
 }
 

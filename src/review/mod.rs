@@ -302,6 +302,7 @@ pub async fn run_reviewer(
         request_id: None,
         timeout: None,
         isolation: Some(false),
+        interactive: false,
     };
     let purpose = Purpose::Review {
         summarise: Arc::new(summarise),

@@ -6,6 +6,9 @@
 //!                   ↘ killed      (stopped while running)
 //! pending → killed                (stopped before it started)
 //! pending → failed                (could not start)
+//! running → input_required → running   (asked its caller, then answered; docs §12.4)
+//!                           ↘ failed    (no answer in time)
+//!                           ↘ killed    (stopped while waiting)
 //! ```
 //!
 //! This module owns those rules and nothing else: no I/O, no clocks, no record fields. The store
@@ -27,12 +30,23 @@ pub enum Event {
     Fail,
     /// Someone asked to stop it (StopWorker, a cancelled `wait` call, shutdown).
     Kill,
+    /// It asked its caller a question and waits for the answer (docs §12.4).
+    Ask,
+    /// Its question was answered: it runs again.
+    Answer,
 }
 
 impl Event {
     /// Every event once, so the exhaustive transition test and any caller can enumerate them
     /// without drifting from the enum.
-    pub const ALL: [Event; 4] = [Event::Start, Event::Complete, Event::Fail, Event::Kill];
+    pub const ALL: [Event; 6] = [
+        Event::Start,
+        Event::Complete,
+        Event::Fail,
+        Event::Kill,
+        Event::Ask,
+        Event::Answer,
+    ];
 
     /// The state this event moves a worker into, read off [`transition`]: the one state every
     /// state it is legal in moves to (`None` for an event that moves nothing).
@@ -52,6 +66,8 @@ impl Event {
             Event::Complete => "complete",
             Event::Fail => "fail",
             Event::Kill => "kill",
+            Event::Ask => "ask",
+            Event::Answer => "answer",
         }
     }
 }
@@ -109,21 +125,21 @@ impl IllegalTransition {
 /// Pure and total: every (state, event) pair has exactly one answer, checked pair by pair in this
 /// module's tests.
 pub fn transition(from: WorkerState, event: Event) -> Result<Outcome, IllegalTransition> {
-    use Event::{Complete, Fail, Kill, Start};
-    use WorkerState::{Completed, Failed, Killed, Pending, Running};
+    use Event::{Answer, Ask, Complete, Fail, Kill, Start};
+    use WorkerState::{Completed, Failed, InputRequired, Killed, Pending, Running};
 
     match (from, event) {
-        (Pending, Start) => Ok(Outcome::Moved(Running)),
-        (Pending, Fail) => Ok(Outcome::Moved(Failed)),
-        (Pending, Kill) => Ok(Outcome::Moved(Killed)),
+        (Pending, Start) | (InputRequired, Answer) => Ok(Outcome::Moved(Running)),
+        (Pending | Running | InputRequired, Fail) => Ok(Outcome::Moved(Failed)),
+        (Pending | Running | InputRequired, Kill) => Ok(Outcome::Moved(Killed)),
         (Running, Complete) => Ok(Outcome::Moved(Completed)),
-        (Running, Fail) => Ok(Outcome::Moved(Failed)),
-        (Running, Kill) => Ok(Outcome::Moved(Killed)),
+        (Running, Ask) => Ok(Outcome::Moved(InputRequired)),
         (Killed, Kill) => Ok(Outcome::Absorbed),
         (Completed | Failed, Kill) => Err(IllegalTransition::NotCancelable { state: from }),
-        (Pending, Complete) | (Running, Start) | (Completed | Failed | Killed, _) => {
-            Err(IllegalTransition::Invalid { from, event })
-        }
+        (Pending, Complete | Ask | Answer)
+        | (Running, Start | Answer)
+        | (InputRequired, Start | Complete | Ask)
+        | (Completed | Failed | Killed, _) => Err(IllegalTransition::Invalid { from, event }),
     }
 }
 
@@ -132,15 +148,22 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
-    use Event::{Complete, Fail, Kill, Start};
-    use WorkerState::{Completed, Failed, Killed, Pending, Running};
+    use Event::{Answer, Ask, Complete, Fail, Kill, Start};
+    use WorkerState::{Completed, Failed, InputRequired, Killed, Pending, Running};
 
     #[test]
     fn each_event_leads_to_one_state() {
         let to: Vec<_> = Event::ALL.into_iter().map(Event::leads_to).collect();
         assert_eq!(
             to,
-            [Some(Running), Some(Completed), Some(Failed), Some(Killed)]
+            [
+                Some(Running),
+                Some(Completed),
+                Some(Failed),
+                Some(Killed),
+                Some(InputRequired),
+                Some(Running)
+            ]
         );
     }
 
@@ -161,22 +184,38 @@ mod tests {
         (Pending, Complete, Invalid),
         (Pending, Fail, To(Failed)),
         (Pending, Kill, To(Killed)),
+        (Pending, Ask, Invalid),
+        (Pending, Answer, Invalid),
         (Running, Start, Invalid),
         (Running, Complete, To(Completed)),
         (Running, Fail, To(Failed)),
         (Running, Kill, To(Killed)),
+        (Running, Ask, To(InputRequired)),
+        (Running, Answer, Invalid),
+        (InputRequired, Start, Invalid),
+        (InputRequired, Complete, Invalid),
+        (InputRequired, Fail, To(Failed)),
+        (InputRequired, Kill, To(Killed)),
+        (InputRequired, Ask, Invalid),
+        (InputRequired, Answer, To(Running)),
         (Completed, Start, Invalid),
         (Completed, Complete, Invalid),
         (Completed, Fail, Invalid),
         (Completed, Kill, NotCancelable),
+        (Completed, Ask, Invalid),
+        (Completed, Answer, Invalid),
         (Failed, Start, Invalid),
         (Failed, Complete, Invalid),
         (Failed, Fail, Invalid),
         (Failed, Kill, NotCancelable),
+        (Failed, Ask, Invalid),
+        (Failed, Answer, Invalid),
         (Killed, Start, Invalid),
         (Killed, Complete, Invalid),
         (Killed, Fail, Invalid),
         (Killed, Kill, Absorbed),
+        (Killed, Ask, Invalid),
+        (Killed, Answer, Invalid),
     ];
 
     #[test]

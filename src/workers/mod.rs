@@ -41,5 +41,6 @@ pub async fn supervise(
     let lease = settings.replica_lease;
     let sup = Supervisor::new(store, executor, registry, rules, settings).await?;
     replica::start(&sup, lease);
+    supervisor::start_duties(&sup);
     Ok(sup)
 }

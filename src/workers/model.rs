@@ -14,10 +14,10 @@ use crate::resolve::Effective;
 
 /// Where a worker is in its life (docs §6.1).
 ///
-/// Serialized in lowercase (`"pending"`, …) — the same spelling the store writes in its `state`
+/// Serialized in snake case (`"pending"`, `"input_required"`, …) — the same spelling the store writes in its `state`
 /// column, so the JSON snapshot and the SQL row never disagree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum WorkerState {
     /// The row exists but nothing runs yet: written before anything starts, so audits see it.
     Pending,
@@ -30,18 +30,27 @@ pub enum WorkerState {
     Failed,
     /// Someone stopped it, before or while it ran.
     Killed,
+    /// It asked its caller a question and waits for the answer (docs §12.4): no run slot, no
+    /// process, a valid token.
+    InputRequired,
 }
 
 impl WorkerState {
     /// Every state once, in lifecycle order — lets tests and callers enumerate without drifting
     /// from the enum.
-    pub const ALL: [WorkerState; 5] = [
+    pub const ALL: [WorkerState; 6] = [
         WorkerState::Pending,
         WorkerState::Running,
         WorkerState::Completed,
         WorkerState::Failed,
         WorkerState::Killed,
+        WorkerState::InputRequired,
     ];
+
+    /// Whether the worker holds a run (pending or running): what a lost process leaves open.
+    pub fn is_active(self) -> bool {
+        matches!(self, WorkerState::Pending | WorkerState::Running)
+    }
 
     /// Whether no further transition (other than an absorbed repeated stop) can happen; a
     /// terminal worker has a `close_time` and no valid token.
@@ -52,7 +61,7 @@ impl WorkerState {
         )
     }
 
-    /// The lowercase name used in the database, in JSON and in log fields.
+    /// The snake-case name used in the database, in JSON and in log fields.
     pub fn as_str(self) -> &'static str {
         match self {
             WorkerState::Pending => "pending",
@@ -60,6 +69,7 @@ impl WorkerState {
             WorkerState::Completed => "completed",
             WorkerState::Failed => "failed",
             WorkerState::Killed => "killed",
+            WorkerState::InputRequired => "input_required",
         }
     }
 }
@@ -72,7 +82,9 @@ impl fmt::Display for WorkerState {
 
 /// A string that names no [`WorkerState`]; kept so the caller can say what it got.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown worker state {0:?}: expected pending, running, completed, failed or killed")]
+#[error(
+    "unknown worker state {0:?}: expected pending, running, completed, failed, killed or input_required"
+)]
 pub struct UnknownWorkerState(pub String);
 
 impl FromStr for WorkerState {
@@ -196,6 +208,8 @@ pub struct SpawnSpec {
     /// The client's idempotency key: unique per `caller_scope`, so a retried spawn finds this
     /// worker instead of starting another.
     pub request_id: Option<String>,
+    /// The worker whose conversation this one carries on (docs §12.3).
+    pub continues: Option<WorkerId>,
     /// The effective agent the worker got (docs §5.3). The store keeps it as JSON text and
     /// refuses a row whose text does not read back as one.
     pub effective: Effective,
@@ -245,6 +259,12 @@ pub struct WorkerRecord {
     /// The worker's git worktree as JSON text ([`crate::workers::worktree::Worktree`]), when it
     /// runs isolated; `changed` is set with the terminal state.
     pub worktree: Option<String>,
+    /// The worker that carries this one's conversation on (docs §12.3).
+    pub continued_by: Option<WorkerId>,
+    /// What it asks its caller, while `input_required` (docs §12.4).
+    pub question: Option<String>,
+    /// Messages accepted for it and not delivered (docs §12.2).
+    pub undelivered: u32,
 }
 
 /// What a progress report is about (docs/workers.md §6.9).
@@ -259,6 +279,8 @@ pub enum ProgressKind {
     ToolResult,
     /// A status line (a phase, a percentage).
     Status,
+    /// A message sent to the worker was delivered (docs §12.2).
+    Message,
 }
 
 /// A running worker's report of what it is doing, one event in its log between transitions.
@@ -290,6 +312,9 @@ impl WorkerRecord {
             last_activity_ms: spec.create_time_ms,
             usage: None,
             worktree: None,
+            continued_by: None,
+            question: None,
+            undelivered: 0,
             spec,
         }
     }

@@ -400,7 +400,11 @@ async fn the_spawn_tool_runs_a_child_with_the_workers_own_lineage() {
         spawn_def["function"]["parameters"]["properties"]["agent"]["enum"],
         json!(["helper"])
     );
-    assert_eq!(tool_messages(&scripted.requests()[2]), ["child says hi"]);
+    // The spawn tool's result names the child (docs §12.5), so the model can follow it up.
+    let replies = tool_messages(&scripted.requests()[2]);
+    assert_eq!(replies.len(), 1);
+    let (head, said) = replies[0].split_once('\n').unwrap();
+    assert_eq!(said, "child says hi");
 
     let children = s
         .client
@@ -416,6 +420,7 @@ async fn the_spawn_tool_runs_a_child_with_the_workers_own_lineage() {
     assert_eq!(children.len(), 1);
     let child = &children[0];
     assert_eq!((child.agent.as_str(), child.depth), ("helper", 2));
+    assert_eq!(head, format!("worker {} (completed):", child.id));
     // The alias resolved for the child's own model.
     assert_eq!(child.usage.clone().unwrap().by_model[0].model, "big-model");
     let tree = get(&s, &w.id).await.tree_usage.unwrap();

@@ -52,6 +52,64 @@ pub struct Assignment {
     /// The worker is the review gate's reviewer, whose output schema is shown but not enforced
     /// (docs/review.md §7).
     pub review: bool,
+    /// The worker whose transcript this run's conversation starts from (docs §12): its own (an
+    /// answered question) or its predecessor's (a continuation); `None` for a fresh run.
+    pub resume_from: Option<String>,
+    /// Spawned with `interactive`: it may ask its caller (docs §12.4).
+    pub interactive: bool,
+    /// Where the supervisor posts that a message arrived for it (docs §12.2).
+    pub mail: Arc<Mailbox>,
+}
+
+/// The wake-up between a sent message and the run of its worker: the messages themselves are
+/// in the store; this says there is something to take, and whether to interrupt.
+#[derive(Debug, Default)]
+pub struct Mailbox {
+    pending: std::sync::atomic::AtomicBool,
+    interrupt: std::sync::atomic::AtomicBool,
+    wake: tokio::sync::Notify,
+}
+
+impl Mailbox {
+    /// A mailbox that already has something to take (a run that starts from messages).
+    pub fn full() -> Self {
+        let m = Self::default();
+        m.pending.store(true, std::sync::atomic::Ordering::Release);
+        m
+    }
+
+    /// A message was accepted for the worker; `interrupt` asks the run to take it at once.
+    pub fn post(&self, interrupt: bool) {
+        use std::sync::atomic::Ordering;
+        self.pending.store(true, Ordering::Release);
+        if interrupt {
+            self.interrupt.store(true, Ordering::Release);
+            self.wake.notify_waiters();
+        }
+    }
+
+    /// Whether a message was posted since the last call; also clears a pending interruption
+    /// (the messages are about to be taken).
+    pub fn take_pending(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.interrupt.store(false, Ordering::Release);
+        self.pending.swap(false, Ordering::AcqRel)
+    }
+
+    /// Resolves once an interrupting message is posted, or at once if one was posted and not
+    /// taken yet.
+    pub async fn interrupted(&self) {
+        use std::sync::atomic::Ordering;
+        loop {
+            let woken = self.wake.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if self.interrupt.load(Ordering::Acquire) {
+                return;
+            }
+            woken.await;
+        }
+    }
 }
 
 impl fmt::Debug for Assignment {
@@ -167,6 +225,12 @@ pub enum Outcome {
     },
     /// The run was stopped through its cancellation token; the process group is gone.
     Killed,
+    /// The agent asked its caller this question and its run ended: the worker waits in
+    /// `input_required` for the answer (docs §12.4).
+    Asked {
+        /// The question.
+        question: String,
+    },
     /// Nothing ran: the command is empty, missing, not executable, …
     CouldNotStart {
         /// Names the path and the OS error, e.g.
@@ -202,6 +266,18 @@ pub trait Executor: Send + Sync + 'static {
         cancel: CancellationToken,
         started: oneshot::Sender<()>,
     ) -> BoxFuture<'static, Outcome>;
+
+    /// Whether workers of `agent` take follow-up messages (docs §12.1): `Err` with the reason
+    /// code and message when they do not. The default: a process has no transcript.
+    fn messages(&self, agent: &str, worker_id: &str) -> Result<(), (&'static str, String)> {
+        let _ = agent;
+        Err((
+            "NOT_RESUMABLE",
+            format!(
+                "worker {worker_id} runs on the exec executor: a process has no transcript to continue"
+            ),
+        ))
+    }
 
     /// Kills whatever is left of runs of these workers by an earlier process of the service
     /// (which was killed before it could stop them); called at start-up, before their rows are

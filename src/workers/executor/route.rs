@@ -91,6 +91,22 @@ impl Executor for ByKind {
         }
     }
 
+    fn messages(&self, agent: &str, worker_id: &str) -> Result<(), (&'static str, String)> {
+        match self.kind_of(agent) {
+            Kind::Model => Ok(()),
+            Kind::Runner => Err((
+                "MESSAGES_UNSUPPORTED",
+                format!("worker {worker_id} runs on a runner that does not take messages"),
+            )),
+            Kind::Exec | Kind::Unconfigured => Err((
+                "NOT_RESUMABLE",
+                format!(
+                    "worker {worker_id} runs on the exec executor: a process has no transcript to continue"
+                ),
+            )),
+        }
+    }
+
     fn reap_leftovers(&self, worker_ids: &[&str]) -> usize {
         // Runners run nothing on this host; their workers' rows are closed like any orphan.
         self.exec.reap_leftovers(worker_ids)

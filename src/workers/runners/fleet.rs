@@ -354,6 +354,9 @@ impl Fleet {
             plan: eff.mode == crate::resolve::Mode::Plan,
             at_max_depth: eff.at_max_depth,
             review: false,
+            resume_from: None,
+            interactive: false,
+            mail: Default::default(),
         });
         self.claimed
             .lock()

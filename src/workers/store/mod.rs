@@ -143,6 +143,55 @@ pub trait WorkerStore: Send + Sync + 'static {
     /// them. A row that is still open is left as it is.
     async fn record_worktree(&self, id: &WorkerId, worktree: &str) -> Result<(), StoreError>;
 
+    /// Accepts `msg` into the inbox of worker `msg.worker_id` (docs §12.2), in one transaction
+    /// that finds the worker open (not terminal) and its inbox not sealed, counting it among
+    /// the worker's undelivered messages: [`Sent::Queued`] with the worker as it is now. A
+    /// terminal worker or a sealed inbox takes nothing: [`Sent::Closed`] (the caller continues
+    /// the worker instead). A `request_id` the same caller already used is
+    /// [`Sent::Duplicate`] with that message; an inbox already holding `inbox_max` undelivered
+    /// messages is [`StoreError::InboxFull`].
+    async fn send_message(&self, msg: &Message, inbox_max: u32) -> Result<Sent, StoreError>;
+
+    /// Takes the undelivered messages of worker `id`, oldest first, marking them delivered. With
+    /// `seal` and none to take, seals the inbox in the same transaction: every later send is
+    /// [`Sent::Closed`]. What a worker about to complete calls, so that a message either becomes
+    /// another turn or a continuation, never neither.
+    async fn take_messages(&self, id: &WorkerId, seal: bool) -> Result<Vec<Message>, StoreError>;
+
+    /// Creates `new` as the continuation of worker `old` (docs §12.3) in one transaction: the
+    /// new row (with `continues = old`) and its creation event, `old.continued_by = new`, the
+    /// old worker's undelivered messages moved to the new one, then `msg` for it.
+    /// [`Continued::Already`] when `old` already has a continuation (nothing written).
+    async fn continue_worker(
+        &self,
+        old: &WorkerId,
+        new: &WorkerRecord,
+        msg: &Message,
+    ) -> Result<Continued, StoreError>;
+
+    /// The message a caller sent with this idempotency key, if any.
+    async fn find_message(
+        &self,
+        caller_scope: &str,
+        request_id: &str,
+    ) -> Result<Option<Message>, StoreError>;
+
+    /// Appends entries (one JSON message each) to the transcript of worker `id`, the first at
+    /// index `from`; an entry already stored at an index is replaced.
+    async fn append_transcript(
+        &self,
+        id: &WorkerId,
+        from: u32,
+        entries: &[String],
+    ) -> Result<(), StoreError>;
+
+    /// The transcript of worker `id`, in order (empty: none stored).
+    async fn transcript(&self, id: &WorkerId) -> Result<Vec<String>, StoreError>;
+
+    /// Deletes the transcripts of workers that ended before `closed_before_ms`; how many
+    /// workers lost theirs.
+    async fn prune_transcripts(&self, closed_before_ms: i64) -> Result<u64, StoreError>;
+
     /// This store as one other processes share (PostgreSQL): then the replica duties run
     /// (lease renewal, the orphan sweeper, stop requests, holds, runners across replicas).
     /// `None` for SQLite, where one process owns the file and orphans are closed once at
@@ -245,6 +294,53 @@ pub trait SharedStore: Send + Sync {
     async fn take_relays(&self) -> Result<Vec<Relayed>, StoreError>;
 }
 
+/// A message sent to a worker (docs §12).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Message {
+    /// `msg_` and 32 hex digits.
+    pub id: String,
+    /// The worker that holds it (a continuation takes over its predecessor's undelivered ones).
+    pub worker_id: WorkerId,
+    /// Its text.
+    pub text: String,
+    /// Delivered at once, interrupting the worker's in-flight request or tool call.
+    pub interrupt: bool,
+    /// The principal that sent it.
+    pub caller_scope: String,
+    /// The sender's idempotency key.
+    pub request_id: Option<String>,
+    /// When it was accepted, in unix milliseconds.
+    pub time_ms: i64,
+}
+
+impl Message {
+    /// A fresh message id.
+    pub fn new_id() -> String {
+        format!("msg_{}", uuid::Uuid::now_v7().simple())
+    }
+}
+
+/// What [`WorkerStore::send_message`] did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Sent {
+    /// In the worker's inbox; the worker as it is now.
+    Queued(WorkerRecord),
+    /// The worker is terminal or its inbox sealed: nothing was written; the worker as it is.
+    Closed(WorkerRecord),
+    /// The caller sent a message with this `request_id` already: that message.
+    Duplicate(Message),
+}
+
+/// What [`WorkerStore::continue_worker`] did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Continued {
+    /// The continuation was created: its creation event (its record counts its undelivered
+    /// messages).
+    Created(WorkerEvent),
+    /// The worker already had this continuation; nothing was written.
+    Already(WorkerId),
+}
+
 /// A runner worker waiting for a runner on any replica.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunnerWait {
@@ -337,6 +433,11 @@ pub struct Patch {
     pub usage: Option<String>,
     /// The worktree record (JSON text) once the worker ended.
     pub worktree: Option<String>,
+    /// The question of a worker that asks its caller ([`Event::Ask`]); cleared by the store on
+    /// any transition out of `input_required`.
+    pub question: Option<String>,
+    /// A new token's hash, for a worker that runs again after an answer ([`Event::Answer`]).
+    pub token_hash: Option<String>,
 }
 
 impl Patch {
@@ -359,6 +460,12 @@ impl Patch {
         }
         if let Some(worktree) = self.worktree {
             rec.worktree = Some(worktree);
+        }
+        if let Some(question) = self.question {
+            rec.question = Some(question);
+        }
+        if let Some(hash) = self.token_hash {
+            rec.token_hash = Some(hash);
         }
     }
 }
@@ -513,6 +620,14 @@ pub enum StoreError {
         id: WorkerId,
         /// The bound.
         max: u64,
+    },
+    /// The worker's inbox is full (`workers.inbox_max`).
+    #[error("worker {id} already has {max} undelivered messages (workers.inbox_max)")]
+    InboxFull {
+        /// The worker.
+        id: WorkerId,
+        /// The bound.
+        max: u32,
     },
     /// The store's writer is gone (the service is shutting down, or the writer thread died).
     #[error("worker store is closed")]

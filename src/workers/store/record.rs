@@ -12,7 +12,8 @@ use crate::workers::model::{Progress, WorkerEvent, WorkerRecord, WorkerState};
 /// The columns of `workers`, in the order each backend's `read_record` decodes them.
 pub(super) const COLUMNS: &str = "id, agent, description, prompt, workspace, parent_id, depth, state, \
      sequence, create_time_ms, start_time_ms, close_time_ms, result, structured_result, error, \
-     exit_code, caller_scope, request_id, token_hash, effective, last_activity_ms, usage, worktree";
+     exit_code, caller_scope, request_id, token_hash, effective, last_activity_ms, usage, worktree, \
+     continues, continued_by, question, undelivered";
 
 /// The event a backend writes for [`WorkerStore::create`](super::WorkerStore::create): `rec` as
 /// a new worker (pending, sequence 1, no outcome, latest activity = creation), whatever
@@ -47,8 +48,11 @@ pub(super) fn advance(
     next.state = state;
     next.sequence = current.sequence + 1;
     patch.apply_to(&mut next);
-    if state == WorkerState::Running {
+    if state == WorkerState::Running && current.state == WorkerState::Pending {
         next.start_time_ms = Some(now_ms);
+    }
+    if state != WorkerState::InputRequired {
+        next.question = None;
     }
     if state.is_terminal() {
         next.close_time_ms = Some(now_ms);
@@ -113,6 +117,8 @@ pub(super) struct Snapshot {
     usage: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     worktree: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    question: Option<String>,
 }
 
 impl Snapshot {
@@ -129,6 +135,7 @@ impl Snapshot {
             token_hash: w.token_hash.clone(),
             usage: w.usage.clone(),
             worktree: w.worktree.clone(),
+            question: w.question.clone(),
         }
     }
 
@@ -153,6 +160,7 @@ impl Snapshot {
             token_hash: self.token_hash,
             usage: self.usage,
             worktree: self.worktree,
+            question: self.question,
             last_activity_ms: self.last_activity_ms.unwrap_or(time_ms),
             ..current.clone()
         }

@@ -185,6 +185,7 @@ fn effective(depth: u32) -> Effective {
         at_max_depth: false,
         memory_dir: None,
         mcp_servers: None,
+        interactive: false,
     }
 }
 
@@ -202,6 +203,7 @@ pub(crate) fn record(parent: Option<&WorkerRecord>, create_time_ms: i64) -> Work
             create_time_ms,
             caller_scope: "anonymous".to_owned(),
             request_id: None,
+            continues: None,
             effective: effective(parent.map_or(1, |p| p.spec.depth + 1)),
         }),
         Some(hash_token(&generate_token())),

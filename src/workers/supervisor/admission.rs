@@ -168,6 +168,7 @@ impl Supervisor {
             req.output_schema.as_ref(),
             &self.rules,
         );
+        eff.interactive = req.interactive && matches!(purpose, Purpose::Spawn);
         if let Some(scope) = &def.persona.memory
             && matches!(purpose, Purpose::Spawn)
         {
@@ -407,6 +408,7 @@ impl Supervisor {
             create_time_ms: created_at,
             caller_scope: lineage.scope.clone(),
             request_id: req.request_id.clone(),
+            continues: None,
             effective: eff,
         });
         let eff = &spec.effective;
@@ -440,6 +442,7 @@ impl Supervisor {
         // A waiting caller binds the worker's life; a background run belongs to the service.
         let (binding, hold) = Binding::new(&cancel, req.wait);
         let stop_reason = crate::workers::executor::StopReason::default();
+        let mail = Arc::new(crate::workers::executor::Mailbox::default());
         self.live().insert(
             new_id.clone(),
             Live {
@@ -451,6 +454,7 @@ impl Supervisor {
                 binding,
                 lineage: resolve::lineage::of_worker(&req.agent, eff),
                 stop_reason: stop_reason.clone(),
+                mail: mail.clone(),
             },
         );
         drop(creation);
@@ -460,7 +464,21 @@ impl Supervisor {
 
         let timeout = self.run_timeout(purpose, req, def);
         let review = matches!(purpose, Purpose::Review { .. });
-        let mut job = self.job(id, &record, &lineage, token, timeout, review);
+        let inherited = lineage
+            .parent
+            .as_ref()
+            .map(|p| p.spec.effective.model.clone())
+            .unwrap_or_default();
+        let mut job = self.job(
+            id.traceparent.as_deref(),
+            &record,
+            &lineage.caller.blocked,
+            inherited,
+            token,
+            timeout,
+            review,
+            (None, mail),
+        );
         job.stop_reason = stop_reason;
         let ctx = RunCtx {
             id: new_id.clone(),
@@ -475,6 +493,7 @@ impl Supervisor {
             events,
             done: done_tx,
             pending: Some(pending),
+            resumed: false,
         };
         let span = tracing::info_span!(
             "worker",
@@ -512,19 +531,23 @@ impl Supervisor {
     }
 
     /// What the executor gets for `record`: its spec on stdin, its environment (the caller's
-    /// blocked agents plus its own), its bounds.
-    fn job(
+    /// blocked agents plus its own), its bounds; `inherited` is the parent's models, `resume`
+    /// where its conversation starts from (docs §12) and its mailbox.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn job(
         &self,
-        id: &Identity,
+        traceparent: Option<&str>,
         record: &WorkerRecord,
-        lineage: &Lineage,
+        blocked: &[String],
+        inherited: Vec<String>,
         token: String,
         timeout: Duration,
         review: bool,
+        resume: (Option<String>, Arc<crate::workers::executor::Mailbox>),
     ) -> Job {
         let spec = &record.spec;
         let eff = &spec.effective;
-        let mut blocked = lineage.caller.blocked.clone();
+        let mut blocked = blocked.to_vec();
         if !blocked.contains(&spec.agent) {
             blocked.insert(0, spec.agent.clone());
         }
@@ -539,14 +562,13 @@ impl Supervisor {
             worker_token: token.clone(),
             caller_scope: spec.caller_scope.clone(),
             spec: worker_spec,
-            inherited_model: lineage
-                .parent
-                .as_ref()
-                .map(|p| p.spec.effective.model.clone())
-                .unwrap_or_default(),
+            inherited_model: inherited,
             plan: eff.mode == resolve::Mode::Plan,
             at_max_depth: eff.at_max_depth,
             review,
+            resume_from: resume.0,
+            interactive: eff.interactive,
+            mail: resume.1,
         });
         Job {
             worker_id: record.id.to_string(),
@@ -566,7 +588,7 @@ impl Supervisor {
                 (
                     "TRACEPARENT".into(),
                     crate::telemetry::current_traceparent()
-                        .or_else(|| id.traceparent.clone())
+                        .or_else(|| traceparent.map(str::to_owned))
                         .unwrap_or_default(),
                 ),
             ],

@@ -22,6 +22,7 @@ use super::{
     store::{SharedStore, StoreError, WorkerStore},
 };
 mod admission;
+mod conversing;
 mod listing;
 mod outcome;
 mod progress;
@@ -31,6 +32,8 @@ mod waiting;
 mod watching;
 
 pub use admission::{Admitted, Purpose, Started};
+pub(crate) use conversing::start_duties;
+pub use conversing::{MessageSent, SendRequest};
 pub use listing::{WorkersPage, WorkersQuery};
 pub use watching::EventStream;
 
@@ -92,6 +95,14 @@ pub struct Settings {
     pub worktrees_dir: std::path::PathBuf,
     /// The home directory (user memory directories live under it).
     pub home: Option<std::path::PathBuf>,
+    /// Undelivered messages one worker may hold (`workers.inbox_max`).
+    pub inbox_max: u32,
+    /// How long a finished worker's transcript is kept (`workers.transcript_ttl`).
+    pub transcript_ttl: Duration,
+    /// How long a worker waits for an answer (`workers.input_timeout`).
+    pub input_timeout: Duration,
+    /// Bytes of a message (`limits.max_prompt_bytes`).
+    pub max_message_bytes: usize,
 }
 
 impl Settings {
@@ -115,6 +126,10 @@ impl Settings {
             worktree_base: cfg.workers.worktree_base,
             worktrees_dir: cfg.worktrees_dir(),
             home: cfg.home.clone(),
+            inbox_max: cfg.workers.inbox_max,
+            transcript_ttl: cfg.workers.transcript_ttl,
+            input_timeout: cfg.workers.input_timeout,
+            max_message_bytes: cfg.limits.max_prompt_bytes,
         }
     }
 }
@@ -170,6 +185,8 @@ pub struct SpawnRequest {
     /// `Some(true)`: a git worktree; `Some(false)`: none; `None`: the persona's, else the
     /// configured default (docs/workers.md §6.10).
     pub isolation: Option<bool>,
+    /// The worker may ask its caller (docs §12.4).
+    pub interactive: bool,
 }
 
 /// What a spawn returned.
@@ -273,6 +290,40 @@ pub enum WorkerError {
         /// Its last event's sequence.
         last: u64,
     },
+    /// The worker's inbox is full (`workers.inbox_max`).
+    #[error("worker {id} already has {max} undelivered messages (workers.inbox_max)")]
+    InboxFull {
+        /// The worker.
+        id: String,
+        /// The bound.
+        max: u32,
+    },
+    /// A message the worker cannot take (docs §12.1): its reason code and message.
+    #[error("{message}")]
+    NoMessages {
+        /// `NOT_RESUMABLE`, `MESSAGES_UNSUPPORTED` or `TRANSCRIPT_EXPIRED`.
+        reason: &'static str,
+        /// What was wrong.
+        message: String,
+    },
+    /// A worker may message only its own children (docs §12.1).
+    #[error("{message}")]
+    MessageDenied {
+        /// `MESSAGE_TO_SELF`, `MESSAGE_TO_ANCESTOR` or `NOT_PARENT`.
+        reason: &'static str,
+        /// What was wrong.
+        message: String,
+    },
+    /// A message `request_id` reused for another message.
+    #[error(
+        "request_id {request_id:?} was already used for another message ({existing})"
+    )]
+    MessageIdReused {
+        /// The key.
+        request_id: String,
+        /// The message it names.
+        existing: String,
+    },
     /// A page token was refused.
     #[error("page_token {0}")]
     Page(#[from] PageError),
@@ -374,6 +425,8 @@ struct Live {
     lineage: Caller,
     /// Told to the run before a stop cancels it.
     stop_reason: crate::workers::executor::StopReason,
+    /// Where a message sent to it is posted (docs §12.2).
+    mail: Arc<crate::workers::executor::Mailbox>,
 }
 
 /// The supervisor. Cheap to share (`Arc`).
@@ -860,6 +913,7 @@ mod tests {
                 request_id: None,
                 timeout: None,
                 isolation: None,
+                interactive: false,
             };
             let w = sup.spawn(&id, req).await.unwrap().worker;
             assert_eq!(w.state, WorkerState::Completed, "run {i}: {w:?}");

@@ -57,6 +57,13 @@ pub fn settle(
                 ..Patch::default()
             },
         ),
+        Outcome::Asked { question } => (
+            Event::Ask,
+            Patch {
+                question: Some(question),
+                ..Patch::default()
+            },
+        ),
         Outcome::CouldNotStart { reason } => (
             Event::Fail,
             Patch {

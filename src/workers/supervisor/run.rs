@@ -54,6 +54,9 @@ pub(super) struct RunCtx {
     /// Its place among the workers waiting for a run slot (`limits.max_pending`), given back
     /// once it starts or, at the latest, when the run ends.
     pub(super) pending: Option<OwnedSemaphorePermit>,
+    /// The worker is already `running` (an answered question, docs §12.4): its start is not
+    /// recorded again.
+    pub(super) resumed: bool,
 }
 
 impl Supervisor {
@@ -69,9 +72,10 @@ impl Supervisor {
                 ctx.events.clone(),
             );
             let pending = ctx.pending.take();
+            let resumed = ctx.resumed;
             tokio::spawn(tracing::Instrument::instrument(
                 async move {
-                    this.run_once(&id, &output, &cancel, &events, pending, job)
+                    this.run_once(&id, &output, &cancel, &events, pending, resumed, job)
                         .await
                 },
                 tracing::Span::current(),
@@ -114,10 +118,15 @@ impl Supervisor {
         self.recent.insert(id.clone(), rec.clone());
         self.live().remove(&id);
         tracing::info!(worker = %id, agent = %rec.spec.agent, state = %rec.state, error = ?rec.error, "worker finished");
+        let asked = rec.state == WorkerState::InputRequired;
         let _ = ctx.done.send(Some(rec));
+        if asked {
+            // A message that came in while it was asking is its answer (docs §12.4).
+            self.clone().answer_if_waiting(id).await;
+        }
     }
 
-    /// Records the run's outcome. A completion needs `running`, which may never have been
+    /// Records the run's outcome. A completion (or a question) needs `running`, which may never have been
     /// written (the database was away when the run started, longer than the store retries): the
     /// live record, still `pending`, says so, and the start is recorded first.
     async fn settle_outcome(
@@ -131,7 +140,7 @@ impl Supervisor {
             .live()
             .get(id)
             .is_some_and(|l| l.record.state == WorkerState::Pending);
-        if event == Event::Complete
+        if matches!(event, Event::Complete | Event::Ask)
             && unstarted
             && let Err(e) = self
                 .record_until_stored(id, events, Event::Start, Patch::default())
@@ -183,6 +192,7 @@ impl Supervisor {
         cancel: &CancellationToken,
         events: &broadcast::Sender<WorkerEvent>,
         mut pending: Option<OwnedSemaphorePermit>,
+        resumed: bool,
         job: Job,
     ) -> (Event, Patch) {
         let slot = tokio::select! {
@@ -199,7 +209,11 @@ impl Supervisor {
         // the executor drops its sender at the latest when the run ends.
         let start = async {
             if started_rx.await.is_ok() {
-                self.record_start(id, events, &mut pending).await;
+                if resumed {
+                    drop(pending.take());
+                } else {
+                    self.record_start(id, events, &mut pending).await;
+                }
             }
         };
         let (outcome, ()) = tokio::join!(run, start);

@@ -36,6 +36,29 @@ impl Supervisor {
             .get(id)
             .map(|l| (l.cancel.clone(), l.done.clone(), l.stop_reason.clone()));
         let Some((cancel, done, told)) = handles else {
+            if rec.state == WorkerState::InputRequired {
+                // Nothing runs while it waits for an answer: the row is all there is.
+                let why = match reason.trim() {
+                    "" => "killed: stopped by StopWorker".to_owned(),
+                    r => format!("killed: {r}"),
+                };
+                let patch = crate::workers::store::Patch {
+                    error: Some(why),
+                    ..Default::default()
+                };
+                let applied = self
+                    .store
+                    .apply(id, crate::workers::lifecycle::Event::Kill, patch, super::now_ms())
+                    .await;
+                match applied {
+                    Ok(a) => return killed(id, a.worker().clone()),
+                    // Answered meanwhile: it runs now, here or elsewhere; stop that run.
+                    Err(crate::workers::store::StoreError::Illegal(_)) => {
+                        return Box::pin(self.stop(id, reason, vis)).await;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
             // Run by another replica: record the request for its owner and wait until the row
             // is terminal (the owner kills it, or the sweeper closes it if the owner is lost).
             let rec = if let Some(shared) = &self.shared

@@ -6,7 +6,7 @@
 //! server, and the driver is tested in process with a fake model, a fake MCP server and a fake
 //! review gate under paused time.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::wire::{Answer, ToolCall};
@@ -107,8 +107,9 @@ pub enum CallStep {
     Run,
 }
 
-/// One Chat Completions message, as the API takes it.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+/// One Chat Completions message, as the API takes it; also one entry of a persisted
+/// transcript (docs §12.3).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "role", rename_all = "lowercase")]
 pub enum Message {
     /// The composed system prompt.
@@ -126,7 +127,7 @@ pub enum Message {
         /// Its text (`null` when it only called tools).
         content: Option<String>,
         /// The calls it made.
-        #[serde(skip_serializing_if = "Vec::is_empty")]
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<WireCall>,
     },
     /// One tool's answer.
@@ -139,19 +140,19 @@ pub enum Message {
 }
 
 /// A tool call as it is echoed back in an assistant message.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct WireCall {
     /// The call's id.
     pub id: String,
     /// Always `function`.
     #[serde(rename = "type")]
-    pub kind: &'static str,
+    pub kind: String,
     /// Name and arguments.
     pub function: WireFunction,
 }
 
 /// The function part of a [`WireCall`].
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct WireFunction {
     /// The tool name.
     pub name: String,
@@ -227,9 +228,55 @@ impl Conversation {
         }
     }
 
+    /// A conversation that carries on from a persisted transcript (docs §12.3): the turn
+    /// budget and the count of refused results start again.
+    pub fn resume(messages: Vec<Message>, schema: Option<Value>, bounds: Bounds) -> Self {
+        Self {
+            messages,
+            bounds,
+            schema,
+            turns: 0,
+            invalid: 0,
+        }
+    }
+
     /// The messages to send.
     pub fn messages(&self) -> &[Message] {
         &self.messages
+    }
+
+    /// Appends a message for the model from the worker's caller (docs §12.2).
+    pub fn push_user(&mut self, text: &str) {
+        self.messages.push(Message::User {
+            content: text.to_owned(),
+        });
+    }
+
+    /// The calls of the last assistant message that have no reply yet, in order (id, name):
+    /// a transcript that stopped to ask, or was cut by a failure, leaves some.
+    pub fn open_calls(&self) -> Vec<(String, String)> {
+        let Some(pos) = self
+            .messages
+            .iter()
+            .rposition(|m| matches!(m, Message::Assistant { .. }))
+        else {
+            return Vec::new();
+        };
+        let Message::Assistant { tool_calls, .. } = &self.messages[pos] else {
+            return Vec::new();
+        };
+        let answered: Vec<&str> = self.messages[pos + 1..]
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool { tool_call_id, .. } => Some(tool_call_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        tool_calls
+            .iter()
+            .filter(|c| !answered.contains(&c.id.as_str()))
+            .map(|c| (c.id.clone(), c.function.name.clone()))
+            .collect()
     }
 
     /// Turns taken so far.
@@ -305,7 +352,7 @@ impl Conversation {
                 .iter()
                 .map(|c| WireCall {
                     id: c.id.clone(),
-                    kind: "function",
+                    kind: "function".to_owned(),
                     function: WireFunction {
                         name: c.name.clone(),
                         arguments: c.arguments.clone(),

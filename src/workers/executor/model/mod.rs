@@ -38,7 +38,7 @@ use crate::{
     config::{McpServer, ModelLoop, ModelsConfig},
     persona::ThinkingLevel,
     resolve::Effective,
-    workers::{model::ProgressKind, spec::McpServerSpec},
+    workers::{model::ProgressKind, spec::McpServerSpec, store::Message},
 };
 pub use conversation::DO_NOT_RETRY;
 use conversation::{Bounds, Conversation, Reply};
@@ -75,6 +75,22 @@ pub trait Agentry: Send + Sync + 'static {
         text: String,
         data: Option<Value>,
     ) -> bool;
+    /// Sends `text` to `child`, one of the worker's children, and waits for the worker that
+    /// answers (docs §12.5): its result, or the refusal or failure as text for the model.
+    async fn message(&self, worker: &Assignment, child: &str, text: &str)
+    -> Result<String, String>;
+    /// The persisted transcript of worker `id` (docs §12.3), one JSON message per entry.
+    async fn transcript(&self, id: &str) -> Result<Vec<String>, String>;
+    /// Appends `entries` to the worker's transcript, the first at index `from`.
+    async fn save_transcript(
+        &self,
+        worker: &Assignment,
+        from: u32,
+        entries: Vec<String>,
+    ) -> Result<(), String>;
+    /// Takes the worker's undelivered messages, oldest first (docs §12.2); with `seal` and
+    /// none to take, seals its inbox so that any later message continues the worker instead.
+    async fn messages(&self, worker: &Assignment, seal: bool) -> Result<Vec<Message>, String>;
 }
 
 /// What the model executor is configured with.
@@ -90,6 +106,8 @@ pub struct ModelSettings {
     pub review_tools: Vec<String>,
     /// The spawn tool's name.
     pub spawn_tool: String,
+    /// Bound on one worker's persisted conversation (`workers.transcript_max_bytes`).
+    pub transcript_max_bytes: usize,
 }
 
 /// Token usage of one worker, per model (docs/model.md §11.8); shared between the run and the
@@ -247,6 +265,10 @@ fn effort(level: Option<ThinkingLevel>) -> Option<&'static str> {
 }
 
 impl Executor for ModelExecutor {
+    fn messages(&self, _agent: &str, _worker_id: &str) -> Result<(), (&'static str, String)> {
+        Ok(())
+    }
+
     fn admit(&self, eff: &Effective, inherited: &[String]) -> Result<(), String> {
         Self::endpoint(&self.settings, &eff.name, &eff.model, inherited)?;
         let persona: Option<Vec<McpServerSpec>> = eff
@@ -303,6 +325,40 @@ struct Run {
     max_output_bytes: usize,
 }
 
+/// How much of the conversation is persisted: entries and their bytes.
+#[derive(Debug, Default, Clone, Copy)]
+struct Saved {
+    entries: usize,
+    bytes: usize,
+}
+
+/// The `data_json` of a delivered message's progress event.
+fn delivered(m: &Message) -> Value {
+    json!({"message_id": m.id, "delivery": if m.interrupt { "interrupt" } else { "queue" }})
+}
+
+/// Bound on the question of `ask_caller` (a progress event's text).
+const MAX_QUESTION: usize = 64 * 1024;
+
+/// The question of an `ask_caller` call, or why the call is refused.
+fn question(args: Option<&Value>) -> Result<String, String> {
+    let q = args
+        .and_then(|a| a.get("question"))
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .unwrap_or_default();
+    if q.is_empty() {
+        return Err(format!("{} needs a non-empty \"question\".", tools::ASK_CALLER));
+    }
+    if q.len() > MAX_QUESTION {
+        return Err(format!(
+            "the question is {} bytes; at most {MAX_QUESTION} are taken.",
+            q.len()
+        ));
+    }
+    Ok(q.to_owned())
+}
+
 fn failed(reason: String) -> Outcome {
     Outcome::Failed {
         exit_code: None,
@@ -342,50 +398,204 @@ impl Run {
     async fn converse(&self, toolbox: &Toolbox, endpoint: &Endpoint, model: &str) -> Outcome {
         let agent = &self.assignment.spec.agent;
         let looping = &self.settings.looping;
-        let conv = Conversation::new(
-            &agent.system_prompt,
-            &self.assignment.spec.prompt,
-            // The reviewer's schema is offered in submit_result but not enforced (§7).
-            agent
-                .output_schema
-                .clone()
-                .filter(|_| !self.assignment.review),
-            Bounds {
-                max_turns: agent.max_turns.unwrap_or(looping.max_turns),
-                output_retries: looping.output_retries,
-                tool_result_bytes: looping.max_tool_result_bytes,
-                result_bytes: self.max_output_bytes,
+        // The reviewer's schema is offered in submit_result but not enforced (§7).
+        let schema = agent
+            .output_schema
+            .clone()
+            .filter(|_| !self.assignment.review);
+        let bounds = Bounds {
+            max_turns: agent.max_turns.unwrap_or(looping.max_turns),
+            output_retries: looping.output_retries,
+            tool_result_bytes: looping.max_tool_result_bytes,
+            result_bytes: self.max_output_bytes,
+        };
+        let mut saved = Saved::default();
+        let conv = match &self.assignment.resume_from {
+            None => Conversation::new(
+                &agent.system_prompt,
+                &self.assignment.spec.prompt,
+                schema,
+                bounds,
+            ),
+            Some(from) => match self.load(from).await {
+                Ok((messages, bytes)) => {
+                    // Its own transcript is stored already; a predecessor's is copied.
+                    if *from == self.assignment.spec.worker_id {
+                        saved = Saved {
+                            entries: messages.len(),
+                            bytes,
+                        };
+                    }
+                    let messages = if messages.is_empty() {
+                        vec![conversation::Message::System {
+                            content: agent.system_prompt.clone(),
+                        }]
+                    } else {
+                        messages
+                    };
+                    Conversation::resume(messages, schema, bounds)
+                }
+                Err(reason) => return failed(reason),
             },
-        );
+        };
         let mut turns = Turns::new(conv, toolbox.catalog(), model);
+        if self.assignment.resume_from.is_some() {
+            // The first message answers the question the conversation stopped at, if any.
+            let mut inbox = self.inbox(false).await.into_iter();
+            let mut answer = inbox.next().map(|m| (m.text.clone(), delivered(&m)));
+            turns.answer_open(tools::ASK_CALLER, &mut answer);
+            if let Some((text, data)) = answer {
+                turns.deliver(&text, data);
+            }
+            for m in inbox {
+                turns.deliver(&m.text, delivered(&m));
+            }
+        }
         let timing = Timing::of(looping, Duration::from_millis(500));
         let mut reporting = true;
+        let mail = self.assignment.mail.clone();
         let mut action = turns.step(Event::Start);
         loop {
+            if matches!(action, Action::Ask) {
+                for m in self.inbox(false).await {
+                    turns.deliver(&m.text, delivered(&m));
+                }
+            }
             for note in turns.take_notes() {
                 self.report(&mut reporting, note).await;
             }
             let event = match action {
                 Action::Finish(End::Completed(result)) => {
-                    return Outcome::Completed { stdout: result };
+                    if let Err(reason) = self.save(&turns, &mut saved).await {
+                        return failed(reason);
+                    }
+                    // The seal: a message that came in before it is another turn; one after
+                    // it continues the worker (docs §12.2).
+                    let late = self.inbox(true).await;
+                    if late.is_empty() {
+                        return Outcome::Completed { stdout: result };
+                    }
+                    action = turns.reopen();
+                    for m in late {
+                        turns.deliver(&m.text, delivered(&m));
+                    }
+                    continue;
                 }
-                Action::Finish(End::Failed(reason)) => return failed(reason),
+                Action::Finish(End::Failed(reason)) => {
+                    // Kept, so that a continuation carries on from what the worker did.
+                    let _ = self.save(&turns, &mut saved).await;
+                    return failed(reason);
+                }
                 Action::Ask => {
+                    if let Err(reason) = self.save(&turns, &mut saved).await {
+                        return failed(reason);
+                    }
                     let body = turns.request(toolbox.definitions(), effort(agent.thinking_level));
-                    match self.client.turn(endpoint, &body, timing).await {
-                        Ok(answer) => {
-                            if let Some(u) = answer.usage {
-                                self.meter.add(model, u);
+                    tokio::select! {
+                        biased;
+                        () = mail.interrupted() => Event::Interrupted,
+                        answer = self.client.turn(endpoint, &body, timing) => match answer {
+                            Ok(answer) => {
+                                if let Some(u) = answer.usage {
+                                    self.meter.add(model, u);
+                                }
+                                Event::Answered(answer)
                             }
-                            Event::Answered(answer)
-                        }
-                        Err(e) => Event::AskFailed(e.0),
+                            Err(e) => Event::AskFailed(e.0),
+                        },
                     }
                 }
-                Action::Review(call) => Event::Reviewed(self.review(toolbox, &call).await),
-                Action::Run(call) => Event::Ran(self.run_call(toolbox, call).await),
+                Action::Review(call) => tokio::select! {
+                    biased;
+                    () = mail.interrupted() => Event::Interrupted,
+                    review = self.review(toolbox, &call) => Event::Reviewed(review),
+                },
+                Action::Run(call) if matches!(toolbox.route(&call.call.name), Route::Ask) => {
+                    match question(call.args.as_ref()) {
+                        Err(why) => Event::Ran(Reply::Refused(why)),
+                        Ok(question) => {
+                            turns.park();
+                            if let Err(reason) = self.save(&turns, &mut saved).await {
+                                return failed(reason);
+                            }
+                            return Outcome::Asked { question };
+                        }
+                    }
+                }
+                Action::Run(call) => tokio::select! {
+                    biased;
+                    () = mail.interrupted() => Event::Interrupted,
+                    reply = self.run_call(toolbox, call) => Event::Ran(reply),
+                },
             };
             action = turns.step(event);
+        }
+    }
+
+    /// The transcript of worker `id`, decoded, with its size.
+    async fn load(&self, id: &str) -> Result<(Vec<conversation::Message>, usize), String> {
+        let Some(agentry) = &self.agentry else {
+            return Ok((Vec::new(), 0));
+        };
+        let entries = agentry.transcript(id).await?;
+        let bytes = entries.iter().map(String::len).sum();
+        let messages = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                serde_json::from_str(e).map_err(|err| {
+                    format!("the transcript of worker {id} is unreadable at entry {i}: {err}")
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok((messages, bytes))
+    }
+
+    /// Persists the messages of the conversation not stored yet (docs §12.3), within
+    /// `workers.transcript_max_bytes`.
+    async fn save(&self, turns: &Turns, saved: &mut Saved) -> Result<(), String> {
+        let Some(agentry) = &self.agentry else {
+            return Ok(());
+        };
+        let messages = turns.conversation().messages();
+        if messages.len() <= saved.entries {
+            return Ok(());
+        }
+        let entries: Vec<String> = messages[saved.entries..]
+            .iter()
+            .map(|m| serde_json::to_string(m).unwrap_or_default())
+            .collect();
+        let bytes = saved.bytes + entries.iter().map(String::len).sum::<usize>();
+        let max = self.settings.transcript_max_bytes;
+        if bytes > max {
+            return Err(format!(
+                "the conversation is over workers.transcript_max_bytes ({max} bytes)"
+            ));
+        }
+        let from = u32::try_from(saved.entries).unwrap_or(u32::MAX);
+        agentry
+            .save_transcript(&self.assignment, from, entries)
+            .await
+            .map_err(|e| format!("the conversation could not be persisted: {e}"))?;
+        *saved = Saved {
+            entries: messages.len(),
+            bytes,
+        };
+        Ok(())
+    }
+
+    /// The worker's undelivered messages (none without agentry, or on a store error, which
+    /// leaves them in the inbox for the seal or a continuation).
+    async fn inbox(&self, seal: bool) -> Vec<Message> {
+        let Some(agentry) = &self.agentry else {
+            return Vec::new();
+        };
+        match agentry.messages(&self.assignment, seal).await {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(worker = %self.assignment.spec.worker_id, error = %e, "messages not taken");
+                Vec::new()
+            }
         }
     }
 
@@ -414,7 +624,29 @@ impl Run {
         let name = call.name.as_str();
         match toolbox.route(name) {
             // Decided by the loop before a call is run; answered the same way should one come.
-            Route::Submit | Route::Unknown => Reply::unknown_tool(name, toolbox.names()),
+            Route::Submit | Route::Unknown | Route::Ask => {
+                Reply::unknown_tool(name, toolbox.names())
+            }
+            Route::Message => {
+                let Some(agentry) = &self.agentry else {
+                    return Reply::Refused("message_worker is not available here.".to_owned());
+                };
+                let field = |k: &str| {
+                    args.as_ref()
+                        .and_then(|a| a.get(k))
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                let (child, text) = (field("worker_id"), field("text"));
+                if child.is_empty() || text.trim().is_empty() {
+                    return Reply::Refused(format!("{name} needs \"worker_id\" and \"text\"."));
+                }
+                match agentry.message(&self.assignment, &child, &text).await {
+                    Ok(result) => Reply::Answer(result),
+                    Err(why) => Reply::Refused(why),
+                }
+            }
             Route::DepthLimit => Reply::depth_limit(),
             Route::Memory(tool) => {
                 let dir = toolbox.memory_dir().unwrap_or(std::path::Path::new(""));
@@ -554,6 +786,9 @@ mod tests {
                 plan: false,
                 at_max_depth: false,
                 review: false,
+                resume_from: None,
+                interactive: false,
+                mail: Default::default(),
             })),
             meter: Meter::default(),
             stop_reason: Default::default(),
@@ -685,6 +920,8 @@ mod tests {
         approve: bool,
         reviews: Mutex<Vec<(String, bool)>>,
         progress: Mutex<Vec<(ProgressKind, String)>>,
+        transcript: Mutex<Vec<String>>,
+        inbox: Mutex<Vec<Message>>,
     }
 
     #[async_trait::async_trait]
@@ -720,6 +957,30 @@ mod tests {
         ) -> bool {
             self.progress.lock().unwrap().push((kind, text));
             true
+        }
+
+        async fn message(&self, _: &Assignment, _: &str, _: &str) -> Result<String, String> {
+            Err("no children here".into())
+        }
+
+        async fn transcript(&self, _: &str) -> Result<Vec<String>, String> {
+            Ok(self.transcript.lock().unwrap().clone())
+        }
+
+        async fn save_transcript(
+            &self,
+            _: &Assignment,
+            from: u32,
+            entries: Vec<String>,
+        ) -> Result<(), String> {
+            let mut t = self.transcript.lock().unwrap();
+            t.truncate(from as usize);
+            t.extend(entries);
+            Ok(())
+        }
+
+        async fn messages(&self, _: &Assignment, _: bool) -> Result<Vec<Message>, String> {
+            Ok(std::mem::take(&mut *self.inbox.lock().unwrap()))
         }
     }
 
@@ -758,6 +1019,8 @@ mod tests {
             approve,
             reviews: Mutex::new(Vec::new()),
             progress: Mutex::new(Vec::new()),
+            transcript: Mutex::default(),
+            inbox: Mutex::default(),
         });
         let toolbox = Toolbox::of_sessions(
             vec![fs_tool("read", true), fs_tool("write", false)],
@@ -766,6 +1029,7 @@ mod tests {
         );
         let settings = ModelSettings {
             models: models(),
+            transcript_max_bytes: 8 << 20,
             ..ModelSettings::default()
         };
         let (endpoint, name) =

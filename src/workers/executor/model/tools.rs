@@ -20,11 +20,21 @@ use crate::{
     workers::{executor::Assignment, spec::McpServerSpec},
 };
 
+/// The tool an interactive worker asks its caller with (docs §12.4).
+pub const ASK_CALLER: &str = "ask_caller";
+
+/// The tool a worker that may spawn follows its children up with (docs §12.5).
+pub const MESSAGE_WORKER: &str = "message_worker";
+
 /// Where a call goes.
 #[derive(Debug, Clone)]
 pub enum Route {
     /// The implicit `submit_result`.
     Submit,
+    /// `ask_caller`: the run stops and waits for its caller's answer.
+    Ask,
+    /// `message_worker`: a follow-up to one of the worker's children.
+    Message,
     /// The spawn tool.
     Spawn,
     /// The spawn tool's name at the depth limit: refused with the depth message.
@@ -153,6 +163,43 @@ fn valid_name(n: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
+/// The definition of `ask_caller` (docs §12.4).
+fn ask_definition() -> Value {
+    json!({
+        "type": "function",
+        "function": {
+            "name": ASK_CALLER,
+            "description": "Ask the caller who gave you this task a question, and wait for the answer. Use it only for a decision you cannot make yourself; the answer comes back as this call's result.",
+            "parameters": {
+                "type": "object",
+                "properties": {"question": {"type": "string", "description": "The question, complete enough to answer without more context."}},
+                "required": ["question"],
+                "additionalProperties": false
+            }
+        }
+    })
+}
+
+/// The definition of `message_worker` (docs §12.5).
+fn message_definition() -> Value {
+    json!({
+        "type": "function",
+        "function": {
+            "name": MESSAGE_WORKER,
+            "description": "Send a follow-up message to one of your own child workers (the worker id the spawn tool's result names) and wait for its answer. A child that finished carries on with everything it already did.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "worker_id": {"type": "string", "description": "The child's worker id (wkr_…)."},
+                    "text": {"type": "string", "description": "The message."}
+                },
+                "required": ["worker_id", "text"],
+                "additionalProperties": false
+            }
+        }
+    })
+}
+
 /// One worker's tools: the definitions sent each turn, and the started servers.
 pub struct Toolbox {
     definitions: Vec<Value>,
@@ -223,6 +270,12 @@ impl Toolbox {
         if spawn {
             definitions.push(spawn_definition(&spawn_tool, &agent.spawns));
             names.push(spawn_tool.clone());
+            definitions.push(message_definition());
+            names.push(MESSAGE_WORKER.to_owned());
+        }
+        if a.interactive {
+            definitions.push(ask_definition());
+            names.push(ASK_CALLER.to_owned());
         }
         // The persona's `memory` brings its tools, confined to the agent's directory.
         let memory_dir = a.spec.memory_dir.as_ref().map(std::path::PathBuf::from);
@@ -304,6 +357,14 @@ impl Toolbox {
     pub fn route(&self, name: &str) -> Route {
         if name == SUBMIT_RESULT {
             return Route::Submit;
+        }
+        if self.names.iter().any(|n| n == name) {
+            if name == ASK_CALLER {
+                return Route::Ask;
+            }
+            if name == MESSAGE_WORKER {
+                return Route::Message;
+            }
         }
         if name == self.spawn_tool {
             if self.spawn {

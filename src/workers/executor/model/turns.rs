@@ -47,7 +47,14 @@ pub enum Event {
     Reviewed(Review),
     /// The call in hand ran; this goes back to the model.
     Ran(Reply),
+    /// A message interrupted the model request, the review or the call in hand (docs §12.2):
+    /// the request is abandoned, or the call and the rest of the answer's calls are answered
+    /// as interrupted, and the next turn begins.
+    Interrupted,
 }
+
+/// The reply to a call a message interrupted, or that never ran because one did.
+pub const INTERRUPTED: &str = "interrupted by a new message; the call did not finish";
 
 /// How the review of a call ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,6 +132,7 @@ impl Event {
             Event::AskFailed(_) => "a failed request",
             Event::Reviewed(_) => "a review",
             Event::Ran(_) => "a tool's reply",
+            Event::Interrupted => "an interruption",
         }
     }
 }
@@ -190,6 +198,14 @@ impl Turns {
                 }
                 self.next_call()
             }
+            (Phase::Asking, Event::Interrupted) => self.next_turn(),
+            (Phase::Reviewing | Phase::Running, Event::Interrupted) => {
+                if let Some((call, reviewed)) = self.current.take() {
+                    self.reply(&call.call, Reply::Refused(INTERRUPTED.to_owned()), reviewed);
+                }
+                self.drop_queue(INTERRUPTED);
+                self.next_turn()
+            }
             (phase, event) => Action::Finish(End::Failed(format!(
                 "the agent loop got {} while {}",
                 event.what(),
@@ -209,6 +225,63 @@ impl Turns {
             Action::Finish(_) => Phase::Finished,
         };
         action
+    }
+
+    /// Answers the answer's calls not yet decided with `why`, without notes: they never ran.
+    fn drop_queue(&mut self, why: &str) {
+        for call in std::mem::take(&mut self.queue) {
+            self.conv
+                .tool_result(&call.id, Reply::Refused(why.to_owned()));
+        }
+    }
+
+    /// Delivers a message from the worker's caller (docs §12.2) as a user message, with its
+    /// progress event; only before a request is sent ([`Phase::Asking`]).
+    pub fn deliver(&mut self, text: &str, data: Value) {
+        self.conv.push_user(text);
+        self.note(ProgressKind::Message, text.to_owned(), Some(data));
+    }
+
+    /// Answers the calls a persisted conversation left open (a question, a cut run): the
+    /// question with `answer` (taken, with its note), any other as not finished. Before
+    /// [`Event::Start`].
+    pub fn answer_open(&mut self, ask_tool: &str, answer: &mut Option<(String, Value)>) {
+        for (id, name) in self.conv.open_calls() {
+            let reply = if name == ask_tool
+                && let Some((text, data)) = answer.take()
+            {
+                self.note(ProgressKind::Message, text.clone(), Some(data));
+                Reply::Answer(text)
+            } else {
+                Reply::Refused(
+                    "the call did not finish: the worker's run ended before it answered".to_owned(),
+                )
+            };
+            self.conv.tool_result(&id, reply);
+        }
+    }
+
+    /// Another turn after the run completed: a message arrived as it finished (docs §12.2,
+    /// the seal), delivered with [`Self::deliver`] next.
+    pub fn reopen(&mut self) -> Action {
+        let action = if self.phase == Phase::Finished {
+            self.next_turn()
+        } else {
+            Action::Finish(End::Failed("the agent loop was reopened while running".to_owned()))
+        };
+        self.phase = match &action {
+            Action::Finish(_) => Phase::Finished,
+            _ => Phase::Asking,
+        };
+        action
+    }
+
+    /// The call in hand asked the caller (docs §12.4): the run stops here, leaving that call
+    /// open for the answer; the answer's other calls are answered as not run.
+    pub fn park(&mut self) {
+        self.current = None;
+        self.drop_queue("not run: the worker stopped to ask its caller; call it again if it is still needed");
+        self.phase = Phase::Finished;
     }
 
     fn next_turn(&mut self) -> Action {
@@ -253,8 +326,12 @@ impl Turns {
             );
             match self.conv.take_call(&call) {
                 CallStep::Done(result) => {
+                    // Answered in the conversation too, so that a transcript a later turn or
+                    // a continuation carries on from has a reply for every call.
+                    self.conv
+                        .tool_result(&call.id, Reply::Answer("result accepted".to_owned()));
                     self.result_note(&call, "result accepted", false, false);
-                    self.queue.clear();
+                    self.drop_queue("not run: submit_result ended the run");
                     return Action::Finish(End::Completed(result));
                 }
                 CallStep::Failed(reason) => return Action::Finish(End::Failed(reason)),

@@ -39,8 +39,8 @@ use tokio_postgres::types::ToSql;
 
 use super::record::{advance, creation_event, progress_event, to_sql_sequence};
 use super::{
-    Applied, Lease, ListQuery, Notice, Patch, Relayed, RunnerClaim, RunnerWait, SharedStore,
-    StoreError, WorkerStore,
+    Applied, Continued, Lease, ListQuery, Message, Notice, Patch, Relayed, RunnerClaim,
+    RunnerWait, Sent, SharedStore, StoreError, WorkerStore,
 };
 use crate::workers::lifecycle::Event;
 use crate::workers::model::{Progress, WorkerEvent, WorkerId, WorkerRecord};
@@ -58,6 +58,7 @@ mod context;
 mod dedupe;
 mod holds;
 mod lease;
+mod messages;
 mod notices;
 mod rows;
 mod runners;
@@ -555,6 +556,58 @@ impl WorkerStore for PostgresStore {
         let client = self.client().await?;
         client.simple_query("SELECT 1").await.pg("ping")?;
         Ok(())
+    }
+
+    async fn send_message(&self, msg: &Message, inbox_max: u32) -> Result<Sent, StoreError> {
+        let mut client = self.client().await?;
+        messages::send(&mut client, msg, inbox_max).await
+    }
+
+    async fn take_messages(&self, id: &WorkerId, seal: bool) -> Result<Vec<Message>, StoreError> {
+        let mut client = self.client().await?;
+        messages::take(&mut client, id, seal).await
+    }
+
+    async fn continue_worker(
+        &self,
+        old: &WorkerId,
+        new: &WorkerRecord,
+        msg: &Message,
+    ) -> Result<Continued, StoreError> {
+        let mut client = self.client().await?;
+        messages::continue_worker(&mut client, &self.replica_id, old, new, msg).await
+    }
+
+    async fn find_message(
+        &self,
+        caller_scope: &str,
+        request_id: &str,
+    ) -> Result<Option<Message>, StoreError> {
+        let client = self.client().await?;
+        messages::find_message(&client, caller_scope, request_id).await
+    }
+
+    async fn append_transcript(
+        &self,
+        id: &WorkerId,
+        from: u32,
+        entries: &[String],
+    ) -> Result<(), StoreError> {
+        self.retrying("append a transcript", |_| async {
+            let client = self.client().await?;
+            messages::append_transcript(&client, id, from, entries).await
+        })
+        .await
+    }
+
+    async fn transcript(&self, id: &WorkerId) -> Result<Vec<String>, StoreError> {
+        let client = self.client().await?;
+        messages::transcript(&client, id).await
+    }
+
+    async fn prune_transcripts(&self, closed_before_ms: i64) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        messages::prune_transcripts(&client, closed_before_ms).await
     }
 
     fn shared(self: Arc<Self>) -> Option<Arc<dyn SharedStore>> {

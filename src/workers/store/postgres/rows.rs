@@ -137,6 +137,12 @@ pub(super) fn read_record(row: &Row) -> Result<WorkerRecord, StoreError> {
         WorkerId::parse(text).map_err(|e| corrupt("id", &e))
     };
     let parent: Option<&str> = row.try_get(5).map_err(|e| corrupt("parent_id", &e))?;
+    let opt_id = |i: usize| -> Result<Option<WorkerId>, StoreError> {
+        let text: Option<&str> = row.try_get(i).map_err(|e| corrupt("id", &e))?;
+        text.map(WorkerId::parse)
+            .transpose()
+            .map_err(|e| corrupt("id", &e))
+    };
     let state: &str = row.try_get(7).map_err(|e| corrupt("state", &e))?;
     let effective: &str = row.try_get(19).map_err(|e| corrupt("effective", &e))?;
     let get = |e: tokio_postgres::Error| corrupt("column", &e);
@@ -156,6 +162,7 @@ pub(super) fn read_record(row: &Row) -> Result<WorkerRecord, StoreError> {
             create_time_ms: row.try_get(9).map_err(get)?,
             caller_scope: row.try_get(16).map_err(get)?,
             request_id: row.try_get(17).map_err(get)?,
+            continues: opt_id(23)?,
             effective: serde_json::from_str(effective).map_err(|e| corrupt("effective", &e))?,
         }),
         state: state.parse().map_err(|e| corrupt("state", &e))?,
@@ -171,6 +178,10 @@ pub(super) fn read_record(row: &Row) -> Result<WorkerRecord, StoreError> {
         last_activity_ms: row.try_get(20).map_err(get)?,
         usage: row.try_get(21).map_err(get)?,
         worktree: row.try_get(22).map_err(get)?,
+        continued_by: opt_id(24)?,
+        question: row.try_get(25).map_err(get)?,
+        undelivered: u32::try_from(row.try_get::<_, i64>(26).map_err(get)?)
+            .map_err(|e| corrupt("undelivered", &e))?,
     })
 }
 
@@ -408,7 +419,7 @@ pub(super) async fn find_by_token_hash(
         client,
         &format!(
             "SELECT {COLUMNS} FROM workers
-                     WHERE token_hash = $1 AND state IN ('pending', 'running')"
+                     WHERE token_hash = $1 AND state IN ('pending', 'running', 'input_required')"
         ),
         &[&hash],
     )

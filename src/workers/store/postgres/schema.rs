@@ -112,6 +112,42 @@ pub(super) const MIGRATIONS: &[&str] = &[
         message    TEXT NOT NULL
     );
     CREATE INDEX runner_relays_to ON runner_relays (to_replica, seq);"#,
+    // 7: conversations (docs §12): the `input_required` state (a waiting worker keeps its
+    // token), continuations, the question, the inbox and the transcripts.
+    r#"ALTER TABLE workers DROP CONSTRAINT workers_state_check,
+        ADD CONSTRAINT workers_state_check CHECK
+            (state IN ('pending', 'running', 'completed', 'failed', 'killed', 'input_required')),
+        DROP CONSTRAINT workers_check1,
+        ADD CONSTRAINT workers_check1 CHECK
+            (token_hash IS NULL OR state IN ('pending', 'running', 'input_required')),
+        ADD COLUMN continues TEXT COLLATE "C",
+        ADD COLUMN continued_by TEXT COLLATE "C",
+        ADD COLUMN question TEXT,
+        ADD COLUMN undelivered BIGINT NOT NULL DEFAULT 0,
+        ADD COLUMN sealed BOOLEAN NOT NULL DEFAULT false;
+    ALTER TABLE worker_events DROP CONSTRAINT worker_events_state_check,
+        ADD CONSTRAINT worker_events_state_check CHECK
+            (state IN ('pending', 'running', 'completed', 'failed', 'killed', 'input_required'));
+    CREATE TABLE worker_messages (
+        seq          BIGSERIAL PRIMARY KEY,
+        id           TEXT COLLATE "C" NOT NULL UNIQUE,
+        worker_id    TEXT COLLATE "C" NOT NULL,
+        text         TEXT    NOT NULL,
+        interrupt    BOOLEAN NOT NULL,
+        caller_scope TEXT    NOT NULL,
+        request_id   TEXT,
+        time_ms      BIGINT  NOT NULL,
+        delivered    BOOLEAN NOT NULL DEFAULT false
+    );
+    CREATE INDEX worker_messages_inbox ON worker_messages (worker_id, delivered, seq);
+    CREATE UNIQUE INDEX worker_messages_by_request_id ON worker_messages (caller_scope, request_id)
+        WHERE request_id IS NOT NULL;
+    CREATE TABLE worker_transcripts (
+        worker_id TEXT COLLATE "C" NOT NULL,
+        idx       BIGINT NOT NULL,
+        entry     TEXT   NOT NULL,
+        PRIMARY KEY (worker_id, idx)
+    );"#,
 ];
 
 /// Brings the schema up to date under the migration advisory lock, or refuses a newer one.

@@ -29,7 +29,9 @@ use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use tokio::sync::oneshot;
 
 use super::record::{COLUMNS, creation_event, to_sql_sequence};
-use super::{Applied, ListQuery, ORPHANED_ERROR, Patch, StoreError, WorkerStore};
+use super::{
+    Applied, Continued, ListQuery, Message, ORPHANED_ERROR, Patch, Sent, StoreError, WorkerStore,
+};
 use crate::workers::lifecycle::Event;
 use crate::workers::model::{Progress, WorkerEvent, WorkerId, WorkerRecord};
 use checkpoint::checkpoint_loop;
@@ -48,6 +50,7 @@ use writer::{Queued, WriteOp, WriteSide, commit_alone, in_savepoint, write_loop}
 mod checkpoint;
 mod context;
 mod lock;
+mod messages;
 mod readers;
 mod rows;
 mod schema;
@@ -373,7 +376,7 @@ impl WorkerStore for SqliteStore {
         self.read(move |conn| {
             conn.prepare_cached(&format!(
                 "SELECT {COLUMNS} FROM workers
-                 WHERE token_hash = ?1 AND state IN ('pending', 'running')"
+                 WHERE token_hash = ?1 AND state IN ('pending', 'running', 'input_required')"
             ))
             .and_then(|mut stmt| stmt.query_row([hash], read_record).optional())
             .context("find worker by token")
@@ -415,6 +418,71 @@ impl WorkerStore for SqliteStore {
     async fn ping(&self) -> Result<(), StoreError> {
         self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).context("ping"))
             .await
+    }
+
+    async fn send_message(&self, msg: &Message, inbox_max: u32) -> Result<Sent, StoreError> {
+        let msg = msg.clone();
+        let bytes = msg.text.len();
+        self.write_sized("send a message", bytes, move |tx| {
+            messages::send_in(tx, &msg, inbox_max)
+        })
+        .await
+    }
+
+    async fn take_messages(&self, id: &WorkerId, seal: bool) -> Result<Vec<Message>, StoreError> {
+        let id = id.clone();
+        self.write("take messages", move |tx| messages::take_in(tx, &id, seal))
+            .await
+    }
+
+    async fn continue_worker(
+        &self,
+        old: &WorkerId,
+        new: &WorkerRecord,
+        msg: &Message,
+    ) -> Result<Continued, StoreError> {
+        let (old, new, msg) = (old.clone(), new.clone(), msg.clone());
+        let bytes = new.spec.prompt.len() + msg.text.len();
+        self.write_sized("continue a worker", bytes, move |tx| {
+            messages::continue_in(tx, &old, &new, &msg)
+        })
+        .await
+    }
+
+    async fn find_message(
+        &self,
+        caller_scope: &str,
+        request_id: &str,
+    ) -> Result<Option<Message>, StoreError> {
+        let (scope, rid) = (caller_scope.to_owned(), request_id.to_owned());
+        self.read(move |conn| messages::find_message(conn, &scope, &rid))
+            .await
+    }
+
+    async fn append_transcript(
+        &self,
+        id: &WorkerId,
+        from: u32,
+        entries: &[String],
+    ) -> Result<(), StoreError> {
+        let (id, entries) = (id.clone(), entries.to_vec());
+        let bytes = entries.iter().map(String::len).sum();
+        self.write_sized("append a transcript", bytes, move |tx| {
+            messages::append_transcript_in(tx, &id, from, &entries)
+        })
+        .await
+    }
+
+    async fn transcript(&self, id: &WorkerId) -> Result<Vec<String>, StoreError> {
+        let id = id.clone();
+        self.read(move |conn| messages::transcript(conn, &id)).await
+    }
+
+    async fn prune_transcripts(&self, closed_before_ms: i64) -> Result<u64, StoreError> {
+        self.write("prune transcripts", move |tx| {
+            messages::prune_transcripts_in(tx, closed_before_ms)
+        })
+        .await
     }
 
     // `shared` stays `None`: one process owns the file (the lock above), so there is no lease

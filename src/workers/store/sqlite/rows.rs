@@ -17,7 +17,8 @@ use crate::workers::model::{
     Progress, SpawnSpec, WorkerEvent, WorkerId, WorkerRecord, WorkerState,
 };
 
-/// Ids of the `pending` and `running` rows, oldest first.
+/// Ids of the `pending` and `running` rows, oldest first (an `input_required` worker holds no
+/// run, so it is never an orphan).
 pub(super) fn open_ids(conn: &Connection) -> Result<Vec<WorkerId>, StoreError> {
     let mut stmt = conn
         .prepare_cached(
@@ -113,7 +114,7 @@ pub(super) fn apply_in(
             "UPDATE workers SET state = ?2, sequence = ?3, start_time_ms = ?4,
                  close_time_ms = ?5, result = ?6, structured_result = ?7, error = ?8,
                  exit_code = ?9, token_hash = ?10, last_activity_ms = ?12, usage = ?13,
-                 worktree = ?14
+                 worktree = ?14, question = ?15
              WHERE id = ?1 AND sequence = ?11",
         )
         .and_then(|mut stmt| {
@@ -132,6 +133,7 @@ pub(super) fn apply_in(
                 next.last_activity_ms,
                 next.usage,
                 next.worktree,
+                next.question,
             ])
         })
         .context("update worker")?;
@@ -196,7 +198,7 @@ pub(super) fn insert_worker(conn: &Connection, rec: &WorkerRecord) -> Result<(),
     conn.prepare_cached(&format!(
         "INSERT INTO workers ({COLUMNS}) VALUES
              (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-              ?19, ?20, ?21, ?22, ?23)"
+              ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27)"
     ))
     .and_then(|mut stmt| {
         stmt.execute(params![
@@ -223,6 +225,10 @@ pub(super) fn insert_worker(conn: &Connection, rec: &WorkerRecord) -> Result<(),
             rec.last_activity_ms,
             rec.usage,
             rec.worktree,
+            rec.spec.continues,
+            rec.continued_by,
+            rec.question,
+            rec.undelivered,
         ])
     })
     .context("insert worker")?;
@@ -270,6 +276,7 @@ pub(super) fn read_record(row: &Row<'_>) -> rusqlite::Result<WorkerRecord> {
         create_time_ms: row.get(9)?,
         caller_scope: row.get(16)?,
         request_id: row.get(17)?,
+        continues: row.get(23)?,
         effective: serde_json::from_str(&effective)
             .map_err(|e| rusqlite::Error::FromSqlConversionFailure(19, Type::Text, e.into()))?,
     };
@@ -288,6 +295,9 @@ pub(super) fn read_record(row: &Row<'_>) -> rusqlite::Result<WorkerRecord> {
         last_activity_ms: row.get(20)?,
         usage: row.get(21)?,
         worktree: row.get(22)?,
+        continued_by: row.get(24)?,
+        question: row.get(25)?,
+        undelivered: row.get(26)?,
     })
 }
 

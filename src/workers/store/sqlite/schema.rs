@@ -61,7 +61,72 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "ALTER TABLE workers ADD COLUMN usage TEXT;",
     // 5: the git worktree of an isolated worker (docs/workers.md §6.10).
     "ALTER TABLE workers ADD COLUMN worktree TEXT;",
+    // 6: conversations (docs §12): continuations, the question of a waiting worker, the inbox
+    // and the transcripts. The state checks learn `input_required` in `relax_state_checks`.
+    "ALTER TABLE workers ADD COLUMN continues TEXT;
+     ALTER TABLE workers ADD COLUMN continued_by TEXT;
+     ALTER TABLE workers ADD COLUMN question TEXT;
+     ALTER TABLE workers ADD COLUMN undelivered INTEGER NOT NULL DEFAULT 0;
+     ALTER TABLE workers ADD COLUMN sealed INTEGER NOT NULL DEFAULT 0;
+     CREATE TABLE worker_messages (
+         seq          INTEGER PRIMARY KEY,
+         id           TEXT    NOT NULL UNIQUE,
+         worker_id    TEXT    NOT NULL,
+         text         TEXT    NOT NULL,
+         interrupt    INTEGER NOT NULL,
+         caller_scope TEXT    NOT NULL,
+         request_id   TEXT,
+         time_ms      INTEGER NOT NULL,
+         delivered    INTEGER NOT NULL DEFAULT 0
+     ) STRICT;
+     CREATE INDEX worker_messages_inbox ON worker_messages (worker_id, delivered, seq);
+     CREATE UNIQUE INDEX worker_messages_by_request_id ON worker_messages (caller_scope, request_id)
+         WHERE request_id IS NOT NULL;
+     CREATE TABLE worker_transcripts (
+         worker_id TEXT    NOT NULL,
+         idx       INTEGER NOT NULL,
+         entry     TEXT    NOT NULL,
+         PRIMARY KEY (worker_id, idx)
+     ) STRICT, WITHOUT ROWID;",
 ];
+
+/// The migration whose state checks [`relax_state_checks`] widens after its SQL.
+const STATE_CHECKS_MIGRATION: i64 = 6;
+
+/// Lets the `state` columns hold `input_required` (docs §12.4), and a waiting worker keep its
+/// token. SQLite cannot alter a CHECK constraint; its documented way to *relax* one without
+/// rewriting the table is to edit the schema text and bump the schema cookie, which is safe
+/// because every stored row already satisfies the wider check. Runs inside the migration's
+/// transaction, so a failure leaves the file at the previous version.
+fn relax_state_checks(tx: &Transaction<'_>) -> Result<(), StoreError> {
+    let cookie: i64 = tx
+        .pragma_query_value(None, "schema_version", |row| row.get(0))
+        .context("read schema cookie")?;
+    tx.pragma_update(None, "writable_schema", true)
+        .context("open the schema for the state checks")?;
+    let edited = tx
+        .execute(
+            "UPDATE sqlite_schema
+                SET sql = replace(replace(sql,
+                    '''running'', ''completed'', ''failed'', ''killed'')',
+                    '''running'', ''completed'', ''failed'', ''killed'', ''input_required'')'),
+                    'token_hash IS NULL OR state IN (''pending'', ''running'')',
+                    'token_hash IS NULL OR state IN (''pending'', ''running'', ''input_required'')')
+              WHERE type = 'table' AND name IN ('workers', 'worker_events')",
+            [],
+        )
+        .context("widen the state checks")?;
+    tx.pragma_update(None, "schema_version", cookie + 1)
+        .context("bump schema cookie")?;
+    tx.pragma_update(None, "writable_schema", false)
+        .context("close the schema")?;
+    if edited != 2 {
+        return Err(StoreError::Corrupt(format!(
+            "the state checks of {edited} tables were found, expected 2 (workers, worker_events)"
+        )));
+    }
+    Ok(())
+}
 
 /// Fails with [`StoreError::SchemaTooNew`] if the file's schema is newer than [`MIGRATIONS`].
 pub(super) fn check_schema_version(conn: &Connection) -> Result<i64, StoreError> {
@@ -94,6 +159,9 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
         };
         tx.execute_batch(sql)
             .with_context(|| format!("apply schema migration {}", version + 1))?;
+        if version + 1 == STATE_CHECKS_MIGRATION {
+            relax_state_checks(&tx)?;
+        }
         tx.pragma_update(None, "user_version", version + 1)
             .context("record schema version")?;
         tx.commit().context("migrate: commit")?;
