@@ -42,6 +42,7 @@ fn record(i: usize) -> WorkerRecord {
             create_time_ms: 1_700_000_000_000 + i as i64,
             caller_scope: "anonymous".to_owned(),
             request_id: Some(format!("req-{i}")),
+            continues: None,
             effective: Effective {
                 name: "explore".to_owned(),
                 system_prompt: "You are a careful code explorer. Read before you answer."
@@ -60,6 +61,7 @@ fn record(i: usize) -> WorkerRecord {
                 at_max_depth: false,
                 memory_dir: None,
                 mcp_servers: None,
+                interactive: false,
             },
         }),
         Some(hash_token(&generate_token())),

@@ -675,9 +675,11 @@ impl crate::workers::executor::model::Agentry for AsWorker {
                 _ => return Ok(Vec::new()),
             }
         }
-        store
+        let taken = store
             .take_messages(&id, seal)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        app.supervisor.inbox_taken(&id);
+        Ok(taken)
     }
 }

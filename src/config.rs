@@ -746,8 +746,14 @@ impl Config {
                 "workers.transcript_max_bytes",
                 self.workers.transcript_max_bytes == 0,
             ),
-            ("workers.transcript_ttl", self.workers.transcript_ttl.is_zero()),
-            ("workers.input_timeout", self.workers.input_timeout.is_zero()),
+            (
+                "workers.transcript_ttl",
+                self.workers.transcript_ttl.is_zero(),
+            ),
+            (
+                "workers.input_timeout",
+                self.workers.input_timeout.is_zero(),
+            ),
         ] {
             if zero {
                 return Err(rule(key, "must be positive".into()));

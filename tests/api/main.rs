@@ -4,6 +4,7 @@
 mod binary;
 mod check;
 mod commands;
+mod conversations;
 mod deploy;
 mod dialects;
 mod hardening;

@@ -336,7 +336,7 @@ pub enum Sent {
 pub enum Continued {
     /// The continuation was created: its creation event (its record counts its undelivered
     /// messages).
-    Created(WorkerEvent),
+    Created(Box<WorkerEvent>),
     /// The worker already had this continuation; nothing was written.
     Already(WorkerId),
 }

@@ -29,6 +29,18 @@ macro_rules! store_suite {
             $crate::workers::store::suite::progress_is_an_event_between_transitions(&*store).await;
         }
         #[tokio::test]
+        async fn the_inbox_its_seal_continuations_and_transcripts() {
+            let Some((_guard, store)): Option<(_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>)> =
+                $open.await else { return };
+            $crate::workers::store::suite::the_inbox_its_seal_continuations_and_transcripts(&*store).await;
+        }
+        #[tokio::test]
+        async fn a_worker_that_asks_keeps_its_token_and_is_not_an_orphan() {
+            let Some((_guard, store)): Option<(_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>)> =
+                $open.await else { return };
+            $crate::workers::store::suite::a_worker_that_asks_keeps_its_token_and_is_not_an_orphan(&*store).await;
+        }
+        #[tokio::test]
         async fn list_filters_by_caller_scope() {
             let Some((_guard, store)): Option<(_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>)> =
                 $open.await else { return };
@@ -1033,4 +1045,149 @@ pub(crate) async fn writes_made_together_each_get_their_own_answer(store: &dyn W
         let events = store.events_after(&ev.worker_id, 0).await.unwrap();
         assert_eq!(events.len(), 3, "one event per write for {}", ev.worker_id);
     }
+}
+
+fn message(worker: &WorkerRecord, text: &str, request_id: Option<&str>) -> super::Message {
+    super::Message {
+        id: super::Message::new_id(),
+        worker_id: worker.id.clone(),
+        text: text.to_owned(),
+        interrupt: false,
+        caller_scope: "anonymous".to_owned(),
+        request_id: request_id.map(str::to_owned),
+        time_ms: 5_000,
+    }
+}
+
+/// docs §12.2, §12.3: messages queue in order, a request id answers with its message, the
+/// inbox is bounded, the seal closes it, a continuation takes the undelivered ones, and a
+/// transcript reads back as written.
+pub(crate) async fn the_inbox_its_seal_continuations_and_transcripts(store: &dyn WorkerStore) {
+    use super::{Continued, Sent, StoreError};
+    let w = create(store, None, 1_000).await;
+    store
+        .apply(&w.id, Event::Start, Patch::default(), 2_000)
+        .await
+        .unwrap();
+    let one = message(&w, "one", Some("k1"));
+    let Sent::Queued(rec) = store.send_message(&one, 2).await.unwrap() else {
+        panic!("not queued")
+    };
+    assert_eq!(rec.undelivered, 1);
+    let again = message(&w, "one", Some("k1"));
+    assert_eq!(
+        store.send_message(&again, 2).await.unwrap(),
+        Sent::Duplicate(one.clone())
+    );
+    assert_eq!(
+        store.find_message("anonymous", "k1").await.unwrap(),
+        Some(one.clone())
+    );
+    let two = message(&w, "two", None);
+    assert!(matches!(
+        store.send_message(&two, 2).await.unwrap(),
+        Sent::Queued(_)
+    ));
+    assert!(matches!(
+        store.send_message(&message(&w, "three", None), 2).await,
+        Err(StoreError::InboxFull { max: 2, .. })
+    ));
+    assert_eq!(store.get(&w.id).await.unwrap().unwrap().undelivered, 2);
+    let taken = store.take_messages(&w.id, false).await.unwrap();
+    assert_eq!(taken, [one, two]);
+    assert_eq!(store.get(&w.id).await.unwrap().unwrap().undelivered, 0);
+    assert_eq!(store.take_messages(&w.id, false).await.unwrap(), []);
+
+    // The seal: nothing to take, so later sends find the inbox closed.
+    assert_eq!(store.take_messages(&w.id, true).await.unwrap(), []);
+    let late = message(&w, "late", None);
+    assert!(matches!(
+        store.send_message(&late, 2).await.unwrap(),
+        Sent::Closed(_)
+    ));
+
+    store
+        .append_transcript(&w.id, 0, &["a".to_owned(), "b".to_owned()])
+        .await
+        .unwrap();
+    store
+        .append_transcript(&w.id, 2, &["c".to_owned()])
+        .await
+        .unwrap();
+    assert_eq!(store.transcript(&w.id).await.unwrap(), ["a", "b", "c"]);
+    store
+        .apply(&w.id, Event::Complete, Patch::default(), 3_000)
+        .await
+        .unwrap();
+
+    // A continuation: linked both ways, with the message in its inbox.
+    let mut next = record(None, 4_000);
+    Arc::make_mut(&mut next.spec).continues = Some(w.id.clone());
+    let mut first = message(&w, "more", None);
+    first.worker_id = next.id.clone();
+    let Continued::Created(ev) = store.continue_worker(&w.id, &next, &first).await.unwrap() else {
+        panic!("not created")
+    };
+    assert_eq!(ev.worker.spec.continues, Some(w.id.clone()));
+    assert_eq!(ev.worker.undelivered, 1);
+    let stored = store.get(&next.id).await.unwrap().unwrap();
+    assert_eq!(stored.spec.continues, Some(w.id.clone()));
+    assert_eq!(stored.undelivered, 1);
+    assert_eq!(
+        store.get(&w.id).await.unwrap().unwrap().continued_by,
+        Some(next.id.clone())
+    );
+    let other = record(None, 4_001);
+    assert_eq!(
+        store.continue_worker(&w.id, &other, &first).await.unwrap(),
+        Continued::Already(next.id.clone())
+    );
+    assert_eq!(store.get(&other.id).await.unwrap(), None);
+    assert_eq!(store.take_messages(&next.id, false).await.unwrap(), [first]);
+
+    // Transcripts of workers that ended before the cut are deleted.
+    assert_eq!(store.prune_transcripts(3_001).await.unwrap(), 1);
+    assert_eq!(store.transcript(&w.id).await.unwrap(), Vec::<String>::new());
+}
+
+/// docs §12.4: `input_required` keeps the token (the worker answers as itself), is not an
+/// orphan, and the answer runs it again with a new token.
+pub(crate) async fn a_worker_that_asks_keeps_its_token_and_is_not_an_orphan(
+    store: &dyn WorkerStore,
+) {
+    let w = create(store, None, 1_000).await;
+    store
+        .apply(&w.id, Event::Start, Patch::default(), 2_000)
+        .await
+        .unwrap();
+    let patch = Patch {
+        question: Some("which one?".to_owned()),
+        ..Patch::default()
+    };
+    let asked = moved(store.apply(&w.id, Event::Ask, patch, 3_000).await.unwrap());
+    assert_eq!(asked.state, WorkerState::InputRequired);
+    assert_eq!(asked.worker.question.as_deref(), Some("which one?"));
+    let hash = asked.worker.token_hash.clone().unwrap();
+    assert_eq!(
+        store.find_by_token_hash(&hash).await.unwrap().map(|r| r.id),
+        Some(w.id.clone())
+    );
+    assert!(!store.open_workers().await.unwrap().contains(&w.id));
+    let events = store.events_after(&w.id, 2).await.unwrap();
+    assert_eq!(events[0].worker.question.as_deref(), Some("which one?"));
+    let patch = Patch {
+        token_hash: Some("ab".repeat(32)),
+        ..Patch::default()
+    };
+    let answered = moved(
+        store
+            .apply(&w.id, Event::Answer, patch, 4_000)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(answered.state, WorkerState::Running);
+    assert_eq!(answered.worker.question, None);
+    assert_eq!(answered.worker.start_time_ms, Some(2_000));
+    assert_eq!(answered.worker.token_hash, Some("ab".repeat(32)));
+    assert_eq!(store.get(&w.id).await.unwrap(), Some(answered.worker));
 }

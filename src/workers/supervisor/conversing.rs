@@ -79,7 +79,10 @@ impl Supervisor {
         if named.spec.agent == self.settings.review_agent {
             return Err(WorkerError::NoMessages {
                 reason: "NOT_RESUMABLE",
-                message: format!("worker {} is a review; a review takes no messages", named.id),
+                message: format!(
+                    "worker {} is a review; a review takes no messages",
+                    named.id
+                ),
             });
         }
         self.executor
@@ -213,7 +216,10 @@ impl Supervisor {
         interrupt: bool,
     ) -> Result<(), WorkerError> {
         let posted = self
-            .live_mut(&rec.id, |l| l.mail.post(interrupt))
+            .live_mut(&rec.id, |l| {
+                l.record.undelivered = rec.undelivered;
+                l.mail.post(interrupt);
+            })
             .is_some();
         if !posted && rec.state == WorkerState::InputRequired {
             self.resume(rec.clone()).await?;
@@ -261,10 +267,20 @@ impl Supervisor {
         let mut msg = msg.clone();
         msg.worker_id = new.id.clone();
         let created = match self.store.continue_worker(&rec.id, &new, &msg).await? {
-            Continued::Created(ev) => ev,
+            Continued::Created(ev) => *ev,
             Continued::Already(_) => return Ok(None),
         };
         tracing::info!(worker = %new.id, continues = %rec.id, agent = %rec.spec.agent, "worker continued");
+        // What this process shows of the old worker learns its continuation.
+        if let Some(mut old) = self.recent.get(&rec.id) {
+            old.continued_by = Some(new.id.clone());
+            old.undelivered = 0;
+            self.recent.insert(rec.id.clone(), old);
+        }
+        self.live_mut(&rec.id, |l| {
+            l.record.continued_by = Some(new.id.clone());
+            l.record.undelivered = 0;
+        });
         let record = created.worker.clone();
         let hold = self
             .launch(
@@ -293,7 +309,11 @@ impl Supervisor {
             token_hash: Some(hash_token(&token)),
             ..Patch::default()
         };
-        let moved = match self.store.apply(&rec.id, Event::Answer, patch, now_ms()).await {
+        let moved = match self
+            .store
+            .apply(&rec.id, Event::Answer, patch, now_ms())
+            .await
+        {
             Ok(crate::workers::store::Applied::Moved(ev)) => ev,
             Ok(_) | Err(StoreError::Illegal(_)) => return Ok(()),
             Err(e) => return Err(e.into()),
@@ -321,9 +341,7 @@ impl Supervisor {
     ) -> crate::workers::executor::BoxFuture<'static, ()> {
         Box::pin(async move {
             match self.store.get(&id).await {
-                Ok(Some(rec))
-                    if rec.state == WorkerState::InputRequired && rec.undelivered > 0 =>
-                {
+                Ok(Some(rec)) if rec.state == WorkerState::InputRequired && rec.undelivered > 0 => {
                     if let Err(e) = self.resume(rec).await {
                         tracing::warn!(worker = %id, error = %e, "cannot resume a worker with an answer waiting");
                     }
@@ -422,6 +440,12 @@ impl Supervisor {
         hold
     }
 
+    /// The run of worker `id` took its messages: what this process shows of it has none
+    /// undelivered.
+    pub(crate) fn inbox_taken(&self, id: &WorkerId) {
+        self.live_mut(id, |l| l.record.undelivered = 0);
+    }
+
     /// Waits until worker `id` is terminal or asks its caller.
     async fn wait_answer(&self, id: &WorkerId) -> Result<WorkerRecord, WorkerError> {
         let done = self.live_mut(id, |l| l.done.clone());
@@ -445,7 +469,8 @@ impl Supervisor {
     /// deletes the transcripts older than `workers.transcript_ttl`.
     pub(crate) async fn conversation_duties(&self) {
         let timeout = self.settings.input_timeout;
-        let cutoff = now_ms().saturating_sub(i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX));
+        let cutoff =
+            now_ms().saturating_sub(i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX));
         let mut after = None;
         loop {
             let page = match self
@@ -476,9 +501,15 @@ impl Supervisor {
                     )),
                     ..Patch::default()
                 };
-                match self.store.apply(&rec.id, Event::Fail, patch, now_ms()).await {
+                match self
+                    .store
+                    .apply(&rec.id, Event::Fail, patch, now_ms())
+                    .await
+                {
                     Ok(_) | Err(StoreError::Illegal(_)) => {}
-                    Err(e) => tracing::warn!(worker = %rec.id, error = %e, "cannot fail an unanswered worker"),
+                    Err(e) => {
+                        tracing::warn!(worker = %rec.id, error = %e, "cannot fail an unanswered worker");
+                    }
                 }
             }
             match page.last() {
@@ -489,7 +520,11 @@ impl Supervisor {
             }
         }
         let ttl = i64::try_from(self.settings.transcript_ttl.as_millis()).unwrap_or(i64::MAX);
-        match self.store.prune_transcripts(now_ms().saturating_sub(ttl)).await {
+        match self
+            .store
+            .prune_transcripts(now_ms().saturating_sub(ttl))
+            .await
+        {
             Ok(0) => {}
             Ok(n) => tracing::info!(workers = n, "expired transcripts deleted"),
             Err(e) => tracing::warn!(error = %e, "cannot delete expired transcripts"),

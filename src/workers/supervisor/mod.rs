@@ -315,9 +315,7 @@ pub enum WorkerError {
         message: String,
     },
     /// A message `request_id` reused for another message.
-    #[error(
-        "request_id {request_id:?} was already used for another message ({existing})"
-    )]
+    #[error("request_id {request_id:?} was already used for another message ({existing})")]
     MessageIdReused {
         /// The key.
         request_id: String,

@@ -185,6 +185,7 @@ impl Supervisor {
 
     /// Waits for a run slot, runs the executor, and settles the outcome. Persists `running`
     /// when the executor says the worker started, and gives its pending place back then.
+    #[allow(clippy::too_many_arguments)]
     async fn run_once(
         &self,
         id: &WorkerId,

@@ -48,7 +48,12 @@ impl Supervisor {
                 };
                 let applied = self
                     .store
-                    .apply(id, crate::workers::lifecycle::Event::Kill, patch, super::now_ms())
+                    .apply(
+                        id,
+                        crate::workers::lifecycle::Event::Kill,
+                        patch,
+                        super::now_ms(),
+                    )
                     .await;
                 match applied {
                     Ok(a) => return killed(id, a.worker().clone()),

@@ -348,7 +348,10 @@ fn question(args: Option<&Value>) -> Result<String, String> {
         .map(str::trim)
         .unwrap_or_default();
     if q.is_empty() {
-        return Err(format!("{} needs a non-empty \"question\".", tools::ASK_CALLER));
+        return Err(format!(
+            "{} needs a non-empty \"question\".",
+            tools::ASK_CALLER
+        ));
     }
     if q.len() > MAX_QUESTION {
         return Err(format!(

@@ -267,7 +267,9 @@ impl Turns {
         let action = if self.phase == Phase::Finished {
             self.next_turn()
         } else {
-            Action::Finish(End::Failed("the agent loop was reopened while running".to_owned()))
+            Action::Finish(End::Failed(
+                "the agent loop was reopened while running".to_owned(),
+            ))
         };
         self.phase = match &action {
             Action::Finish(_) => Phase::Finished,
@@ -280,7 +282,9 @@ impl Turns {
     /// open for the answer; the answer's other calls are answered as not run.
     pub fn park(&mut self) {
         self.current = None;
-        self.drop_queue("not run: the worker stopped to ask its caller; call it again if it is still needed");
+        self.drop_queue(
+            "not run: the worker stopped to ask its caller; call it again if it is still needed",
+        );
         self.phase = Phase::Finished;
     }
 

@@ -12,8 +12,7 @@ use crate::workers::store::record::creation_event;
 use crate::workers::store::{Continued, Message, Sent, StoreError};
 
 /// The columns of `worker_messages`, in the order [`read_message`] decodes them.
-const MESSAGE_COLUMNS: &str =
-    "id, worker_id, text, interrupt, caller_scope, request_id, time_ms";
+const MESSAGE_COLUMNS: &str = "id, worker_id, text, interrupt, caller_scope, request_id, time_ms";
 
 fn read_message(row: &Row) -> Result<Message, StoreError> {
     let corrupt = |e: tokio_postgres::Error| StoreError::Corrupt(format!("message row: {e}"));
@@ -119,9 +118,12 @@ pub(super) async fn take(
 ) -> Result<Vec<Message>, StoreError> {
     let tx = client.transaction().await.pg("take messages: begin")?;
     // The row lock orders this against a send and a transition of the same worker.
-    tx.execute("SELECT 1 FROM workers WHERE id = $1 FOR UPDATE", &[&id.as_str()])
-        .await
-        .pg("lock the worker")?;
+    tx.execute(
+        "SELECT 1 FROM workers WHERE id = $1 FOR UPDATE",
+        &[&id.as_str()],
+    )
+    .await
+    .pg("lock the worker")?;
     let rows = tx
         .query(
             &format!(
@@ -135,7 +137,13 @@ pub(super) async fn take(
         .pg("take messages")?;
     let mut taken: Vec<(i64, Message)> = rows
         .iter()
-        .map(|row| Ok((row.try_get::<_, i64>(7).map_err(|e| StoreError::Corrupt(e.to_string()))?, read_message(row)?)))
+        .map(|row| {
+            Ok((
+                row.try_get::<_, i64>(7)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                read_message(row)?,
+            ))
+        })
         .collect::<Result<_, StoreError>>()?;
     taken.sort_by_key(|(seq, _)| *seq);
     let sealing = seal && taken.is_empty();
@@ -225,7 +233,7 @@ pub(super) async fn continue_worker(
     .await
     .pg("link the continuation")?;
     tx.commit().await.pg("continue a worker: commit")?;
-    Ok(Continued::Created(event))
+    Ok(Continued::Created(Box::new(event)))
 }
 
 /// `append_transcript`.

@@ -39,8 +39,8 @@ use tokio_postgres::types::ToSql;
 
 use super::record::{advance, creation_event, progress_event, to_sql_sequence};
 use super::{
-    Applied, Continued, Lease, ListQuery, Message, Notice, Patch, Relayed, RunnerClaim,
-    RunnerWait, Sent, SharedStore, StoreError, WorkerStore,
+    Applied, Continued, Lease, ListQuery, Message, Notice, Patch, Relayed, RunnerClaim, RunnerWait,
+    Sent, SharedStore, StoreError, WorkerStore,
 };
 use crate::workers::lifecycle::Event;
 use crate::workers::model::{Progress, WorkerEvent, WorkerId, WorkerRecord};

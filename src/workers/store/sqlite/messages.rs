@@ -10,8 +10,7 @@ use crate::workers::store::record::creation_event;
 use crate::workers::store::{Continued, Message, Sent, StoreError};
 
 /// The columns of `worker_messages`, in the order [`read_message`] decodes them.
-const MESSAGE_COLUMNS: &str =
-    "id, worker_id, text, interrupt, caller_scope, request_id, time_ms";
+const MESSAGE_COLUMNS: &str = "id, worker_id, text, interrupt, caller_scope, request_id, time_ms";
 
 fn read_message(row: &Row<'_>) -> rusqlite::Result<Message> {
     Ok(Message {
@@ -92,7 +91,11 @@ pub(super) fn send_in(tx: &Connection, msg: &Message, inbox_max: u32) -> Result<
 }
 
 /// The body of `take_messages`.
-pub(super) fn take_in(tx: &Connection, id: &WorkerId, seal: bool) -> Result<Vec<Message>, StoreError> {
+pub(super) fn take_in(
+    tx: &Connection,
+    id: &WorkerId,
+    seal: bool,
+) -> Result<Vec<Message>, StoreError> {
     let taken = tx
         .prepare_cached(&format!(
             "SELECT {MESSAGE_COLUMNS} FROM worker_messages
@@ -111,11 +114,9 @@ pub(super) fn take_in(tx: &Connection, id: &WorkerId, seal: bool) -> Result<Vec<
         .context("mark messages delivered")?;
     }
     let sealing = seal && taken.is_empty();
-    tx.prepare_cached(
-        "UPDATE workers SET undelivered = 0, sealed = (sealed OR ?2) WHERE id = ?1",
-    )
-    .and_then(|mut stmt| stmt.execute(params![id, sealing]))
-    .context("empty the inbox")?;
+    tx.prepare_cached("UPDATE workers SET undelivered = 0, sealed = (sealed OR ?2) WHERE id = ?1")
+        .and_then(|mut stmt| stmt.execute(params![id, sealing]))
+        .context("empty the inbox")?;
     Ok(taken)
 }
 
@@ -144,7 +145,7 @@ pub(super) fn continue_in(
     tx.prepare_cached("UPDATE workers SET continued_by = ?2, undelivered = 0 WHERE id = ?1")
         .and_then(|mut stmt| stmt.execute(params![old, new.id]))
         .context("link the continuation")?;
-    Ok(Continued::Created(event))
+    Ok(Continued::Created(Box::new(event)))
 }
 
 /// The body of `append_transcript`.
@@ -178,7 +179,10 @@ pub(super) fn transcript(conn: &Connection, id: &WorkerId) -> Result<Vec<String>
 }
 
 /// The body of `prune_transcripts`.
-pub(super) fn prune_transcripts_in(tx: &Connection, closed_before_ms: i64) -> Result<u64, StoreError> {
+pub(super) fn prune_transcripts_in(
+    tx: &Connection,
+    closed_before_ms: i64,
+) -> Result<u64, StoreError> {
     let workers: i64 = tx
         .query_row(
             "SELECT COUNT(DISTINCT t.worker_id) FROM worker_transcripts t
