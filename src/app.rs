@@ -583,12 +583,24 @@ impl crate::workers::executor::model::Agentry for AsWorker {
         let Some(app) = self.app() else {
             return false;
         };
-        match app.supervisor.report_progress(&id, p).await {
-            Ok(_) => true,
-            Err(WorkerError::TooManyEvents { .. }) => false,
-            Err(e) => {
-                tracing::debug!(worker = %id, error = %e, "progress event not recorded");
-                true
+        // The run starts before its `running` is recorded (the two overlap): an event of its
+        // first moments (a message delivered before the first turn) waits for it.
+        let mut tries = 0;
+        loop {
+            match app.supervisor.report_progress(&id, p.clone()).await {
+                Ok(_) => return true,
+                Err(WorkerError::TooManyEvents { .. }) => return false,
+                Err(WorkerError::NotRunning {
+                    state: crate::workers::model::WorkerState::Pending,
+                    ..
+                }) if tries < 200 => {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                Err(e) => {
+                    tracing::debug!(worker = %id, error = %e, "progress event not recorded");
+                    return true;
+                }
             }
         }
     }

@@ -21,10 +21,11 @@ export type OutputSchemaSource =
   | 'OUTPUT_SCHEMA_SOURCE_UNSPECIFIED' | 'OUTPUT_SCHEMA_SOURCE_AGENT' | 'OUTPUT_SCHEMA_SOURCE_REQUEST' | 'OUTPUT_SCHEMA_SOURCE_PARENT';
 export type WorkerState =
   | 'WORKER_STATE_UNSPECIFIED' | 'WORKER_STATE_PENDING' | 'WORKER_STATE_RUNNING' | 'WORKER_STATE_COMPLETED'
-  | 'WORKER_STATE_FAILED' | 'WORKER_STATE_KILLED';
+  | 'WORKER_STATE_FAILED' | 'WORKER_STATE_KILLED' | 'WORKER_STATE_INPUT_REQUIRED';
 export type Isolation = 'ISOLATION_UNSPECIFIED' | 'ISOLATION_NONE' | 'ISOLATION_WORKTREE';
 export type ProgressKind =
-  | 'PROGRESS_KIND_UNSPECIFIED' | 'PROGRESS_KIND_TEXT' | 'PROGRESS_KIND_TOOL_CALL' | 'PROGRESS_KIND_TOOL_RESULT' | 'PROGRESS_KIND_STATUS';
+  | 'PROGRESS_KIND_UNSPECIFIED' | 'PROGRESS_KIND_TEXT' | 'PROGRESS_KIND_TOOL_CALL' | 'PROGRESS_KIND_TOOL_RESULT' | 'PROGRESS_KIND_STATUS'
+  | 'PROGRESS_KIND_MESSAGE';
 export type ToolClass = 'TOOL_CLASS_UNSPECIFIED' | 'TOOL_CLASS_READ' | 'TOOL_CLASS_WRITE' | 'TOOL_CLASS_DESTRUCTIVE';
 export type Decision = 'DECISION_UNSPECIFIED' | 'DECISION_APPROVE' | 'DECISION_REJECT';
 export type HealthStatus = 'UNKNOWN' | 'SERVING' | 'NOT_SERVING' | 'SERVICE_UNKNOWN';
@@ -201,6 +202,14 @@ export interface Worker {
   /** GetWorker only. */
   treeUsage: TokenUsage | null;
   worktree: Worktree | null;
+  /** The worker whose conversation this one carries on; empty = none. */
+  continues: string;
+  /** The worker that carries this one's conversation on; empty = none. */
+  continuedBy: string;
+  /** What it asks its caller, while input_required. */
+  question?: string;
+  interactive: boolean;
+  undeliveredMessages: number;
 }
 
 export interface Progress {
@@ -387,6 +396,26 @@ export interface SpawnOptions {
   /** Run-time bound of the worker, in milliseconds (capped by executor.timeout). */
   timeoutMs?: number;
   isolation?: IsolationInput;
+  /** The worker may ask its caller and wait in input_required for the answer. */
+  interactive?: boolean;
+}
+
+export interface SendMessageOptions {
+  /** Abandon the worker's request or tool call in flight and deliver at once. */
+  interrupt?: boolean;
+  /** Resolve once the worker that answers is terminal or asks again. */
+  wait?: boolean;
+  /** Idempotency key. */
+  requestId?: string;
+}
+
+export interface SendMessageResult {
+  /** The worker that answers: the one named, or its continuation. */
+  worker: Worker;
+  /** `msg_` + 32 hex digits. */
+  messageId: string;
+  /** True when `worker` is a new continuation of the worker named. */
+  continued: boolean;
 }
 
 export interface ListWorkersOptions {
@@ -437,6 +466,8 @@ export declare class Client {
   listWorkers(options?: ListWorkersOptions, call?: CallOptions): Promise<ListWorkersResult>;
   /** The worker, killed. */
   stop(workerId: string, reason?: string, call?: CallOptions): Promise<Worker>;
+  /** A follow-up message: queued, an answer, or a continuation (docs §12). */
+  sendMessage(workerId: string, text: string, options?: SendMessageOptions, call?: CallOptions): Promise<SendMessageResult>;
   /** A snapshot, then every transition and progress event; ends after the terminal one. */
   watch(workerId: string, options?: WatchOptions): AsyncGenerator<WorkerEvent, void, undefined>;
   review(options: ReviewOptions, call?: CallOptions): Promise<ReviewResult>;

@@ -130,7 +130,7 @@ export class Client {
     return { registryVersion: res.registryVersion, diagnostics: res.diagnostics.map(convert.diagnostic) };
   }
 
-  /** SpawnWorker: {agent, prompt, description, workspace, mode, outputSchema, wait, requestId, timeoutMs, isolation}. */
+  /** SpawnWorker: {agent, prompt, description, workspace, mode, outputSchema, wait, requestId, timeoutMs, isolation, interactive}. */
   async spawn(opts, call) {
     const res = await this.#unary(this.#registry, 'SpawnWorker', {
       agent: opts.agent,
@@ -143,8 +143,25 @@ export class Client {
       requestId: opts.requestId ?? '',
       timeout: opts.timeoutMs != null ? convert.fromMillis(opts.timeoutMs) : null,
       isolation: enumValue('ISOLATION_', opts.isolation),
+      interactive: Boolean(opts.interactive),
     }, call);
     return { worker: convert.worker(res.worker), deduplicated: res.deduplicated, hint: res.hint };
+  }
+
+  /**
+   * SendWorkerMessage (docs §12): `sendMessage(workerId, text, {interrupt, wait, requestId})`.
+   * Resolves to {worker, messageId, continued}: the worker that answers (the one named, or a
+   * new continuation of a finished one).
+   */
+  async sendMessage(workerId, text, opts = {}, call) {
+    const res = await this.#unary(this.#registry, 'SendWorkerMessage', {
+      workerId,
+      text,
+      delivery: opts.interrupt ? 'DELIVERY_INTERRUPT' : 'DELIVERY_QUEUE',
+      wait: Boolean(opts.wait),
+      requestId: opts.requestId ?? '',
+    }, call);
+    return { worker: convert.worker(res.worker), messageId: res.messageId, continued: res.continued };
   }
 
   /** GetWorker. */

@@ -201,6 +201,17 @@ describe('Client', () => {
     assert.equal(missing.code, 'NOT_FOUND');
   });
 
+  it('sendMessage reaches the server; an exec worker is NOT_RESUMABLE', async () => {
+    const { worker } = await client.spawn({ agent: 'quick_task', prompt: `m ${unique()}`, wait: true });
+    const err = await client.sendMessage(worker.id, 'and then?', { requestId: 'k1' }).then(() => null, (e) => e);
+    assert.ok(err instanceof AgentryError, String(err));
+    assert.equal(err.code, 'FAILED_PRECONDITION');
+    assert.equal(err.reason, 'NOT_RESUMABLE');
+    assert.match(err.message, new RegExp(worker.id));
+    assert.equal(worker.continues, '');
+    assert.equal(worker.interactive, false);
+  });
+
   it('review: a read is approved at once, a write goes to the reviewer', async () => {
     const read = await client.review({ tool: 'ls', toolClass: 'read' });
     assert.deepEqual([read.decision, read.approved, read.reviewed], ['DECISION_APPROVE', true, false]);

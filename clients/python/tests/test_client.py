@@ -177,6 +177,21 @@ def test_stopping_a_completed_worker_is_refused(client: agentry.Client) -> None:
     assert info.value.reason == "NOT_CANCELABLE"
 
 
+def test_send_message_reaches_the_server_and_its_refusal_is_typed(
+    client: agentry.Client,
+) -> None:
+    # The stub agent runs on the exec executor: a process has no transcript to continue.
+    worker = client.spawn("quick_task", "hi", wait=True)
+    with pytest.raises(agentry.AgentryError) as info:
+        client.send_message(worker.id, "and then?", request_id="k1")
+    assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert info.value.reason == "NOT_RESUMABLE"
+    assert worker.id in info.value.message
+    with pytest.raises(agentry.AgentryError) as info:
+        client.send_message(worker.id, "   ")
+    assert info.value.code == grpc.StatusCode.INVALID_ARGUMENT
+
+
 def test_list_workers_pages(client: agentry.Client) -> None:
     for _ in range(3):
         client.spawn("quick_task", "hi", wait=True)

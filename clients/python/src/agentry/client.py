@@ -201,6 +201,7 @@ class Client:
         isolation: str | int | None = None,
         mode: str | int | None = None,
         request_id: str = "",
+        interactive: bool = False,
         deadline: float | None = None,
     ) -> pb2.Worker:
         """Start a worker: one run of ``agent`` on ``prompt``, as a child of the caller.
@@ -220,11 +221,13 @@ class Client:
             mode: ``"default"`` or ``"plan"``.
             request_id: Idempotency key: the same key from the same caller returns the same
                 worker.
+            interactive: The worker may ask its caller a question and wait in
+                ``input_required`` for the answer (sent with :meth:`send_message`).
             deadline: The RPC's own deadline in seconds; default the client's ``timeout``, or
                 none with ``wait``.
 
         Returns:
-            The worker: pending or running, or terminal with ``wait``.
+            The worker: pending or running, or terminal (or ``input_required``) with ``wait``.
         """
         request = pb2.SpawnWorkerRequest(
             agent=agent,
@@ -235,6 +238,7 @@ class Client:
             wait=wait,
             request_id=request_id,
             isolation=enum_value(pb2.Isolation, "ISOLATION_", isolation),
+            interactive=interactive,
         )
         if output_schema is not None:
             request.output_schema = json_text(output_schema)
@@ -245,6 +249,49 @@ class Client:
             deadline = self.timeout
         response: pb2.SpawnWorkerResponse = self._unary(self.stub.SpawnWorker, request, deadline)
         return response.worker
+
+    def send_message(
+        self,
+        worker_id: str,
+        text: str,
+        *,
+        interrupt: bool = False,
+        wait: bool = False,
+        request_id: str = "",
+        deadline: float | None = None,
+    ) -> pb2.SendWorkerMessageResponse:
+        """Send a follow-up message to a worker (docs §12).
+
+        A running worker gets it at its next turn (or at once with ``interrupt``); a worker in
+        ``input_required`` takes it as the answer to its question; a finished one is continued
+        by a new worker that carries its conversation on (``response.continued``).
+
+        Args:
+            worker_id: The worker.
+            text: The message.
+            interrupt: Abandon the worker's model request or tool call in flight and deliver
+                at once.
+            wait: Return once the worker that answers is terminal or asks again.
+            request_id: Idempotency key: the same key returns the same message.
+            deadline: The RPC's own deadline in seconds; default the client's ``timeout``, or
+                none with ``wait``.
+
+        Returns:
+            ``worker`` (the one that answers), ``message_id`` and ``continued``.
+        """
+        request = pb2.SendWorkerMessageRequest(
+            worker_id=worker_id,
+            text=text,
+            delivery=pb2.DELIVERY_INTERRUPT if interrupt else pb2.DELIVERY_QUEUE,
+            wait=wait,
+            request_id=request_id,
+        )
+        if deadline is None and not wait:
+            deadline = self.timeout
+        response: pb2.SendWorkerMessageResponse = self._unary(
+            self.stub.SendWorkerMessage, request, deadline
+        )
+        return response
 
     def get(self, worker_id: str) -> pb2.Worker:
         """One worker, with its tree's token usage."""

@@ -71,12 +71,19 @@ class WorkerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WORKER_STATE_COMPLETED: _ClassVar[WorkerState]
     WORKER_STATE_FAILED: _ClassVar[WorkerState]
     WORKER_STATE_KILLED: _ClassVar[WorkerState]
+    WORKER_STATE_INPUT_REQUIRED: _ClassVar[WorkerState]
 
 class Isolation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ISOLATION_UNSPECIFIED: _ClassVar[Isolation]
     ISOLATION_NONE: _ClassVar[Isolation]
     ISOLATION_WORKTREE: _ClassVar[Isolation]
+
+class Delivery(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DELIVERY_UNSPECIFIED: _ClassVar[Delivery]
+    DELIVERY_QUEUE: _ClassVar[Delivery]
+    DELIVERY_INTERRUPT: _ClassVar[Delivery]
 
 class ProgressKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -85,6 +92,7 @@ class ProgressKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PROGRESS_KIND_TOOL_CALL: _ClassVar[ProgressKind]
     PROGRESS_KIND_TOOL_RESULT: _ClassVar[ProgressKind]
     PROGRESS_KIND_STATUS: _ClassVar[ProgressKind]
+    PROGRESS_KIND_MESSAGE: _ClassVar[ProgressKind]
 
 class ToolClass(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -134,14 +142,19 @@ WORKER_STATE_RUNNING: WorkerState
 WORKER_STATE_COMPLETED: WorkerState
 WORKER_STATE_FAILED: WorkerState
 WORKER_STATE_KILLED: WorkerState
+WORKER_STATE_INPUT_REQUIRED: WorkerState
 ISOLATION_UNSPECIFIED: Isolation
 ISOLATION_NONE: Isolation
 ISOLATION_WORKTREE: Isolation
+DELIVERY_UNSPECIFIED: Delivery
+DELIVERY_QUEUE: Delivery
+DELIVERY_INTERRUPT: Delivery
 PROGRESS_KIND_UNSPECIFIED: ProgressKind
 PROGRESS_KIND_TEXT: ProgressKind
 PROGRESS_KIND_TOOL_CALL: ProgressKind
 PROGRESS_KIND_TOOL_RESULT: ProgressKind
 PROGRESS_KIND_STATUS: ProgressKind
+PROGRESS_KIND_MESSAGE: ProgressKind
 TOOL_CLASS_UNSPECIFIED: ToolClass
 TOOL_CLASS_READ: ToolClass
 TOOL_CLASS_WRITE: ToolClass
@@ -369,7 +382,7 @@ class PruneWorktreesResponse(_message.Message):
     def __init__(self, removed: _Optional[_Iterable[str]] = ..., kept_live: _Optional[_Iterable[str]] = ..., failed: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Worker(_message.Message):
-    __slots__ = ("id", "agent", "description", "parent_id", "depth", "state", "create_time", "start_time", "close_time", "result", "structured_result", "error", "exit_code", "tools", "spawns", "model", "caller", "workspace", "mode", "sequence", "last_activity_time", "usage", "tree_usage", "worktree")
+    __slots__ = ("id", "agent", "description", "parent_id", "depth", "state", "create_time", "start_time", "close_time", "result", "structured_result", "error", "exit_code", "tools", "spawns", "model", "caller", "workspace", "mode", "sequence", "last_activity_time", "usage", "tree_usage", "worktree", "continues", "continued_by", "question", "interactive", "undelivered_messages")
     ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -394,6 +407,11 @@ class Worker(_message.Message):
     USAGE_FIELD_NUMBER: _ClassVar[int]
     TREE_USAGE_FIELD_NUMBER: _ClassVar[int]
     WORKTREE_FIELD_NUMBER: _ClassVar[int]
+    CONTINUES_FIELD_NUMBER: _ClassVar[int]
+    CONTINUED_BY_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    INTERACTIVE_FIELD_NUMBER: _ClassVar[int]
+    UNDELIVERED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     id: str
     agent: str
     description: str
@@ -418,7 +436,12 @@ class Worker(_message.Message):
     usage: TokenUsage
     tree_usage: TokenUsage
     worktree: Worktree
-    def __init__(self, id: _Optional[str] = ..., agent: _Optional[str] = ..., description: _Optional[str] = ..., parent_id: _Optional[str] = ..., depth: _Optional[int] = ..., state: _Optional[_Union[WorkerState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., close_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., result: _Optional[str] = ..., structured_result: _Optional[str] = ..., error: _Optional[str] = ..., exit_code: _Optional[int] = ..., tools: _Optional[_Union[EffectiveTools, _Mapping]] = ..., spawns: _Optional[str] = ..., model: _Optional[_Iterable[str]] = ..., caller: _Optional[str] = ..., workspace: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., sequence: _Optional[int] = ..., last_activity_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., tree_usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., worktree: _Optional[_Union[Worktree, _Mapping]] = ...) -> None: ...
+    continues: str
+    continued_by: str
+    question: str
+    interactive: bool
+    undelivered_messages: int
+    def __init__(self, id: _Optional[str] = ..., agent: _Optional[str] = ..., description: _Optional[str] = ..., parent_id: _Optional[str] = ..., depth: _Optional[int] = ..., state: _Optional[_Union[WorkerState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., close_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., result: _Optional[str] = ..., structured_result: _Optional[str] = ..., error: _Optional[str] = ..., exit_code: _Optional[int] = ..., tools: _Optional[_Union[EffectiveTools, _Mapping]] = ..., spawns: _Optional[str] = ..., model: _Optional[_Iterable[str]] = ..., caller: _Optional[str] = ..., workspace: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., sequence: _Optional[int] = ..., last_activity_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., tree_usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., worktree: _Optional[_Union[Worktree, _Mapping]] = ..., continues: _Optional[str] = ..., continued_by: _Optional[str] = ..., question: _Optional[str] = ..., interactive: _Optional[bool] = ..., undelivered_messages: _Optional[int] = ...) -> None: ...
 
 class TokenUsage(_message.Message):
     __slots__ = ("prompt_tokens", "completion_tokens", "total_tokens", "by_model")
@@ -445,7 +468,7 @@ class ModelUsage(_message.Message):
     def __init__(self, model: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., total_tokens: _Optional[int] = ...) -> None: ...
 
 class SpawnWorkerRequest(_message.Message):
-    __slots__ = ("agent", "description", "prompt", "workspace", "mode", "output_schema", "wait", "request_id", "timeout", "isolation")
+    __slots__ = ("agent", "description", "prompt", "workspace", "mode", "output_schema", "wait", "request_id", "timeout", "isolation", "interactive")
     AGENT_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
@@ -456,6 +479,7 @@ class SpawnWorkerRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     ISOLATION_FIELD_NUMBER: _ClassVar[int]
+    INTERACTIVE_FIELD_NUMBER: _ClassVar[int]
     agent: str
     description: str
     prompt: str
@@ -466,7 +490,8 @@ class SpawnWorkerRequest(_message.Message):
     request_id: str
     timeout: _duration_pb2.Duration
     isolation: Isolation
-    def __init__(self, agent: _Optional[str] = ..., description: _Optional[str] = ..., prompt: _Optional[str] = ..., workspace: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., output_schema: _Optional[str] = ..., wait: _Optional[bool] = ..., request_id: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., isolation: _Optional[_Union[Isolation, str]] = ...) -> None: ...
+    interactive: bool
+    def __init__(self, agent: _Optional[str] = ..., description: _Optional[str] = ..., prompt: _Optional[str] = ..., workspace: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., output_schema: _Optional[str] = ..., wait: _Optional[bool] = ..., request_id: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., isolation: _Optional[_Union[Isolation, str]] = ..., interactive: _Optional[bool] = ...) -> None: ...
 
 class Worktree(_message.Message):
     __slots__ = ("path", "branch", "base_commit", "changed")
@@ -503,6 +528,30 @@ class StopWorkerResponse(_message.Message):
     WORKER_FIELD_NUMBER: _ClassVar[int]
     worker: Worker
     def __init__(self, worker: _Optional[_Union[Worker, _Mapping]] = ...) -> None: ...
+
+class SendWorkerMessageRequest(_message.Message):
+    __slots__ = ("worker_id", "text", "delivery", "wait", "request_id")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    text: str
+    delivery: Delivery
+    wait: bool
+    request_id: str
+    def __init__(self, worker_id: _Optional[str] = ..., text: _Optional[str] = ..., delivery: _Optional[_Union[Delivery, str]] = ..., wait: _Optional[bool] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class SendWorkerMessageResponse(_message.Message):
+    __slots__ = ("worker", "message_id", "continued")
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTINUED_FIELD_NUMBER: _ClassVar[int]
+    worker: Worker
+    message_id: str
+    continued: bool
+    def __init__(self, worker: _Optional[_Union[Worker, _Mapping]] = ..., message_id: _Optional[str] = ..., continued: _Optional[bool] = ...) -> None: ...
 
 class GetWorkerRequest(_message.Message):
     __slots__ = ("worker_id",)

@@ -61,6 +61,11 @@ class AgentRegistryServiceStub:
                 request_serializer=agentry_dot_v1_dot_agentry__pb2.StopWorkerRequest.SerializeToString,
                 response_deserializer=agentry_dot_v1_dot_agentry__pb2.StopWorkerResponse.FromString,
                 _registered_method=True)
+        self.SendWorkerMessage = channel.unary_unary(
+                '/agentry.v1.AgentRegistryService/SendWorkerMessage',
+                request_serializer=agentry_dot_v1_dot_agentry__pb2.SendWorkerMessageRequest.SerializeToString,
+                response_deserializer=agentry_dot_v1_dot_agentry__pb2.SendWorkerMessageResponse.FromString,
+                _registered_method=True)
         self.GetWorker = channel.unary_unary(
                 '/agentry.v1.AgentRegistryService/GetWorker',
                 request_serializer=agentry_dot_v1_dot_agentry__pb2.GetWorkerRequest.SerializeToString,
@@ -139,6 +144,14 @@ class AgentRegistryServiceServicer:
 
     def StopWorker(self, request, context):
         """StopWorker stops a pending or running worker (descendants first).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SendWorkerMessage(self, request, context):
+        """SendWorkerMessage sends a follow-up message to a worker: queued for its next turn, the
+        answer to its question, or a continuation of a finished one (docs §12).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -232,6 +245,11 @@ def add_AgentRegistryServiceServicer_to_server(servicer, server):
                     servicer.StopWorker,
                     request_deserializer=agentry_dot_v1_dot_agentry__pb2.StopWorkerRequest.FromString,
                     response_serializer=agentry_dot_v1_dot_agentry__pb2.StopWorkerResponse.SerializeToString,
+            ),
+            'SendWorkerMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendWorkerMessage,
+                    request_deserializer=agentry_dot_v1_dot_agentry__pb2.SendWorkerMessageRequest.FromString,
+                    response_serializer=agentry_dot_v1_dot_agentry__pb2.SendWorkerMessageResponse.SerializeToString,
             ),
             'GetWorker': grpc.unary_unary_rpc_method_handler(
                     servicer.GetWorker,
@@ -411,6 +429,33 @@ class AgentRegistryService:
             '/agentry.v1.AgentRegistryService/StopWorker',
             agentry_dot_v1_dot_agentry__pb2.StopWorkerRequest.SerializeToString,
             agentry_dot_v1_dot_agentry__pb2.StopWorkerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendWorkerMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentry.v1.AgentRegistryService/SendWorkerMessage',
+            agentry_dot_v1_dot_agentry__pb2.SendWorkerMessageRequest.SerializeToString,
+            agentry_dot_v1_dot_agentry__pb2.SendWorkerMessageResponse.FromString,
             options,
             channel_credentials,
             insecure,
