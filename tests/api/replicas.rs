@@ -1571,3 +1571,84 @@ async fn replicas_an_unclaimed_runner_worker_times_out_or_stops_and_is_withdrawn
         "a withdrawn worker was offered: {offered:?}"
     );
 }
+
+/// A replica whose workers run on the model executor against `base_url`.
+async fn model_replica(root: &std::path::Path, name: &str, url: &str, base_url: &str) -> Replica {
+    std::fs::create_dir_all(root.join("home")).unwrap();
+    let config = binary::config(
+        root,
+        name,
+        &format!(
+            "home: {home}\nstore: {{url: '{url}'}}\nreplica: {{name: {name}, lease: 2s}}\n\
+             executor: {{kind: model, timeout: 60s}}\n\
+             models: {{default: scripted/test-model, providers: [{{name: scripted, base_url: '{base_url}'}}]}}\n",
+            home = root.join("home").display(),
+        ),
+    );
+    let server = binary::start(&config).await;
+    let client = server.client().await;
+    Replica { server, client }
+}
+
+/// docs §12.2, §9: a message sent to replica b reaches the worker replica a runs (at its next
+/// turn), and a follow-up through b to the finished worker continues it on b with a's
+/// transcript, read from the shared store.
+#[tokio::test]
+async fn a_message_through_one_replica_reaches_a_worker_on_the_other() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let scripted = crate::model::Scripted::start(serde_json::json!([
+        {"match": "follow up", "content": "continued on b"},
+        {"match": "sent through b", "content": "heard you"},
+        {"match": "slow brief", "delay_ms": 300, "tool_calls": [{"name": "nope", "arguments": {}}]},
+    ]))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let a = model_replica(dir.path(), "a", &db.url, &scripted.base_url).await;
+    let b = model_replica(dir.path(), "b", &db.url, &scripted.base_url).await;
+    let w = spawn(&a.client, "slow brief", false).await.worker.unwrap();
+    wait_state(&a.client, &w.id, RUNNING).await;
+    let sent = b
+        .client
+        .clone()
+        .send_worker_message(pb::SendWorkerMessageRequest {
+            worker_id: w.id.clone(),
+            text: "sent through b".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!sent.continued);
+    wait_state(&a.client, &w.id, COMPLETED).await;
+    let done = get(&b.client, &w.id).await;
+    assert_eq!(done.result.as_deref(), Some("heard you"), "{done:?}");
+
+    let next = b
+        .client
+        .clone()
+        .send_worker_message(pb::SendWorkerMessageRequest {
+            worker_id: w.id.clone(),
+            text: "follow up".into(),
+            wait: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    assert_eq!(next.continues, w.id);
+    assert_eq!(next.result.as_deref(), Some("continued on b"), "{next:?}");
+    let last = scripted.requests().pop().unwrap();
+    let said: Vec<String> = last["body"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(said, ["slow brief", "sent through b", "follow up"]);
+    drop((a, b));
+}
