@@ -258,3 +258,97 @@ async fn the_restart_sweep_finishes_the_worktrees_of_orphans() {
     );
     assert!(git(&repo, &["branch", "--list", &wt.branch]).contains(&wt.branch));
 }
+
+/// docs §12.2, §12.3: an inbox and transcripts survive `kill -9`. A finished model worker is
+/// continued from its transcript after the restart; a worker killed mid-turn with a message
+/// in its inbox is closed as orphaned, and the next message continues it with the undelivered
+/// one first.
+#[tokio::test]
+async fn an_inbox_and_transcripts_survive_kill_9() {
+    let scripted = crate::model::Scripted::start(serde_json::json!([
+        {"match": "what about tests", "content": "tests answered"},
+        {"match": "resume please", "content": "resumed"},
+        {"match": "quick question", "content": "quick answer"},
+        {"match": "stuck brief", "delay_ms": 60000, "content": "never"},
+    ]))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("home")).unwrap();
+    let config = binary::config(
+        root,
+        "agentry",
+        &format!(
+            "{}executor: {{kind: model, timeout: 120s}}\n\
+             models: {{default: scripted/test-model, providers: [{{name: scripted, base_url: '{}'}}]}}\n",
+            binary::home_and_store(&root.join("home"), "agentry"),
+            scripted.base_url,
+        ),
+    );
+    let server = start(&config).await;
+    let mut c = server.client().await;
+    let done = spawn_task(&c, "quick question", true).await;
+    assert_eq!(done.result.as_deref(), Some("quick answer"));
+    let stuck = spawn_task(&c, "stuck brief", false).await;
+    crate::helpers::eventually("the stuck request", Duration::from_secs(10), || async {
+        (scripted.requests().len() >= 2).then_some(())
+    })
+    .await;
+    let queued = c
+        .send_worker_message(pb::SendWorkerMessageRequest {
+            worker_id: stuck.id.clone(),
+            text: "what about tests".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!queued.continued);
+    server.kill_9();
+
+    let server = start(&config).await;
+    let mut c = server.client().await;
+    let orphan = get_on(&c, &stuck.id).await;
+    assert_eq!(orphan.state, pb::WorkerState::Failed as i32);
+    assert_eq!(orphan.undelivered_messages, 1, "{orphan:?}");
+    let next = c
+        .send_worker_message(pb::SendWorkerMessageRequest {
+            worker_id: stuck.id.clone(),
+            text: "resume please".into(),
+            wait: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    assert_eq!(next.continues, stuck.id);
+    let last = scripted.requests().pop().unwrap();
+    let users: Vec<&str> = last["body"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(users, ["stuck brief", "what about tests", "resume please"]);
+    assert_eq!(next.result.as_deref(), Some("tests answered"));
+
+    let more = c
+        .send_worker_message(pb::SendWorkerMessageRequest {
+            worker_id: done.id.clone(),
+            text: "resume please".into(),
+            wait: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    assert_eq!(more.continues, done.id);
+    let last = scripted.requests().pop().unwrap();
+    assert_eq!(last["body"]["messages"][2]["content"], "quick answer");
+    assert_eq!(more.result.as_deref(), Some("resumed"));
+}

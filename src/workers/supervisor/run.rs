@@ -115,10 +115,14 @@ impl Supervisor {
         tracing::Span::current().record("outcome", rec.state.as_str());
         self.metrics
             .worker_spawned(&rec.spec.agent, rec.state.as_str());
-        self.recent.insert(id.clone(), rec.clone());
+        let asked = rec.state == WorkerState::InputRequired;
+        // A worker waiting for an answer keeps nothing here beyond its row (docs §12.4): it is
+        // read from the store until it runs again.
+        if !asked {
+            self.recent.insert(id.clone(), rec.clone());
+        }
         self.live().remove(&id);
         tracing::info!(worker = %id, agent = %rec.spec.agent, state = %rec.state, error = ?rec.error, "worker finished");
-        let asked = rec.state == WorkerState::InputRequired;
         let _ = ctx.done.send(Some(rec));
         if asked {
             // A message that came in while it was asking is its answer (docs §12.4).
