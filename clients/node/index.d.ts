@@ -534,6 +534,10 @@ export interface Job {
   readonly signal: AbortSignal;
   /** Appends a progress event (sent at once, or after a reconnect). */
   progress(text: string, kind?: ProgressKindInput, data?: Json): void;
+  /** The next message sent to the worker (docs §12.6); null once the worker is aborted. */
+  nextMessage(): Promise<string | null>;
+  /** Asks the worker's caller; the worker waits in input_required; resolves to the answer. */
+  ask(question: string): Promise<string | null>;
   /** A Client that calls as this worker. */
   readonly client: Client;
 }

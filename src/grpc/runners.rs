@@ -28,6 +28,8 @@ pub const MAX_LABEL_BYTES: usize = 256;
 pub const MAX_RESUME: usize = 10_000;
 /// Longest lease token, in bytes.
 pub const MAX_LEASE_BYTES: usize = 64;
+/// Longest `input_required.question`, in bytes.
+pub const MAX_QUESTION_BYTES: usize = 64 * 1024;
 /// Longest `failed.error`, in bytes.
 pub const MAX_ERROR_BYTES: usize = 64 * 1024;
 
@@ -60,6 +62,8 @@ fn kind(m: &In) -> &'static str {
         In::Progress(_) => "progress",
         In::Finished(_) => "finished",
         In::Heartbeat(_) => "heartbeat",
+        In::MessageDelivered(_) => "message_delivered",
+        In::InputRequired(_) => "input_required",
     }
 }
 
@@ -115,6 +119,19 @@ fn hello(h: pb::RunnerHello) -> Result<Hello, Status> {
             request::check_line("hello.labels", val, MAX_LABEL_BYTES, &mut v);
         }
     }
+    if h.capabilities.len() > MAX_LABELS {
+        v.add(
+            "hello.capabilities",
+            format!(
+                "has {} entries; the limit is {MAX_LABELS}",
+                h.capabilities.len()
+            ),
+        );
+    } else {
+        for c in &h.capabilities {
+            request::check_line("hello.capabilities", c, MAX_LABEL_BYTES, &mut v);
+        }
+    }
     if h.resume.len() > MAX_RESUME {
         v.add(
             "hello.resume",
@@ -132,6 +149,8 @@ fn hello(h: pb::RunnerHello) -> Result<Hello, Status> {
         slots: h.slots,
         labels: h.labels.into_iter().collect::<BTreeMap<_, _>>(),
         resume: h.resume,
+        messages: h.capabilities.iter().any(|c| c == "messages"),
+        input: h.capabilities.iter().any(|c| c == "input"),
     })
 }
 
@@ -168,6 +187,19 @@ fn outbound(o: Outbound) -> Result<pb::ConnectResponse, Status> {
             reason: r.reason,
             code: r.code.to_owned(),
         }),
+        Outbound::Message {
+            worker_id,
+            lease_token,
+            message_id,
+            text,
+            interrupt,
+        } => Out::Message(pb::RunnerMessage {
+            worker_id: worker_id.to_string(),
+            lease_token,
+            message_id,
+            text,
+            interrupt,
+        }),
         Outbound::Close { code, reason } => {
             return Err(with_info(Code::Unavailable, code, reason, &[]));
         }
@@ -191,7 +223,7 @@ async fn handle(s: &Session, m: pb::ConnectRequest, max_output: usize) {
         return s.refuse(
             "",
             "INVALID_MESSAGE",
-            "the message is empty: set one of hello, accepted, progress, finished, heartbeat",
+            "the message is empty: set one of hello, accepted, progress, finished, heartbeat, message_delivered, input_required",
         );
     };
     match m {
@@ -201,6 +233,19 @@ async fn handle(s: &Session, m: pb::ConnectRequest, max_output: usize) {
             "hello was already sent on this stream; open a new stream (with hello.resume) to start a new session",
         ),
         In::Heartbeat(_) => {}
+        In::MessageDelivered(d) => s.delivered(&d.worker_id, &d.lease_token).await,
+        In::InputRequired(q) => {
+            let question = match q.question.trim() {
+                "" => Err("input_required.question must not be empty".to_owned()),
+                t if t.len() > MAX_QUESTION_BYTES => Err(format!(
+                    "input_required.question is {} bytes; the limit is {MAX_QUESTION_BYTES} bytes",
+                    t.len()
+                )),
+                t => Ok(t.to_owned()),
+            };
+            s.input_required(&q.worker_id, &q.lease_token, question)
+                .await;
+        }
         In::Accepted(a) => s.accepted(&a.worker_id, &a.lease_token),
         In::Progress(p) => {
             let mut v = Violations::default();

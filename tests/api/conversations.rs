@@ -602,7 +602,8 @@ async fn a_worker_may_message_only_its_children() {
         "MESSAGE_TO_ANCESTOR",
         "a worker cannot send a message to its parent or another ancestor; return your answer as your result instead",
     );
-    // Its own child passes the lineage rule; a runner without messages refuses.
+    // Its own child passes the lineage rule; a child not yet running on a runner that takes
+    // messages cannot take one.
     let err = s
         .client
         .clone()
@@ -614,7 +615,7 @@ async fn a_worker_may_message_only_its_children() {
         Code::FailedPrecondition,
         "MESSAGES_UNSUPPORTED",
         &format!(
-            "worker {} runs on a runner that does not take messages",
+            "worker {} runs on a runner that does not take messages (it is not running on a runner connected to this replica)",
             child.id
         ),
     );
@@ -707,4 +708,171 @@ async fn an_expired_transcript_is_refused() {
             w.id
         ),
     );
+}
+
+/// docs §12.6: a runner with the capabilities `messages` and `input` gets each message on its
+/// stream, acknowledges it (the message becomes an event), asks its caller (the worker waits in
+/// `input_required` with the question, keeping its lease), and gets the answer as a message.
+#[tokio::test]
+async fn a_runner_with_the_capabilities_takes_messages_and_asks() {
+    use crate::runners::{Runner, fast, hello};
+    use pb::{connect_request::Msg as In, connect_response::Msg as Out};
+    let s = start_with(fast).await;
+    let mut runner = Runner::connect(
+        &s,
+        pb::RunnerHello {
+            capabilities: vec!["messages".into(), "input".into()],
+            ..hello("talker", &["*"], 2)
+        },
+    )
+    .await;
+    let w = workers::spawn(&s, spawn_req("task", "talk to me", false))
+        .await
+        .unwrap()
+        .worker
+        .unwrap();
+    let a = runner.assignment().await;
+    runner
+        .send(In::Accepted(pb::RunnerAccepted {
+            worker_id: a.worker_id.clone(),
+            lease_token: a.lease_token.clone(),
+        }))
+        .await;
+    wait_state(&s, &w.id, pb::WorkerState::Running).await;
+
+    let sent = send(&s, msg(&w.id, "hello runner", false)).await.unwrap();
+    assert!(!sent.continued);
+    let Out::Message(m) = runner.next().await else {
+        panic!("expected a message")
+    };
+    assert_eq!(
+        (m.worker_id.as_str(), m.text.as_str(), m.message_id.as_str()),
+        (w.id.as_str(), "hello runner", sent.message_id.as_str())
+    );
+    assert_eq!(m.lease_token, a.lease_token);
+    runner
+        .send(In::MessageDelivered(pb::RunnerMessageDelivered {
+            worker_id: a.worker_id.clone(),
+            lease_token: a.lease_token.clone(),
+            message_id: m.message_id.clone(),
+        }))
+        .await;
+    eventually("the delivery recorded", Duration::from_secs(10), || async {
+        let w = get(&s, &w.id).await;
+        (w.undelivered_messages == 0)
+            .then_some(())
+            .ok_or(format!("{w:?}"))
+    })
+    .await;
+
+    runner
+        .send(In::InputRequired(pb::RunnerInputRequired {
+            worker_id: a.worker_id.clone(),
+            lease_token: a.lease_token.clone(),
+            question: "Which branch?".into(),
+        }))
+        .await;
+    let asked = wait_state(&s, &w.id, pb::WorkerState::InputRequired).await;
+    assert_eq!(asked.question.as_deref(), Some("Which branch?"));
+    send(&s, msg(&w.id, "main", false)).await.unwrap();
+    let Out::Message(answer) = runner.next().await else {
+        panic!("expected the answer")
+    };
+    assert_eq!(answer.text, "main");
+    runner
+        .send(In::MessageDelivered(pb::RunnerMessageDelivered {
+            worker_id: a.worker_id.clone(),
+            lease_token: a.lease_token.clone(),
+            message_id: answer.message_id,
+        }))
+        .await;
+    wait_state(&s, &w.id, pb::WorkerState::Running).await;
+    runner
+        .send(In::Finished(pb::RunnerFinished {
+            worker_id: a.worker_id.clone(),
+            lease_token: a.lease_token.clone(),
+            outcome: Some(pb::runner_finished::Outcome::Completed(
+                pb::runner_finished::Completed {
+                    result: "merged".into(),
+                },
+            )),
+        }))
+        .await;
+    let done = wait_state(&s, &w.id, pb::WorkerState::Completed).await;
+    assert_eq!(done.result.as_deref(), Some("merged"));
+    let texts: Vec<String> = events(&s, &w.id)
+        .await
+        .into_iter()
+        .filter_map(|e| e.progress)
+        .filter(|p| p.kind == pb::ProgressKind::Message as i32)
+        .map(|p| p.text)
+        .collect();
+    assert_eq!(texts, ["hello runner", "main"]);
+
+    // A runner without `input` may not ask.
+    let mut plain = Runner::connect(&s, hello("plain", &["*"], 1)).await;
+    drop(runner);
+    let w2 = workers::spawn(&s, spawn_req("task", "no questions", false))
+        .await
+        .unwrap()
+        .worker
+        .unwrap();
+    let b = plain.assignment().await;
+    assert_eq!(b.worker_id, w2.id);
+    plain
+        .send(In::Accepted(pb::RunnerAccepted {
+            worker_id: b.worker_id.clone(),
+            lease_token: b.lease_token.clone(),
+        }))
+        .await;
+    wait_state(&s, &w2.id, pb::WorkerState::Running).await;
+    plain
+        .send(In::InputRequired(pb::RunnerInputRequired {
+            worker_id: b.worker_id.clone(),
+            lease_token: b.lease_token.clone(),
+            question: "?".into(),
+        }))
+        .await;
+    let refused = plain.rejected().await;
+    assert_eq!(refused.code, "CAPABILITY_MISSING");
+    let err = send(&s, msg(&w2.id, "hi", false)).await.unwrap_err();
+    assert_status(
+        &err,
+        Code::FailedPrecondition,
+        "MESSAGES_UNSUPPORTED",
+        &format!(
+            "worker {} runs on a runner that does not take messages",
+            w2.id
+        ),
+    );
+}
+
+#[tokio::test]
+async fn an_unanswered_question_fails_the_worker_after_the_input_timeout() {
+    let scripted = Scripted::start(json!([
+        {"tool_calls": [{"name": "ask_caller", "arguments": {"question": "anyone?"}}]},
+    ]))
+    .await;
+    let s = server(&scripted, |c| {
+        c.workers.input_timeout = Duration::from_millis(400);
+    })
+    .await;
+    let asked = workers::spawn(
+        &s,
+        pb::SpawnWorkerRequest {
+            interactive: true,
+            ..spawn_req("helper", "ask", true)
+        },
+    )
+    .await
+    .unwrap()
+    .worker
+    .unwrap();
+    assert_eq!(asked.state, pb::WorkerState::InputRequired as i32);
+    let failed = wait_state(&s, &asked.id, pb::WorkerState::Failed).await;
+    assert_eq!(
+        failed.error.as_deref(),
+        Some("no answer to the worker's question within 400ms (workers.input_timeout)")
+    );
+    assert_eq!(failed.question, None);
 }

@@ -23,6 +23,8 @@ const abortReason = (message) => new DOMException(message, 'AbortError');
 class Job {
   #runner;
   #client = null;
+  #inbox = []; // messages not yet taken
+  #waiting = []; // resolvers of nextMessage() calls
 
   constructor(runner, assignment, controller) {
     this.#runner = runner;
@@ -41,6 +43,35 @@ class Job {
     this.prompt = spec.prompt;
     /** Aborted when agentry cancels the worker (stop, timeout) or the runner loses it. */
     this.signal = controller.signal;
+  }
+
+  /**
+   * The next message sent to the worker (SendWorkerMessage, docs §12.6), in order; resolves to
+   * null once the worker is aborted. The runner acknowledges each message as it arrives here.
+   */
+  nextMessage() {
+    if (this.#inbox.length) return Promise.resolve(this.#inbox.shift());
+    if (this.signal.aborted) return Promise.resolve(null);
+    return new Promise((resolve) => {
+      const onAbort = () => resolve(null);
+      this.signal.addEventListener('abort', onAbort, { once: true });
+      this.#waiting.push((text) => {
+        this.signal.removeEventListener('abort', onAbort);
+        resolve(text);
+      });
+    });
+  }
+
+  /** Asks the worker's caller `question` (the worker waits in input_required); resolves to the answer. */
+  ask(question) {
+    this.#runner._ask(this, String(question));
+    return this.nextMessage();
+  }
+
+  _deliver(text) {
+    const next = this.#waiting.shift();
+    if (next) next(text);
+    else this.#inbox.push(text);
   }
 
   /** Appends a progress event (kind 'text', 'tool_call', 'tool_result' or 'status'). */
@@ -209,6 +240,7 @@ export class Runner extends EventEmitter {
           slots: this.#options.slots,
           labels: this.#options.labels,
           resume: [...resume],
+          capabilities: ['messages', 'input'],
         },
       });
     });
@@ -256,6 +288,14 @@ export class Runner extends EventEmitter {
         this.emit('cancel', entry.job, msg.cancel.reason);
         entry.canceled = true;
         entry.controller.abort(abortReason(msg.cancel.reason || 'canceled'));
+        break;
+      }
+      case 'message': {
+        const m = msg.message;
+        const entry = this.#jobs.get(m.workerId);
+        if (!entry || entry.job.leaseToken !== m.leaseToken) break;
+        entry.job._deliver(m.text);
+        this.#send({ messageDelivered: { workerId: m.workerId, leaseToken: m.leaseToken, messageId: m.messageId } });
         break;
       }
       case 'rejected': {
@@ -338,6 +378,13 @@ export class Runner extends EventEmitter {
     } else if (this.#stopping && !this.#call && this.#jobs.size === 0) {
       this.#stopAbort.abort();
     }
+  }
+
+  /** @internal Job.ask. */
+  _ask(job, question) {
+    const entry = this.#jobs.get(job.workerId);
+    if (!entry || entry.job !== job || entry.lost) return;
+    this.#send({ inputRequired: { workerId: job.workerId, leaseToken: job.leaseToken, question } });
   }
 
   /** @internal Job.progress. */

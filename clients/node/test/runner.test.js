@@ -160,6 +160,31 @@ describe('Runner', () => {
     assert.equal(worker.result, 'still here');
   });
 
+  it('a handler takes messages and asks its caller: nextMessage, ask, input_required', async () => {
+    startRunner(server.addr, {
+      quick_task: async (job) => {
+        const first = await job.nextMessage();
+        const answer = await job.ask(`got ${first}; which branch?`);
+        return `merging into ${answer}`;
+      },
+    });
+    const { worker } = await client.spawn({ agent: 'quick_task', prompt: `talk ${unique()}` });
+    await untilRunning(client, worker.id);
+    const sent = await client.sendMessage(worker.id, 'hello');
+    assert.equal(sent.continued, false);
+    let asked;
+    for (let i = 0; i < 200; i++) {
+      asked = await client.get(worker.id);
+      if (asked.state === 'WORKER_STATE_INPUT_REQUIRED') break;
+      await sleep(50);
+    }
+    assert.equal(asked.state, 'WORKER_STATE_INPUT_REQUIRED');
+    assert.equal(asked.question, 'got hello; which branch?');
+    const done = await client.sendMessage(worker.id, 'main', { wait: true });
+    assert.equal(done.worker.state, 'WORKER_STATE_COMPLETED');
+    assert.equal(done.worker.result, 'merging into main');
+  });
+
   it('a thrown error fails the worker with its message', async () => {
     startRunner(server.addr, {
       quick_task: async () => {

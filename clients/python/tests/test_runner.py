@@ -69,6 +69,30 @@ def test_a_spawn_is_taken_by_the_handler_and_its_progress_watched(
     assert document["worker_id"] == worker.id and document["agent"]["name"] == "quick_task"
 
 
+def test_a_handler_takes_messages_and_asks_its_caller(
+    runner_server: Server, runner_client: agentry.Client
+) -> None:
+    runner = make_runner(runner_server.addr, "py-talk")
+
+    @runner.agent("quick_task")
+    def handle(job: agentry.Job) -> str:
+        first = job.next_message(timeout=20)
+        answer = job.ask(f"got {first!r}; which branch?", timeout=20)
+        return f"merging into {answer}"
+
+    with serving(runner):
+        worker = runner_client.spawn("quick_task", "talk")
+        wait_state(runner_client, worker.id, pb2.WORKER_STATE_RUNNING)
+        sent = runner_client.send_message(worker.id, "hello")
+        assert not sent.continued and sent.message_id.startswith("msg_")
+        wait_state(runner_client, worker.id, pb2.WORKER_STATE_INPUT_REQUIRED)
+        asked = runner_client.get(worker.id)
+        assert asked.question == "got 'hello'; which branch?"
+        done = runner_client.send_message(worker.id, "main", wait=True).worker
+    assert done.state == pb2.WORKER_STATE_COMPLETED
+    assert done.result == "merging into main"
+
+
 def test_stop_delivers_cancel_and_the_worker_ends_killed(
     runner_server: Server, runner_client: agentry.Client
 ) -> None:

@@ -279,6 +279,13 @@ pub trait Executor: Send + Sync + 'static {
         ))
     }
 
+    /// Hands a message accepted into the inbox of running worker `worker_id` to whatever runs
+    /// it outside this process (a runner, docs §12.6). The default: nothing to hand it to (the
+    /// model executor's own loop takes it from the store).
+    fn deliver(&self, agent: &str, worker_id: &str, message: &crate::workers::store::Message) {
+        let _ = (agent, worker_id, message);
+    }
+
     /// Kills whatever is left of runs of these workers by an earlier process of the service
     /// (which was killed before it could stop them); called at start-up, before their rows are
     /// closed as orphaned. Returns how many processes were killed. An executor that starts

@@ -94,16 +94,19 @@ impl Executor for ByKind {
     fn messages(&self, agent: &str, worker_id: &str) -> Result<(), (&'static str, String)> {
         match self.kind_of(agent) {
             Kind::Model => Ok(()),
-            Kind::Runner => Err((
-                "MESSAGES_UNSUPPORTED",
-                format!("worker {worker_id} runs on a runner that does not take messages"),
-            )),
+            Kind::Runner => self.runner.messages(agent, worker_id),
             Kind::Exec | Kind::Unconfigured => Err((
                 "NOT_RESUMABLE",
                 format!(
                     "worker {worker_id} runs on the exec executor: a process has no transcript to continue"
                 ),
             )),
+        }
+    }
+
+    fn deliver(&self, agent: &str, worker_id: &str, message: &crate::workers::store::Message) {
+        if self.kind_of(agent) == Kind::Runner {
+            self.runner.deliver(agent, worker_id, message);
         }
     }
 

@@ -194,6 +194,23 @@ async fn follow(
 }
 
 impl Executor for RunnerExecutor {
+    fn messages(&self, _agent: &str, worker_id: &str) -> Result<(), (&'static str, String)> {
+        let refused = |why: String| ("MESSAGES_UNSUPPORTED", why);
+        let id = WorkerId::parse(worker_id).map_err(|e| refused(e.to_string()))?;
+        self.hub.takes_messages(&id).map_err(refused)
+    }
+
+    fn deliver(&self, _agent: &str, worker_id: &str, message: &crate::workers::store::Message) {
+        if let Ok(id) = WorkerId::parse(worker_id)
+            && let Err(why) = self
+                .hub
+                .message(&id, &message.id, &message.text, message.interrupt)
+        {
+            // It stays in the inbox: a continuation or the next send finds it.
+            tracing::warn!(worker = %id, error = %why, "message not handed to the runner");
+        }
+    }
+
     fn run(
         &self,
         job: Job,

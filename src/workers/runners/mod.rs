@@ -92,6 +92,19 @@ pub enum Outbound {
     },
     /// A message of the runner was refused and not applied.
     Rejected(Refusal),
+    /// A message for a running worker (docs §12.6).
+    Message {
+        /// The worker.
+        worker_id: WorkerId,
+        /// Its lease token.
+        lease_token: String,
+        /// The message's id.
+        message_id: String,
+        /// The text.
+        text: String,
+        /// Deliver at once.
+        interrupt: bool,
+    },
     /// The hub ends this session (lease expired, shutdown); the stream ends with this.
     Close {
         /// UPPER_SNAKE reason.
@@ -165,6 +178,10 @@ pub struct Hello {
     pub labels: BTreeMap<String, String>,
     /// Lease tokens of workers a previous session of this runner held.
     pub resume: Vec<String>,
+    /// It takes `message` (capability `messages`, docs §12.6).
+    pub messages: bool,
+    /// It may send `input_required` (capability `input`).
+    pub input: bool,
 }
 
 /// Where a worker waiting for or held by a runner is.
@@ -218,6 +235,10 @@ struct Runner {
     last_seen: Instant,
     gone_since: Option<Instant>,
     held: HashSet<WorkerId>,
+    /// Capability `messages`.
+    messages: bool,
+    /// Capability `input`.
+    input: bool,
 }
 
 impl Runner {
@@ -599,6 +620,8 @@ impl RunnerHub {
                 last_seen: Instant::now(),
                 gone_since: None,
                 held: HashSet::new(),
+                messages: hello.messages,
+                input: hello.input,
             },
         );
         for token in &hello.resume {
@@ -740,6 +763,79 @@ impl RunnerHub {
                 "ALREADY_ACCEPTED",
                 format!("worker {id} was already accepted"),
             )),
+        }
+    }
+
+    /// Sends a message to the runner that runs worker `id` (docs §12.6): `Err` with the refusal
+    /// when the worker is not running on a runner connected here that takes messages.
+    pub fn message(
+        &self,
+        id: &WorkerId,
+        message_id: &str,
+        text: &str,
+        interrupt: bool,
+    ) -> Result<(), String> {
+        let st = self.state();
+        let running = st.works.get(id).and_then(|w| match &w.place {
+            Place::Running { runner, lease } => Some((runner, lease)),
+            _ => None,
+        });
+        let Some((rid, lease)) = running else {
+            return Err(format!(
+                "worker {id} is not running on a runner connected to this replica"
+            ));
+        };
+        match st.runners.get(rid) {
+            Some(r) if r.messages => {
+                r.send(Outbound::Message {
+                    worker_id: id.clone(),
+                    lease_token: lease.clone(),
+                    message_id: message_id.to_owned(),
+                    text: text.to_owned(),
+                    interrupt,
+                });
+                Ok(())
+            }
+            _ => Err(format!(
+                "worker {id} runs on a runner that does not take messages"
+            )),
+        }
+    }
+
+    /// Whether worker `id` runs on a runner connected here that takes messages.
+    pub fn takes_messages(&self, id: &WorkerId) -> Result<(), String> {
+        let st = self.state();
+        match st.works.get(id).map(|w| &w.place) {
+            Some(Place::Running { runner, .. })
+                if st.runners.get(runner).is_some_and(|r| r.messages) =>
+            {
+                Ok(())
+            }
+            Some(Place::Running { .. }) => Err(format!(
+                "worker {id} runs on a runner that does not take messages"
+            )),
+            _ => Err(format!(
+                "worker {id} runs on a runner that does not take messages (it is not running on a runner connected to this replica)"
+            )),
+        }
+    }
+
+    /// Fencing for `input_required`: an accepted lease of a runner with capability `input`.
+    pub fn check_input(
+        &self,
+        rid: &RunnerId,
+        worker_id: &str,
+        lease: &str,
+    ) -> Result<WorkerId, Refusal> {
+        let id = self.check_running(rid, worker_id, lease)?;
+        if self.state().runners.get(rid).is_some_and(|r| r.input) {
+            Ok(id)
+        } else {
+            Err(Refusal::new(
+                worker_id,
+                "CAPABILITY_MISSING",
+                "input_required needs the capability \"input\" in hello.capabilities",
+            ))
         }
     }
 

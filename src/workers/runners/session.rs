@@ -150,6 +150,42 @@ impl Session {
         }
     }
 
+    /// `message_delivered` (capability `messages`, docs §12.6): the agent has the worker's
+    /// messages.
+    pub async fn delivered(&self, worker_id: &str, lease: &str) {
+        let id = match self.hub.check_running(&self.runner, worker_id, lease) {
+            Ok(id) => id,
+            Err(r) => return self.hub.reject(&self.runner, r),
+        };
+        self.started(&id).await;
+        if let Err(e) = self.sup.runner_delivered(&id).await {
+            tracing::error!(worker = %id, error = %e, "cannot record a delivered message");
+            self.refuse(worker_id, "INTERNAL", format!("delivery not recorded: {e}"));
+        }
+    }
+
+    /// `input_required` (capability `input`, docs §12.6): `question` is the validated
+    /// question, or why it is invalid.
+    pub async fn input_required(
+        &self,
+        worker_id: &str,
+        lease: &str,
+        question: Result<String, String>,
+    ) {
+        let id = match self.hub.check_input(&self.runner, worker_id, lease) {
+            Ok(id) => id,
+            Err(r) => return self.hub.reject(&self.runner, r),
+        };
+        self.started(&id).await;
+        let question = match question {
+            Ok(q) => q,
+            Err(why) => return self.refuse(worker_id, "INVALID_MESSAGE", why),
+        };
+        if let Err(e) = self.sup.runner_asked(&id, question).await {
+            self.refuse(worker_id, "NOT_RUNNING", e.to_string());
+        }
+    }
+
     /// `finished`.
     pub fn finished(&self, worker_id: &str, lease: &str, finish: Finish) {
         if let Err(r) = self.hub.finish(&self.runner, worker_id, lease, finish) {

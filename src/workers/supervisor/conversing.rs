@@ -23,8 +23,13 @@ use crate::{
     },
 };
 
-/// How often the conversation duties run (unanswered questions, expired transcripts).
+/// How often the conversation duties run (unanswered questions, expired transcripts), at most:
+/// a quarter of the shorter of `workers.input_timeout` and `workers.transcript_ttl` when that
+/// is less, so neither is overrun by more than a quarter.
 const DUTY_EVERY: Duration = Duration::from_secs(30);
+
+/// The least pause between two runs of the duties.
+const DUTY_AT_LEAST: Duration = Duration::from_millis(50);
 
 /// How often a caller waiting for a worker another process runs re-reads it.
 const POLL: Duration = Duration::from_millis(100);
@@ -119,7 +124,7 @@ impl Supervisor {
                     return self.resent(existing, &named, &rid, &req).await;
                 }
                 Sent::Queued(rec) => {
-                    self.delivered_to(&rec, req.interrupt).await?;
+                    self.delivered_to(&rec, &msg).await?;
                     (rec, None)
                 }
                 Sent::Closed(rec) => match self.continue_worker(&rec, &msg, req.wait).await? {
@@ -213,18 +218,74 @@ impl Supervisor {
     async fn delivered_to(
         self: &Arc<Self>,
         rec: &WorkerRecord,
-        interrupt: bool,
+        msg: &Message,
     ) -> Result<(), WorkerError> {
         let posted = self
             .live_mut(&rec.id, |l| {
                 l.record.undelivered = rec.undelivered;
-                l.mail.post(interrupt);
+                l.mail.post(msg.interrupt);
             })
             .is_some();
-        if !posted && rec.state == WorkerState::InputRequired {
+        if posted {
+            // A runner's worker gets it on the runner's stream (docs §12.6).
+            self.executor.deliver(&rec.spec.agent, rec.id.as_str(), msg);
+        } else if rec.state == WorkerState::InputRequired {
             self.resume(rec.clone()).await?;
         }
         Ok(())
+    }
+
+    /// A runner's agent has the messages of its worker `id` (docs §12.6): they are delivered,
+    /// each a `PROGRESS_KIND_MESSAGE` event, and a worker that waited for an answer runs again.
+    pub async fn runner_delivered(&self, id: &WorkerId) -> Result<(), WorkerError> {
+        let taken = self.store.take_messages(id, false).await?;
+        self.inbox_taken(id);
+        let waiting = self
+            .live_mut(id, |l| l.record.state == WorkerState::InputRequired)
+            .unwrap_or(false);
+        if waiting {
+            self.live_transition(id, Event::Answer, Patch::default())
+                .await?;
+        }
+        for m in taken {
+            let data = serde_json::json!({"message_id": m.id, "delivery": if m.interrupt { "interrupt" } else { "queue" }});
+            let p = crate::workers::model::Progress {
+                kind: crate::workers::model::ProgressKind::Message,
+                text: m.text,
+                data_json: Some(data.to_string()),
+            };
+            if let Err(e) = self.report_progress(id, p).await {
+                tracing::debug!(worker = %id, error = %e, "message event not recorded");
+            }
+        }
+        Ok(())
+    }
+
+    /// A runner's agent asks its caller (docs §12.6): the worker becomes `input_required` and
+    /// keeps its lease and its run.
+    pub async fn runner_asked(
+        &self,
+        id: &WorkerId,
+        question: String,
+    ) -> Result<WorkerRecord, WorkerError> {
+        let patch = Patch {
+            question: Some(question),
+            ..Patch::default()
+        };
+        self.live_transition(id, Event::Ask, patch).await
+    }
+
+    /// A transition of a worker live here, published to its watchers.
+    async fn live_transition(
+        &self,
+        id: &WorkerId,
+        event: Event,
+        patch: Patch,
+    ) -> Result<WorkerRecord, WorkerError> {
+        let events = self
+            .live_mut(id, |l| l.events.clone())
+            .ok_or_else(|| WorkerError::NotFound(id.to_string()))?;
+        self.transition(id, &events, event, patch).await
     }
 
     /// Creates and starts the continuation of finished worker `rec` with `msg` (docs §12.3);
@@ -544,15 +605,19 @@ struct Launch {
     wait: bool,
 }
 
-/// Runs the conversation duties every [`DUTY_EVERY`] until shutdown.
+/// Runs the conversation duties every [`DUTY_EVERY`] (or sooner, see there) until shutdown.
 pub(crate) fn start_duties(sup: &Arc<Supervisor>) {
     let weak = Arc::downgrade(sup);
     let shutdown = sup.shutdown_token();
+    let every = DUTY_EVERY
+        .min(sup.settings.input_timeout / 4)
+        .min(sup.settings.transcript_ttl / 4)
+        .max(DUTY_AT_LEAST);
     sup.task_tracker().spawn(async move {
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
-                () = tokio::time::sleep(DUTY_EVERY) => {}
+                () = tokio::time::sleep(every) => {}
             }
             let Some(sup) = weak.upgrade() else { return };
             sup.conversation_duties().await;

@@ -144,6 +144,20 @@ impl Supervisor {
             .live()
             .get(id)
             .is_some_and(|l| l.record.state == WorkerState::Pending);
+        // A runner's worker that asked and was not answered ends from `input_required`: it runs
+        // again first, so its end is recorded from `running` (docs §12.6).
+        let waiting = self
+            .live()
+            .get(id)
+            .is_some_and(|l| l.record.state == WorkerState::InputRequired);
+        if waiting
+            && matches!(event, Event::Complete | Event::Ask)
+            && let Err(e) = self
+                .record_until_stored(id, events, Event::Answer, Patch::default())
+                .await
+        {
+            tracing::error!(worker = %id, error = %e, "cannot record the end of a wait");
+        }
         if matches!(event, Event::Complete | Event::Ask)
             && unstarted
             && let Err(e) = self
@@ -263,7 +277,7 @@ impl Supervisor {
     }
 
     /// Persists a transition, then publishes it and updates the live record.
-    async fn transition(
+    pub(super) async fn transition(
         &self,
         id: &WorkerId,
         events: &broadcast::Sender<WorkerEvent>,

@@ -102,6 +102,7 @@ class Job:
         self._cancel_callbacks: list[Callable[[], None]] = []
         self._ended = False  # the handler returned: no more messages about this lease
         self._running_confirmed = False
+        self._inbox: queue.Queue[str] = queue.Queue()
 
     # -- what to do ----------------------------------------------------------------------------
 
@@ -163,6 +164,40 @@ class Job:
         """Raise :class:`Cancelled` when the worker was cancelled."""
         if self._cancelled.is_set():
             raise Cancelled(self._cancel_reason or "cancelled")
+
+    # -- conversation (docs §12.6) -------------------------------------------------------------
+
+    def next_message(self, timeout: float | None = None) -> str | None:
+        """The next message sent to the worker (``SendWorkerMessage``), waiting up to
+        ``timeout`` seconds; None on timeout or once the worker is cancelled.
+
+        Messages arrive in the order they were sent; the runner acknowledges each one as it is
+        queued here, so agentry records it delivered.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._cancelled.is_set():
+            left = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
+            if left <= 0:
+                return None
+            try:
+                return self._inbox.get(timeout=left)
+            except queue.Empty:
+                continue
+        return None
+
+    def ask(self, question: str, timeout: float | None = None) -> str | None:
+        """Ask the worker's caller a question and wait for the answer: the worker is
+        ``input_required`` (with ``question``) until a message answers it.
+
+        Returns the answer, or None on timeout or cancel.
+        """
+        message = pb2.ConnectRequest(
+            input_required=pb2.RunnerInputRequired(
+                worker_id=self.worker_id, lease_token=self.lease_token, question=question
+            )
+        )
+        self._runner._send_progress(self, message)
+        return self.next_message(timeout)
 
     # -- reporting -----------------------------------------------------------------------------
 
@@ -589,6 +624,7 @@ class Runner:
             slots=self.slots,
             labels=self.labels,
             resume=resume,
+            capabilities=["messages", "input"],
         )
         return _Session(pb2.ConnectRequest(hello=hello))
 
@@ -612,8 +648,27 @@ class Runner:
             self._on_cancel(response.cancel)
         elif kind == "rejected":
             self._on_rejected(response.rejected)
+        elif kind == "message":
+            self._on_message(session, response.message)
         else:
             log.debug("runner %s: ignoring an unknown message %r", self.name, kind)
+
+    def _on_message(self, session: _Session, message: pb2.RunnerMessage) -> None:
+        with self._lock:
+            job = self._jobs.get(message.lease_token)
+        if job is None:
+            log.debug("runner %s: a message for no job of ours (%s)", self.name, message.worker_id)
+            return
+        job._inbox.put(message.text)
+        session.put(
+            pb2.ConnectRequest(
+                message_delivered=pb2.RunnerMessageDelivered(
+                    worker_id=message.worker_id,
+                    lease_token=message.lease_token,
+                    message_id=message.message_id,
+                )
+            )
+        )
 
     def _on_welcome(self, session: _Session, welcome: pb2.RunnerWelcome) -> None:
         interval = welcome.heartbeat_interval.ToTimedelta().total_seconds() or 5.0

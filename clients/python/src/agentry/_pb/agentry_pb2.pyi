@@ -838,33 +838,39 @@ class ToolSpec(_message.Message):
     def __init__(self, only: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., all_except: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ...) -> None: ...
 
 class ConnectRequest(_message.Message):
-    __slots__ = ("hello", "accepted", "progress", "finished", "heartbeat")
+    __slots__ = ("hello", "accepted", "progress", "finished", "heartbeat", "message_delivered", "input_required")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     FINISHED_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_DELIVERED_FIELD_NUMBER: _ClassVar[int]
+    INPUT_REQUIRED_FIELD_NUMBER: _ClassVar[int]
     hello: RunnerHello
     accepted: RunnerAccepted
     progress: RunnerProgress
     finished: RunnerFinished
     heartbeat: RunnerHeartbeat
-    def __init__(self, hello: _Optional[_Union[RunnerHello, _Mapping]] = ..., accepted: _Optional[_Union[RunnerAccepted, _Mapping]] = ..., progress: _Optional[_Union[RunnerProgress, _Mapping]] = ..., finished: _Optional[_Union[RunnerFinished, _Mapping]] = ..., heartbeat: _Optional[_Union[RunnerHeartbeat, _Mapping]] = ...) -> None: ...
+    message_delivered: RunnerMessageDelivered
+    input_required: RunnerInputRequired
+    def __init__(self, hello: _Optional[_Union[RunnerHello, _Mapping]] = ..., accepted: _Optional[_Union[RunnerAccepted, _Mapping]] = ..., progress: _Optional[_Union[RunnerProgress, _Mapping]] = ..., finished: _Optional[_Union[RunnerFinished, _Mapping]] = ..., heartbeat: _Optional[_Union[RunnerHeartbeat, _Mapping]] = ..., message_delivered: _Optional[_Union[RunnerMessageDelivered, _Mapping]] = ..., input_required: _Optional[_Union[RunnerInputRequired, _Mapping]] = ...) -> None: ...
 
 class ConnectResponse(_message.Message):
-    __slots__ = ("welcome", "assignment", "cancel", "rejected")
+    __slots__ = ("welcome", "assignment", "cancel", "rejected", "message")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     REJECTED_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
     welcome: RunnerWelcome
     assignment: RunnerAssignment
     cancel: RunnerCancel
     rejected: RunnerRejected
-    def __init__(self, welcome: _Optional[_Union[RunnerWelcome, _Mapping]] = ..., assignment: _Optional[_Union[RunnerAssignment, _Mapping]] = ..., cancel: _Optional[_Union[RunnerCancel, _Mapping]] = ..., rejected: _Optional[_Union[RunnerRejected, _Mapping]] = ...) -> None: ...
+    message: RunnerMessage
+    def __init__(self, welcome: _Optional[_Union[RunnerWelcome, _Mapping]] = ..., assignment: _Optional[_Union[RunnerAssignment, _Mapping]] = ..., cancel: _Optional[_Union[RunnerCancel, _Mapping]] = ..., rejected: _Optional[_Union[RunnerRejected, _Mapping]] = ..., message: _Optional[_Union[RunnerMessage, _Mapping]] = ...) -> None: ...
 
 class RunnerHello(_message.Message):
-    __slots__ = ("name", "agents", "slots", "labels", "resume")
+    __slots__ = ("name", "agents", "slots", "labels", "resume", "capabilities")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -877,12 +883,48 @@ class RunnerHello(_message.Message):
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     RESUME_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     name: str
     agents: _containers.RepeatedScalarFieldContainer[str]
     slots: int
     labels: _containers.ScalarMap[str, str]
     resume: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., agents: _Optional[_Iterable[str]] = ..., slots: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., resume: _Optional[_Iterable[str]] = ...) -> None: ...
+    capabilities: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., agents: _Optional[_Iterable[str]] = ..., slots: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., resume: _Optional[_Iterable[str]] = ..., capabilities: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RunnerMessage(_message.Message):
+    __slots__ = ("worker_id", "lease_token", "message_id", "text", "interrupt")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPT_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    lease_token: str
+    message_id: str
+    text: str
+    interrupt: bool
+    def __init__(self, worker_id: _Optional[str] = ..., lease_token: _Optional[str] = ..., message_id: _Optional[str] = ..., text: _Optional[str] = ..., interrupt: _Optional[bool] = ...) -> None: ...
+
+class RunnerMessageDelivered(_message.Message):
+    __slots__ = ("worker_id", "lease_token", "message_id")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    lease_token: str
+    message_id: str
+    def __init__(self, worker_id: _Optional[str] = ..., lease_token: _Optional[str] = ..., message_id: _Optional[str] = ...) -> None: ...
+
+class RunnerInputRequired(_message.Message):
+    __slots__ = ("worker_id", "lease_token", "question")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    lease_token: str
+    question: str
+    def __init__(self, worker_id: _Optional[str] = ..., lease_token: _Optional[str] = ..., question: _Optional[str] = ...) -> None: ...
 
 class RunnerWelcome(_message.Message):
     __slots__ = ("runner_id", "heartbeat_interval", "lease")
