@@ -134,6 +134,8 @@ fn job(i: usize) -> Job {
             resume_from: None,
             interactive: false,
             mail: Default::default(),
+            runner_resume: None,
+            session_ref: Default::default(),
         })),
         meter: Meter::default(),
         stop_reason: Default::default(),

@@ -117,6 +117,7 @@ async fn runner(
                         .send(send(In::Finished(pb::RunnerFinished {
                             worker_id: a.worker_id,
                             lease_token: a.lease_token,
+                            session_ref: String::new(),
                             outcome: Some(pb::runner_finished::Outcome::Completed(
                                 pb::runner_finished::Completed {
                                     result: "done".into(),

@@ -340,6 +340,7 @@ async fn instant_runner(addr: SocketAddr, slots: u32) -> JoinHandle<()> {
                 let finished = In::Finished(pb::RunnerFinished {
                     worker_id: id,
                     lease_token: lease,
+                    session_ref: String::new(),
                     outcome: Some(pb::runner_finished::Outcome::Completed(
                         pb::runner_finished::Completed {
                             result: "ok".into(),

@@ -534,6 +534,10 @@ export interface Job {
   readonly signal: AbortSignal;
   /** Appends a progress event (sent at once, or after a reconnect). */
   progress(text: string, kind?: ProgressKindInput, data?: Json): void;
+  /** For a continuation: the worker it continues and the session to reload (docs §12.6). */
+  readonly resume: { previousWorkerId: string; sessionRef: string } | null;
+  /** Set by the handler: an opaque reference to this run's session, sent with `finished`. */
+  sessionRef: string | null;
   /** The next message sent to the worker (docs §12.6); null once the worker is aborted. */
   nextMessage(): Promise<string | null>;
   /** Asks the worker's caller; the worker waits in input_required; resolves to the answer. */

@@ -28,6 +28,8 @@ pub const MAX_LABEL_BYTES: usize = 256;
 pub const MAX_RESUME: usize = 10_000;
 /// Longest lease token, in bytes.
 pub const MAX_LEASE_BYTES: usize = 64;
+/// Longest `finished.session_ref`, in bytes.
+pub const MAX_SESSION_REF_BYTES: usize = 4 * 1024;
 /// Longest `input_required.question`, in bytes.
 pub const MAX_QUESTION_BYTES: usize = 64 * 1024;
 /// Longest `failed.error`, in bytes.
@@ -151,6 +153,7 @@ fn hello(h: pb::RunnerHello) -> Result<Hello, Status> {
         resume: h.resume,
         messages: h.capabilities.iter().any(|c| c == "messages"),
         input: h.capabilities.iter().any(|c| c == "input"),
+        resume_sessions: h.capabilities.iter().any(|c| c == "resume"),
     })
 }
 
@@ -177,6 +180,13 @@ fn outbound(o: Outbound) -> Result<pb::ConnectResponse, Status> {
             spec: Some(spec(&assignment.spec)),
             worker_token: assignment.worker_token.clone(),
             deadline: Some(ts(deadline_ms)),
+            resume: assignment
+                .runner_resume
+                .as_ref()
+                .map(|(previous, session_ref)| pb::RunnerResume {
+                    previous_worker_id: previous.clone(),
+                    session_ref: session_ref.clone(),
+                }),
         }),
         Outbound::Cancel { worker_id, reason } => Out::Cancel(pb::RunnerCancel {
             worker_id: worker_id.to_string(),
@@ -294,7 +304,18 @@ async fn handle(s: &Session, m: pb::ConnectRequest, max_output: usize) {
                 },
                 Some(Outcome::Canceled(_)) => Finish::Canceled,
             };
-            s.finished(&f.worker_id, &f.lease_token, finish);
+            if f.session_ref.len() > MAX_SESSION_REF_BYTES {
+                return s.refuse(
+                    &f.worker_id,
+                    "INVALID_MESSAGE",
+                    format!(
+                        "finished.session_ref is {} bytes; the limit is {MAX_SESSION_REF_BYTES} bytes",
+                        f.session_ref.len()
+                    ),
+                );
+            }
+            let session_ref = (!f.session_ref.is_empty()).then_some(f.session_ref);
+            s.finished(&f.worker_id, &f.lease_token, finish, session_ref);
         }
     }
 }

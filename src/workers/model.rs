@@ -265,6 +265,9 @@ pub struct WorkerRecord {
     pub question: Option<String>,
     /// Messages accepted for it and not delivered (docs §12.2).
     pub undelivered: u32,
+    /// The session reference its runner returned when it ended (docs §12.6): what a
+    /// continuation's runner reloads.
+    pub session_ref: Option<String>,
 }
 
 /// What a progress report is about (docs/workers.md §6.9).
@@ -315,6 +318,7 @@ impl WorkerRecord {
             continued_by: None,
             question: None,
             undelivered: 0,
+            session_ref: None,
             spec,
         }
     }

@@ -22,7 +22,7 @@ use tonic::Code;
 
 use crate::{
     helpers::*,
-    model::{Scripted, on_model},
+    model::{Scripted, events, on_model},
     workers::{self, spawn_req, wait_state},
 };
 
@@ -89,25 +89,6 @@ fn transcript_of(req: &Value) -> Vec<String> {
             )
         })
         .collect()
-}
-
-/// Every event of a worker from its first one, until its stream ends.
-async fn events(s: &TestServer, id: &str) -> Vec<pb::WatchWorkerResponse> {
-    let mut stream = s
-        .client
-        .clone()
-        .watch_worker(pb::WatchWorkerRequest {
-            worker_id: id.into(),
-            after_sequence: 1,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut all = Vec::new();
-    while let Some(ev) = stream.message().await.unwrap() {
-        all.push(ev);
-    }
-    all
 }
 
 #[tokio::test]
@@ -791,6 +772,7 @@ async fn a_runner_with_the_capabilities_takes_messages_and_asks() {
         .send(In::Finished(pb::RunnerFinished {
             worker_id: a.worker_id.clone(),
             lease_token: a.lease_token.clone(),
+            session_ref: String::new(),
             outcome: Some(pb::runner_finished::Outcome::Completed(
                 pb::runner_finished::Completed {
                     result: "merged".into(),
@@ -875,4 +857,99 @@ async fn an_unanswered_question_fails_the_worker_after_the_input_timeout() {
         Some("no answer to the worker's question within 400ms (workers.input_timeout)")
     );
     assert_eq!(failed.question, None);
+}
+
+/// docs §12.6: a runner with `resume` returns a `session_ref` with `finished`; a follow-up then
+/// continues the worker on a runner that can resume, assigned with the session to reload.
+#[tokio::test]
+async fn a_runner_session_is_resumed_by_a_continuation() {
+    use crate::runners::{Runner, fast, hello};
+    use pb::connect_request::Msg as In;
+    let s = start_with(fast).await;
+    let mut runner = Runner::connect(
+        &s,
+        pb::RunnerHello {
+            capabilities: vec!["messages".into(), "resume".into()],
+            ..hello("resumer", &["*"], 2)
+        },
+    )
+    .await;
+    let finish = |a: &pb::RunnerAssignment, result: &str, session_ref: &str| {
+        In::Finished(pb::RunnerFinished {
+            worker_id: a.worker_id.clone(),
+            lease_token: a.lease_token.clone(),
+            session_ref: session_ref.into(),
+            outcome: Some(pb::runner_finished::Outcome::Completed(
+                pb::runner_finished::Completed {
+                    result: result.into(),
+                },
+            )),
+        })
+    };
+    let accept = |a: &pb::RunnerAssignment| {
+        In::Accepted(pb::RunnerAccepted {
+            worker_id: a.worker_id.clone(),
+            lease_token: a.lease_token.clone(),
+        })
+    };
+    let w = workers::spawn(&s, spawn_req("task", "first task", false))
+        .await
+        .unwrap()
+        .worker
+        .unwrap();
+    let a = runner.assignment().await;
+    assert!(a.resume.is_none());
+    runner.send(accept(&a)).await;
+    runner.send(finish(&a, "first done", "session-7")).await;
+    wait_state(&s, &w.id, pb::WorkerState::Completed).await;
+
+    let client = s.client.clone();
+    let id = w.id.clone();
+    let sending =
+        tokio::spawn(async move { send_with(client, msg(&id, "and now the docs", true)).await });
+    let b = runner.assignment().await;
+    let resume = b
+        .resume
+        .clone()
+        .expect("the continuation carries the session");
+    assert_eq!(
+        (
+            resume.previous_worker_id.as_str(),
+            resume.session_ref.as_str()
+        ),
+        (w.id.as_str(), "session-7")
+    );
+    assert_eq!(b.spec.as_ref().unwrap().prompt, "and now the docs");
+    runner.send(accept(&b)).await;
+    runner.send(finish(&b, "docs done", "")).await;
+    let sent = sending.await.unwrap().unwrap();
+    assert!(sent.continued);
+    let next = sent.worker.unwrap();
+    assert_eq!(
+        (next.id.as_str(), next.continues.as_str()),
+        (b.worker_id.as_str(), w.id.as_str())
+    );
+    assert_eq!(next.result.as_deref(), Some("docs done"));
+    assert_eq!(next.undelivered_messages, 0);
+
+    // It ended without a session_ref: its runner cannot resume it.
+    let err = send(&s, msg(&next.id, "more", false)).await.unwrap_err();
+    assert_status(
+        &err,
+        Code::FailedPrecondition,
+        "MESSAGES_UNSUPPORTED",
+        &format!(
+            "worker {} ended without a session_ref: its runner cannot resume it",
+            next.id
+        ),
+    );
+}
+
+async fn send_with(
+    mut client: pb::agent_registry_service_client::AgentRegistryServiceClient<
+        tonic::transport::Channel,
+    >,
+    r: pb::SendWorkerMessageRequest,
+) -> Result<pb::SendWorkerMessageResponse, tonic::Status> {
+    client.send_worker_message(r).await.map(|r| r.into_inner())
 }

@@ -138,7 +138,7 @@ fn submit(result: Value) -> Value {
 }
 
 /// Every event of a finished worker, from the start.
-async fn events(s: &TestServer, id: &str) -> Vec<pb::WatchWorkerResponse> {
+pub(crate) async fn events(s: &TestServer, id: &str) -> Vec<pb::WatchWorkerResponse> {
     let mut stream = s
         .client
         .clone()

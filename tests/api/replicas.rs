@@ -1210,6 +1210,7 @@ impl RemoteRunner {
         self.send(pb::connect_request::Msg::Finished(pb::RunnerFinished {
             worker_id: a.worker_id.clone(),
             lease_token: a.lease_token.clone(),
+            session_ref: String::new(),
             outcome: Some(outcome),
         }))
         .await;
@@ -1594,7 +1595,7 @@ async fn model_replica(root: &std::path::Path, name: &str, url: &str, base_url: 
 /// turn), and a follow-up through b to the finished worker continues it on b with a's
 /// transcript, read from the shared store.
 #[tokio::test]
-async fn a_message_through_one_replica_reaches_a_worker_on_the_other() {
+async fn replicas_a_message_through_b_reaches_a_worker_on_a_and_continues_it_on_b() {
     let Some(db) = TestDb::create().await else {
         return;
     };

@@ -188,6 +188,7 @@ impl Runner {
         self.send(In::Finished(pb::RunnerFinished {
             worker_id: id.into(),
             lease_token: lease.into(),
+            session_ref: String::new(),
             outcome: Some(outcome),
         }))
         .await;

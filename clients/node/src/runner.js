@@ -43,6 +43,10 @@ class Job {
     this.prompt = spec.prompt;
     /** Aborted when agentry cancels the worker (stop, timeout) or the runner loses it. */
     this.signal = controller.signal;
+    /** For a continuation: {previousWorkerId, sessionRef} to reload (docs §12.6), else null. */
+    this.resume = assignment.resume ? { ...assignment.resume } : null;
+    /** Set by the handler: an opaque reference to this run's session, sent with `finished`. */
+    this.sessionRef = null;
   }
 
   /**
@@ -240,7 +244,7 @@ export class Runner extends EventEmitter {
           slots: this.#options.slots,
           labels: this.#options.labels,
           resume: [...resume],
-          capabilities: ['messages', 'input'],
+          capabilities: ['messages', 'input', 'resume'],
         },
       });
     });
@@ -356,7 +360,7 @@ export class Runner extends EventEmitter {
     }
     if (this.#jobs.get(job.workerId) === entry) this.#jobs.delete(job.workerId);
     if (!entry.lost) {
-      this.#send({ finished: { workerId: job.workerId, leaseToken: job.leaseToken, ...outcome } });
+      this.#send({ finished: { workerId: job.workerId, leaseToken: job.leaseToken, sessionRef: job.sessionRef ?? '', ...outcome } });
     } else {
       // Its lease is gone: nothing about it may be sent any more.
       this.#outbox = this.#outbox.filter((m) => (m.progress ?? m.finished ?? m.accepted)?.leaseToken !== job.leaseToken);

@@ -185,6 +185,22 @@ describe('Runner', () => {
     assert.equal(done.worker.result, 'merging into main');
   });
 
+  it('a sessionRef comes back with a continuation as job.resume', async () => {
+    const seen = [];
+    startRunner(server.addr, {
+      quick_task: async (job) => {
+        seen.push(job.resume);
+        job.sessionRef = `session-of-${job.workerId}`;
+        return `done ${job.prompt}`;
+      },
+    });
+    const { worker } = await client.spawn({ agent: 'quick_task', prompt: `one ${unique()}`, wait: true });
+    const sent = await client.sendMessage(worker.id, 'two', { wait: true });
+    assert.equal(sent.continued, true);
+    assert.equal(sent.worker.result, 'done two');
+    assert.deepEqual(seen, [null, { previousWorkerId: worker.id, sessionRef: `session-of-${worker.id}` }]);
+  });
+
   it('a thrown error fails the worker with its message', async () => {
     startRunner(server.addr, {
       quick_task: async () => {

@@ -93,6 +93,27 @@ def test_a_handler_takes_messages_and_asks_its_caller(
     assert done.result == "merging into main"
 
 
+def test_a_session_ref_comes_back_with_a_continuation(
+    runner_server: Server, runner_client: agentry.Client
+) -> None:
+    runner = make_runner(runner_server.addr, "py-resume")
+    seen: list[object] = []
+
+    @runner.agent("quick_task")
+    def handle(job: agentry.Job) -> str:
+        seen.append(job.resume)
+        job.session_ref = f"session-of-{job.worker_id}"
+        return f"done {job.prompt}"
+
+    with serving(runner):
+        first = runner_client.spawn("quick_task", "one", wait=True)
+        sent = runner_client.send_message(first.id, "two", wait=True)
+    assert sent.continued
+    assert sent.worker.result == "done two"
+    assert sent.worker.continues == first.id
+    assert seen == [None, (first.id, f"session-of-{first.id}")]
+
+
 def test_stop_delivers_cancel_and_the_worker_ends_killed(
     runner_server: Server, runner_client: agentry.Client
 ) -> None:

@@ -59,6 +59,29 @@ pub struct Assignment {
     pub interactive: bool,
     /// Where the supervisor posts that a message arrived for it (docs §12.2).
     pub mail: Arc<Mailbox>,
+    /// For a continuation of a runner's worker: the worker it continues and the session
+    /// reference its runner returned (docs §12.6).
+    pub runner_resume: Option<(String, String)>,
+    /// The session reference the runner returns with `finished`, recorded with the worker's
+    /// end.
+    pub session_ref: SessionRef,
+}
+
+/// A runner's session reference, set by the runner's `finished` and read by the supervisor
+/// when it records the end (docs §12.6).
+#[derive(Debug, Clone, Default)]
+pub struct SessionRef(Arc<std::sync::Mutex<Option<String>>>);
+
+impl SessionRef {
+    /// Records the reference.
+    pub fn set(&self, value: String) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(value);
+    }
+
+    /// The reference, if one was recorded.
+    pub fn get(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 /// The wake-up between a sent message and the run of its worker: the messages themselves are
@@ -269,8 +292,12 @@ pub trait Executor: Send + Sync + 'static {
 
     /// Whether workers of `agent` take follow-up messages (docs §12.1): `Err` with the reason
     /// code and message when they do not. The default: a process has no transcript.
-    fn messages(&self, agent: &str, worker_id: &str) -> Result<(), (&'static str, String)> {
-        let _ = agent;
+    fn messages(
+        &self,
+        agent: &str,
+        worker: &crate::workers::model::WorkerRecord,
+    ) -> Result<(), (&'static str, String)> {
+        let (_, worker_id) = (agent, &worker.id);
         Err((
             "NOT_RESUMABLE",
             format!(

@@ -91,10 +91,15 @@ impl Executor for ByKind {
         }
     }
 
-    fn messages(&self, agent: &str, worker_id: &str) -> Result<(), (&'static str, String)> {
+    fn messages(
+        &self,
+        agent: &str,
+        worker: &crate::workers::model::WorkerRecord,
+    ) -> Result<(), (&'static str, String)> {
+        let worker_id = &worker.id;
         match self.kind_of(agent) {
             Kind::Model => Ok(()),
-            Kind::Runner => self.runner.messages(agent, worker_id),
+            Kind::Runner => self.runner.messages(agent, worker),
             Kind::Exec | Kind::Unconfigured => Err((
                 "NOT_RESUMABLE",
                 format!(

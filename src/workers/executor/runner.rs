@@ -194,10 +194,23 @@ async fn follow(
 }
 
 impl Executor for RunnerExecutor {
-    fn messages(&self, _agent: &str, worker_id: &str) -> Result<(), (&'static str, String)> {
+    fn messages(
+        &self,
+        _agent: &str,
+        worker: &crate::workers::model::WorkerRecord,
+    ) -> Result<(), (&'static str, String)> {
         let refused = |why: String| ("MESSAGES_UNSUPPORTED", why);
-        let id = WorkerId::parse(worker_id).map_err(|e| refused(e.to_string()))?;
-        self.hub.takes_messages(&id).map_err(refused)
+        if worker.state.is_terminal() {
+            // A continuation is assigned with the runner's own session (capability `resume`).
+            return match worker.session_ref {
+                Some(_) => Ok(()),
+                None => Err(refused(format!(
+                    "worker {} ended without a session_ref: its runner cannot resume it",
+                    worker.id
+                ))),
+            };
+        }
+        self.hub.takes_messages(&worker.id).map_err(refused)
     }
 
     fn deliver(&self, _agent: &str, worker_id: &str, message: &crate::workers::store::Message) {

@@ -357,6 +357,8 @@ impl Fleet {
             resume_from: None,
             interactive: false,
             mail: Default::default(),
+            runner_resume: None,
+            session_ref: Default::default(),
         });
         self.claimed
             .lock()

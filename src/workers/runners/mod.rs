@@ -182,6 +182,8 @@ pub struct Hello {
     pub messages: bool,
     /// It may send `input_required` (capability `input`).
     pub input: bool,
+    /// It reloads a session for a continuation (capability `resume`).
+    pub resume_sessions: bool,
 }
 
 /// Where a worker waiting for or held by a runner is.
@@ -239,11 +241,14 @@ struct Runner {
     messages: bool,
     /// Capability `input`.
     input: bool,
+    /// Capability `resume`.
+    resume_sessions: bool,
 }
 
 impl Runner {
     fn serves(&self, a: &Assignment) -> bool {
         self.serves_agent(&a.spec.agent.name, &a.caller_scope)
+            && (a.runner_resume.is_none() || self.resume_sessions)
     }
 
     fn serves_agent(&self, agent: &str, scope: &str) -> bool {
@@ -622,6 +627,7 @@ impl RunnerHub {
                 held: HashSet::new(),
                 messages: hello.messages,
                 input: hello.input,
+                resume_sessions: hello.resume_sessions,
             },
         );
         for token in &hello.resume {
@@ -866,6 +872,7 @@ impl RunnerHub {
         worker_id: &str,
         lease: &str,
         finish: Finish,
+        session_ref: Option<String>,
     ) -> Result<WorkerId, Refusal> {
         let mut st = self.state();
         let (id, place) = st.fenced(rid, worker_id, lease)?;
@@ -878,6 +885,9 @@ impl RunnerHub {
         }
         st.release(&id, "finished".to_owned());
         if let Some(w) = st.works.remove(&id) {
+            if let Some(r) = session_ref {
+                w.assignment.session_ref.set(r);
+            }
             let _ = w.to_run.send(RunEvent::Finished(finish));
         }
         st.dispatch(self.settings.accept_timeout);

@@ -186,9 +186,18 @@ impl Session {
         }
     }
 
-    /// `finished`.
-    pub fn finished(&self, worker_id: &str, lease: &str, finish: Finish) {
-        if let Err(r) = self.hub.finish(&self.runner, worker_id, lease, finish) {
+    /// `finished`, with the runner's session reference when it gave one (docs §12.6).
+    pub fn finished(
+        &self,
+        worker_id: &str,
+        lease: &str,
+        finish: Finish,
+        session_ref: Option<String>,
+    ) {
+        if let Err(r) = self
+            .hub
+            .finish(&self.runner, worker_id, lease, finish, session_ref)
+        {
             self.hub.reject(&self.runner, r);
         }
     }

@@ -438,6 +438,8 @@ pub struct Patch {
     pub question: Option<String>,
     /// A new token's hash, for a worker that runs again after an answer ([`Event::Answer`]).
     pub token_hash: Option<String>,
+    /// The session reference a runner returned with `finished` (docs §12.6).
+    pub session_ref: Option<String>,
 }
 
 impl Patch {
@@ -466,6 +468,9 @@ impl Patch {
         }
         if let Some(hash) = self.token_hash {
             rec.token_hash = Some(hash);
+        }
+        if let Some(r) = self.session_ref {
+            rec.session_ref = Some(r);
         }
     }
 }

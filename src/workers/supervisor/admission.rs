@@ -477,7 +477,11 @@ impl Supervisor {
             token,
             timeout,
             review,
-            (None, mail),
+            Conversing {
+                resume_from: None,
+                mail,
+                runner_resume: None,
+            },
         );
         job.stop_reason = stop_reason;
         let ctx = RunCtx {
@@ -543,7 +547,7 @@ impl Supervisor {
         token: String,
         timeout: Duration,
         review: bool,
-        resume: (Option<String>, Arc<crate::workers::executor::Mailbox>),
+        conversing: Conversing,
     ) -> Job {
         let spec = &record.spec;
         let eff = &spec.effective;
@@ -566,9 +570,11 @@ impl Supervisor {
             plan: eff.mode == resolve::Mode::Plan,
             at_max_depth: eff.at_max_depth,
             review,
-            resume_from: resume.0,
+            resume_from: conversing.resume_from,
             interactive: eff.interactive,
-            mail: resume.1,
+            mail: conversing.mail,
+            runner_resume: conversing.runner_resume,
+            session_ref: Default::default(),
         });
         Job {
             worker_id: record.id.to_string(),
@@ -773,4 +779,15 @@ impl Drop for CreationGuard<'_> {
         self.sup.creating_lock().remove(&self.id);
         let _ = self.tx.send(true);
     }
+}
+
+/// What a run carries on from (docs §12): the transcript it starts from, its mailbox, the
+/// runner session of a continuation.
+pub(super) struct Conversing {
+    /// Whose transcript its conversation starts from.
+    pub(super) resume_from: Option<String>,
+    /// Where messages for it are posted.
+    pub(super) mail: Arc<crate::workers::executor::Mailbox>,
+    /// The worker and session reference a runner continuation reloads.
+    pub(super) runner_resume: Option<(String, String)>,
 }

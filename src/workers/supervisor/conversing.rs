@@ -91,7 +91,7 @@ impl Supervisor {
             });
         }
         self.executor
-            .messages(&named.spec.agent, named.id.as_str())
+            .messages(&named.spec.agent, &named)
             .map_err(|(reason, message)| WorkerError::NoMessages { reason, message })?;
         let mut target = named.clone();
         let mut msg = Message {
@@ -342,7 +342,16 @@ impl Supervisor {
             l.record.continued_by = Some(new.id.clone());
             l.record.undelivered = 0;
         });
-        let record = created.worker.clone();
+        let mut record = created.worker.clone();
+        if rec.session_ref.is_some() {
+            // A runner's continuation gets the message as its prompt, with the session to
+            // reload (docs §12.6): it is delivered with the assignment.
+            let taken = self.store.take_messages(&new.id, false).await?;
+            if taken.len() > 1 {
+                tracing::warn!(worker = %new.id, messages = taken.len() - 1, "messages the runner never took are not carried to its continuation");
+            }
+            record.undelivered = 0;
+        }
         let hold = self
             .launch(
                 created,
@@ -350,6 +359,7 @@ impl Supervisor {
                 Launch {
                     pending: Some(pending),
                     resume_from: rec.id.clone(),
+                    runner_resume: rec.session_ref.clone().map(|r| (rec.id.to_string(), r)),
                     resumed: false,
                     wait,
                 },
@@ -386,6 +396,7 @@ impl Supervisor {
             Launch {
                 pending: None,
                 resume_from: rec.id.clone(),
+                runner_resume: None,
                 resumed: true,
                 wait: false,
             },
@@ -471,7 +482,11 @@ impl Supervisor {
             token,
             self.settings.timeout,
             false,
-            (Some(how.resume_from.to_string()), mail),
+            super::admission::Conversing {
+                resume_from: Some(how.resume_from.to_string()),
+                mail,
+                runner_resume: how.runner_resume,
+            },
         );
         job.stop_reason = stop_reason;
         let ctx = RunCtx {
@@ -599,6 +614,8 @@ struct Launch {
     pending: Option<tokio::sync::OwnedSemaphorePermit>,
     /// Whose transcript its conversation starts from.
     resume_from: WorkerId,
+    /// The runner session it carries on (a runner's worker, docs §12.6).
+    runner_resume: Option<(String, String)>,
     /// Already `running` (an answered question).
     resumed: bool,
     /// A caller waits for it.

@@ -222,6 +222,7 @@ impl Supervisor {
         };
         let (started_tx, started_rx) = oneshot::channel();
         let meter = job.meter.clone();
+        let session_ref = job.assignment.as_ref().map(|a| a.session_ref.clone());
         let run = self.executor.run(job, cancel.clone(), started_tx);
         // `running` is persisted while the executor goes on (its commit overlaps the run instead
         // of delaying it), and before the outcome is: both futures end before this returns, and
@@ -239,6 +240,7 @@ impl Supervisor {
         drop(slot);
         let (event, mut patch) = outcome::settle(outcome, output, || self.kill_reason(id));
         patch.usage = meter.to_json();
+        patch.session_ref = session_ref.and_then(|s| s.get());
         // Nothing of the run is left: its worktree is removed, or kept when it changed.
         let recorded = self.live().get(id).and_then(|l| l.record.worktree.clone());
         if let Some(w) = recorded.and_then(|t| serde_json::from_str::<Worktree>(&t).ok()) {

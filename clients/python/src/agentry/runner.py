@@ -103,6 +103,16 @@ class Job:
         self._ended = False  # the handler returned: no more messages about this lease
         self._running_confirmed = False
         self._inbox: queue.Queue[str] = queue.Queue()
+        #: Set by the handler: an opaque reference to this run's own session (at most 4 KiB),
+        #: sent with ``finished``; a follow-up message then continues the worker on a runner
+        #: that gets it back as :attr:`resume` (docs §12.6).
+        self.session_ref: str | None = None
+        #: For a continuation: ``(previous_worker_id, session_ref)`` to reload, else None.
+        self.resume: tuple[str, str] | None = (
+            (assignment.resume.previous_worker_id, assignment.resume.session_ref)
+            if assignment.HasField("resume")
+            else None
+        )
 
     # -- what to do ----------------------------------------------------------------------------
 
@@ -624,7 +634,7 @@ class Runner:
             slots=self.slots,
             labels=self.labels,
             resume=resume,
-            capabilities=["messages", "input"],
+            capabilities=["messages", "input", "resume"],
         )
         return _Session(pb2.ConnectRequest(hello=hello))
 
@@ -752,7 +762,9 @@ class Runner:
     # -- jobs ----------------------------------------------------------------------------------
 
     def _run_job(self, job: Job, handler: Handler | None) -> None:
-        finished = pb2.RunnerFinished(worker_id=job.worker_id, lease_token=job.lease_token)
+        finished = pb2.RunnerFinished(
+            worker_id=job.worker_id, lease_token=job.lease_token, session_ref=job.session_ref or ""
+        )
         try:
             if handler is None:
                 raise JobFailed(f"runner {self.name} has no handler for agent {job.agent!r}")

@@ -265,7 +265,11 @@ fn effort(level: Option<ThinkingLevel>) -> Option<&'static str> {
 }
 
 impl Executor for ModelExecutor {
-    fn messages(&self, _agent: &str, _worker_id: &str) -> Result<(), (&'static str, String)> {
+    fn messages(
+        &self,
+        _agent: &str,
+        _worker: &crate::workers::model::WorkerRecord,
+    ) -> Result<(), (&'static str, String)> {
         Ok(())
     }
 
@@ -337,16 +341,21 @@ fn delivered(m: &Message) -> Value {
     json!({"message_id": m.id, "delivery": if m.interrupt { "interrupt" } else { "queue" }})
 }
 
+/// The string argument `key` of a call ("" when absent or not a string).
+fn text_arg(args: Option<&Value>, key: &str) -> String {
+    args.and_then(|a| a.get(key))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// Bound on the question of `ask_caller` (a progress event's text).
 const MAX_QUESTION: usize = 64 * 1024;
 
 /// The question of an `ask_caller` call, or why the call is refused.
 fn question(args: Option<&Value>) -> Result<String, String> {
-    let q = args
-        .and_then(|a| a.get("question"))
-        .and_then(Value::as_str)
-        .map(str::trim)
-        .unwrap_or_default();
+    let q = text_arg(args, "question");
+    let q = q.trim();
     if q.is_empty() {
         return Err(format!(
             "{} needs a non-empty \"question\".",
@@ -634,13 +643,7 @@ impl Run {
                 let Some(agentry) = &self.agentry else {
                     return Reply::Refused("message_worker is not available here.".to_owned());
                 };
-                let field = |k: &str| {
-                    args.as_ref()
-                        .and_then(|a| a.get(k))
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_owned()
-                };
+                let field = |k: &str| text_arg(args.as_ref(), k);
                 let (child, text) = (field("worker_id"), field("text"));
                 if child.is_empty() || text.trim().is_empty() {
                     return Reply::Refused(format!("{name} needs \"worker_id\" and \"text\"."));
@@ -662,13 +665,7 @@ impl Run {
                 let Some(agentry) = &self.agentry else {
                     return Reply::Refused("the spawn tool is not available here.".to_owned());
                 };
-                let field = |k: &str| {
-                    args.as_ref()
-                        .and_then(|a| a.get(k))
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_owned()
-                };
+                let field = |k: &str| text_arg(args.as_ref(), k);
                 let (agent, prompt) = (field("agent"), field("prompt"));
                 if agent.is_empty() || prompt.is_empty() {
                     return Reply::Refused(format!("{name} needs \"agent\" and \"prompt\"."));
@@ -792,6 +789,8 @@ mod tests {
                 resume_from: None,
                 interactive: false,
                 mail: Default::default(),
+                runner_resume: None,
+                session_ref: Default::default(),
             })),
             meter: Meter::default(),
             stop_reason: Default::default(),

@@ -79,11 +79,11 @@ const TRANSITIONS_SQL: &str = "WITH i AS (
          SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[],
                               $6::text[], $7::text[], $8::text[], $9::integer[], $10::text[],
                               $11::bigint[], $12::text[], $13::text[], $14::bigint[], $15::text[],
-                              $16::bigint[], $17::text[], $18::text[])
+                              $16::bigint[], $17::text[], $18::text[], $19::text[])
              WITH ORDINALITY AS i(id, state, sequence, start_time_ms, close_time_ms, result,
                                   structured_result, error, exit_code, token_hash,
                                   last_activity_ms, usage, worktree, expected_sequence,
-                                  expected_token, time_ms, snapshot, question, ord)
+                                  expected_token, time_ms, snapshot, question, session_ref, ord)
      ), g AS (
          UPDATE workers w
             SET state = i.state, sequence = i.sequence, start_time_ms = i.start_time_ms,
@@ -93,7 +93,8 @@ const TRANSITIONS_SQL: &str = "WITH i AS (
                 last_activity_ms = i.last_activity_ms,
                 stop_reason = CASE WHEN i.close_time_ms IS NOT NULL THEN NULL
                                    ELSE w.stop_reason END,
-                usage = i.usage, worktree = i.worktree, question = i.question
+                usage = i.usage, worktree = i.worktree, question = i.question,
+                session_ref = i.session_ref
            FROM i
           WHERE w.id = i.id AND w.sequence = i.expected_sequence
             AND w.token_hash IS NOT DISTINCT FROM i.expected_token
@@ -104,7 +105,7 @@ const TRANSITIONS_SQL: &str = "WITH i AS (
          SELECT id, seq, st, at, snap, NULL FROM g
          RETURNING worker_id, sequence
      )
-     SELECT g.ord, pg_notify('agentry_events', e.worker_id || ':' || e.sequence || ':' || $19::text)
+     SELECT g.ord, pg_notify('agentry_events', e.worker_id || ':' || e.sequence || ':' || $20::text)
        FROM g JOIN e ON e.worker_id = g.id AND e.sequence = g.seq";
 
 /// Writes `writes` as one statement on `c`: whether each moved its row.
@@ -131,7 +132,8 @@ async fn write_transitions(
     let time = column(writes, |w| w.event.time_ms);
     let snapshot = column(writes, |w| w.snapshot.as_str());
     let question = column(writes, |w| w.event.worker.question.as_deref());
-    let params: [&(dyn ToSql + Sync); 19] = [
+    let session_ref = column(writes, |w| w.event.worker.session_ref.as_deref());
+    let params: [&(dyn ToSql + Sync); 20] = [
         &id,
         &state,
         &sequence,
@@ -150,6 +152,7 @@ async fn write_transitions(
         &time,
         &snapshot,
         &question,
+        &session_ref,
         &origin,
     ];
     let statement = c.prepare_cached(TRANSITIONS_SQL).await?;

@@ -182,6 +182,7 @@ pub(super) fn read_record(row: &Row) -> Result<WorkerRecord, StoreError> {
         question: row.try_get(25).map_err(get)?,
         undelivered: u32::try_from(row.try_get::<_, i64>(26).map_err(get)?)
             .map_err(|e| corrupt("undelivered", &e))?,
+        session_ref: row.try_get(27).map_err(get)?,
     })
 }
 

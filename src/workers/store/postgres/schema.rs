@@ -148,6 +148,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
         entry     TEXT   NOT NULL,
         PRIMARY KEY (worker_id, idx)
     );"#,
+    // 8: the session reference a runner returned with a worker's end (docs §12.6).
+    "ALTER TABLE workers ADD COLUMN session_ref TEXT;",
 ];
 
 /// Brings the schema up to date under the migration advisory lock, or refuses a newer one.

@@ -114,7 +114,7 @@ pub(super) fn apply_in(
             "UPDATE workers SET state = ?2, sequence = ?3, start_time_ms = ?4,
                  close_time_ms = ?5, result = ?6, structured_result = ?7, error = ?8,
                  exit_code = ?9, token_hash = ?10, last_activity_ms = ?12, usage = ?13,
-                 worktree = ?14, question = ?15
+                 worktree = ?14, question = ?15, session_ref = ?16
              WHERE id = ?1 AND sequence = ?11",
         )
         .and_then(|mut stmt| {
@@ -134,6 +134,7 @@ pub(super) fn apply_in(
                 next.usage,
                 next.worktree,
                 next.question,
+                next.session_ref,
             ])
         })
         .context("update worker")?;
@@ -198,7 +199,7 @@ pub(super) fn insert_worker(conn: &Connection, rec: &WorkerRecord) -> Result<(),
     conn.prepare_cached(&format!(
         "INSERT INTO workers ({COLUMNS}) VALUES
              (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-              ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27)"
+              ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)"
     ))
     .and_then(|mut stmt| {
         stmt.execute(params![
@@ -229,6 +230,7 @@ pub(super) fn insert_worker(conn: &Connection, rec: &WorkerRecord) -> Result<(),
             rec.continued_by,
             rec.question,
             rec.undelivered,
+            rec.session_ref,
         ])
     })
     .context("insert worker")?;
@@ -298,6 +300,7 @@ pub(super) fn read_record(row: &Row<'_>) -> rusqlite::Result<WorkerRecord> {
         continued_by: row.get(24)?,
         question: row.get(25)?,
         undelivered: row.get(26)?,
+        session_ref: row.get(27)?,
     })
 }
 

@@ -88,6 +88,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
          entry     TEXT    NOT NULL,
          PRIMARY KEY (worker_id, idx)
      ) STRICT, WITHOUT ROWID;",
+    // 7: the session reference a runner returned with a worker's end (docs §12.6).
+    "ALTER TABLE workers ADD COLUMN session_ref TEXT;",
 ];
 
 /// The migration whose state checks [`relax_state_checks`] widens after its SQL.

@@ -937,18 +937,28 @@ class RunnerWelcome(_message.Message):
     def __init__(self, runner_id: _Optional[str] = ..., heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class RunnerAssignment(_message.Message):
-    __slots__ = ("worker_id", "lease_token", "spec", "worker_token", "deadline")
+    __slots__ = ("worker_id", "lease_token", "spec", "worker_token", "deadline", "resume")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     WORKER_TOKEN_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     lease_token: str
     spec: WorkerSpec
     worker_token: str
     deadline: _timestamp_pb2.Timestamp
-    def __init__(self, worker_id: _Optional[str] = ..., lease_token: _Optional[str] = ..., spec: _Optional[_Union[WorkerSpec, _Mapping]] = ..., worker_token: _Optional[str] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    resume: RunnerResume
+    def __init__(self, worker_id: _Optional[str] = ..., lease_token: _Optional[str] = ..., spec: _Optional[_Union[WorkerSpec, _Mapping]] = ..., worker_token: _Optional[str] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resume: _Optional[_Union[RunnerResume, _Mapping]] = ...) -> None: ...
+
+class RunnerResume(_message.Message):
+    __slots__ = ("previous_worker_id", "session_ref")
+    PREVIOUS_WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_REF_FIELD_NUMBER: _ClassVar[int]
+    previous_worker_id: str
+    session_ref: str
+    def __init__(self, previous_worker_id: _Optional[str] = ..., session_ref: _Optional[str] = ...) -> None: ...
 
 class RunnerAccepted(_message.Message):
     __slots__ = ("worker_id", "lease_token")
@@ -973,7 +983,7 @@ class RunnerProgress(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., lease_token: _Optional[str] = ..., kind: _Optional[_Union[ProgressKind, str]] = ..., text: _Optional[str] = ..., data_json: _Optional[str] = ...) -> None: ...
 
 class RunnerFinished(_message.Message):
-    __slots__ = ("worker_id", "lease_token", "completed", "failed", "canceled")
+    __slots__ = ("worker_id", "lease_token", "session_ref", "completed", "failed", "canceled")
     class Completed(_message.Message):
         __slots__ = ("result",)
         RESULT_FIELD_NUMBER: _ClassVar[int]
@@ -991,15 +1001,17 @@ class RunnerFinished(_message.Message):
         def __init__(self) -> None: ...
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SESSION_REF_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
     CANCELED_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     lease_token: str
+    session_ref: str
     completed: RunnerFinished.Completed
     failed: RunnerFinished.Failed
     canceled: RunnerFinished.Canceled
-    def __init__(self, worker_id: _Optional[str] = ..., lease_token: _Optional[str] = ..., completed: _Optional[_Union[RunnerFinished.Completed, _Mapping]] = ..., failed: _Optional[_Union[RunnerFinished.Failed, _Mapping]] = ..., canceled: _Optional[_Union[RunnerFinished.Canceled, _Mapping]] = ...) -> None: ...
+    def __init__(self, worker_id: _Optional[str] = ..., lease_token: _Optional[str] = ..., session_ref: _Optional[str] = ..., completed: _Optional[_Union[RunnerFinished.Completed, _Mapping]] = ..., failed: _Optional[_Union[RunnerFinished.Failed, _Mapping]] = ..., canceled: _Optional[_Union[RunnerFinished.Canceled, _Mapping]] = ...) -> None: ...
 
 class RunnerHeartbeat(_message.Message):
     __slots__ = ()
