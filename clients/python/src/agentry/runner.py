@@ -762,9 +762,7 @@ class Runner:
     # -- jobs ----------------------------------------------------------------------------------
 
     def _run_job(self, job: Job, handler: Handler | None) -> None:
-        finished = pb2.RunnerFinished(
-            worker_id=job.worker_id, lease_token=job.lease_token, session_ref=job.session_ref or ""
-        )
+        finished = pb2.RunnerFinished(worker_id=job.worker_id, lease_token=job.lease_token)
         try:
             if handler is None:
                 raise JobFailed(f"runner {self.name} has no handler for agent {job.agent!r}")
@@ -785,6 +783,8 @@ class Runner:
             finished.failed.error = _cut(str(err) or type(err).__name__)
         if job.cancelled:
             finished.canceled.SetInParent()  # the answer to cancel, whatever the handler did
+        if job.session_ref:
+            finished.session_ref = job.session_ref
         outcome = finished.WhichOneof("outcome")
         log.info("runner %s: %s %s", self.name, outcome, job.worker_id)
         self._finish(job, pb2.ConnectRequest(finished=finished))
