@@ -13,6 +13,10 @@
 //! | §12.1 refusals | `refusals_name_what_was_wrong`, `a_worker_may_message_only_its_children` |
 //! | §12.1 request_id | `a_request_id_makes_a_send_idempotent` |
 //! | §12.3 transcript TTL | `an_expired_transcript_is_refused` |
+//! | §12.4 a stop while waiting, the input timeout | `a_waiting_worker_can_be_stopped`, `an_unanswered_question_fails_the_worker_after_the_input_timeout` |
+//! | §6.6, §12.4 one watch through a question | `a_watch_follows_a_worker_through_its_question_to_its_end` |
+//! | §12.1 inbox bound, exec, tenancy | `a_full_inbox_is_resource_exhausted`, `an_exec_worker_is_not_resumable`, `another_principals_worker_is_not_found` |
+//! | §12.6 runners: messages, input, resume | `a_runner_with_the_capabilities_takes_messages_and_asks`, `a_runner_session_is_resumed_by_a_continuation` |
 
 use std::time::Duration;
 
@@ -952,4 +956,117 @@ async fn send_with(
     r: pb::SendWorkerMessageRequest,
 ) -> Result<pb::SendWorkerMessageResponse, tonic::Status> {
     client.send_worker_message(r).await.map(|r| r.into_inner())
+}
+
+/// docs §6.6, §12.4: one watch follows a worker through its question, the answer and its end;
+/// the stream does not end while the worker waits.
+#[tokio::test]
+async fn a_watch_follows_a_worker_through_its_question_to_its_end() {
+    let scripted = Scripted::start(json!([
+        {"match": "\"content\":\"yes\"", "content": "thanks"},
+        {"tool_calls": [{"name": "ask_caller", "arguments": {"question": "go on?"}}]},
+    ]))
+    .await;
+    let s = server(&scripted, |_| {}).await;
+    let w = workers::spawn(
+        &s,
+        pb::SpawnWorkerRequest {
+            interactive: true,
+            ..spawn_req("helper", "asks once", false)
+        },
+    )
+    .await
+    .unwrap()
+    .worker
+    .unwrap();
+    let mut stream = s
+        .client
+        .clone()
+        .watch_worker(pb::WatchWorkerRequest {
+            worker_id: w.id.clone(),
+            after_sequence: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    wait_state(&s, &w.id, pb::WorkerState::InputRequired).await;
+    // Waiting, and watched: the stream stays open.
+    send(&s, msg(&w.id, "yes", false)).await.unwrap();
+    let mut states = Vec::new();
+    while let Some(ev) = tokio::time::timeout(Duration::from_secs(20), stream.message())
+        .await
+        .expect("the watch ends")
+        .unwrap()
+    {
+        if ev.progress.is_none() {
+            states.push(ev.state);
+        }
+    }
+    use pb::WorkerState as S;
+    assert_eq!(states.last(), Some(&(S::Completed as i32)), "{states:?}");
+    assert!(states.contains(&(S::InputRequired as i32)), "{states:?}");
+    let after = states
+        .iter()
+        .position(|s| *s == S::InputRequired as i32)
+        .unwrap();
+    assert_eq!(
+        states[after..],
+        [
+            S::InputRequired as i32,
+            S::Running as i32,
+            S::Completed as i32
+        ]
+    );
+}
+
+/// docs §12.1, §8.2: another principal's worker does not exist for the caller.
+#[tokio::test]
+async fn another_principals_worker_is_not_found() {
+    let scripted = Scripted::start(json!([{"repeat": true, "content": "ok"}])).await;
+    let s = server(&scripted, |c| {
+        tokens_file(c, "alice-secret: alice\nbob-secret: bob\n");
+    })
+    .await;
+    let w = s
+        .client
+        .clone()
+        .spawn_worker(req(
+            spawn_req("helper", "alice's work", true),
+            &[("authorization", "Bearer alice-secret")],
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    let err = s
+        .client
+        .clone()
+        .send_worker_message(req(
+            msg(&w.id, "hi from bob", false),
+            &[("authorization", "Bearer bob-secret")],
+        ))
+        .await
+        .unwrap_err();
+    assert_status(
+        &err,
+        Code::NotFound,
+        "WORKER_NOT_FOUND",
+        &format!("worker {} not found", w.id),
+    );
+    let ok = s
+        .client
+        .clone()
+        .send_worker_message(req(
+            msg(&w.id, "more from alice", true),
+            &[("authorization", "Bearer alice-secret")],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let next = ok.worker.unwrap();
+    assert_eq!(
+        (next.caller.as_str(), next.continues.as_str()),
+        ("alice", w.id.as_str())
+    );
 }

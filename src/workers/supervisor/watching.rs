@@ -102,10 +102,17 @@ impl Follow {
                     // A gap: two writers published out of commit order (a report racing a
                     // transition); the store has them in order.
                     Ok(_) => self.queue = self.sup.events_after(&self.id, self.last).await?.into(),
-                    // Fell behind, or the worker finished: the store has every event.
+                    // Fell behind, or the run ended: the store has every event.
                     Err(e) => {
                         self.queue = self.sup.events_after(&self.id, self.last).await?.into();
-                        self.over = e == RecvError::Closed;
+                        // A run that ended without a terminal event left the worker waiting for
+                        // an answer (docs §12.4): it is followed in the store until it runs
+                        // again (elsewhere, or in a new run here) and ends.
+                        if e == RecvError::Closed
+                            && !self.queue.iter().any(|ev| ev.state.is_terminal())
+                        {
+                            self.source = Source::Store(self.sup.notices());
+                        }
                     }
                 }
             }
