@@ -1653,3 +1653,73 @@ async fn replicas_a_message_through_b_reaches_a_worker_on_a_and_continues_it_on_
     assert_eq!(said, ["slow brief", "sent through b", "follow up"]);
     drop((a, b));
 }
+
+/// docs §12.2, §12.3 on PostgreSQL: an inbox and a transcript survive `kill -9` of the replica
+/// that runs the worker; after the restart the orphan keeps its queued message, and the next
+/// message continues it with that one first and the transcript before it.
+#[tokio::test]
+async fn replicas_an_inbox_and_a_transcript_survive_kill_9_on_postgresql() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let scripted = crate::model::Scripted::start(serde_json::json!([
+        {"match": "queued before the kill", "content": "answered after the restart"},
+        {"match": "stuck brief", "delay_ms": 60000, "content": "never"},
+    ]))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let a = model_replica(dir.path(), "a", &db.url, &scripted.base_url).await;
+    let w = spawn(&a.client, "stuck brief", false).await.worker.unwrap();
+    eventually("the stuck request", Duration::from_secs(10), || async {
+        (!scripted.requests().is_empty()).then_some(())
+    })
+    .await;
+    let queued = a
+        .client
+        .clone()
+        .send_worker_message(pb::SendWorkerMessageRequest {
+            worker_id: w.id.clone(),
+            text: "queued before the kill".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!queued.continued);
+    a.server.kill_9();
+
+    // The same replica restarted on the same host takes over its predecessor's rows.
+    let a = model_replica(dir.path(), "a", &db.url, &scripted.base_url).await;
+    wait_state(&a.client, &w.id, FAILED).await;
+    let orphan = get(&a.client, &w.id).await;
+    assert_eq!(orphan.undelivered_messages, 1, "{orphan:?}");
+    let next = a
+        .client
+        .clone()
+        .send_worker_message(pb::SendWorkerMessageRequest {
+            worker_id: w.id.clone(),
+            text: "and after it".into(),
+            wait: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    assert_eq!(next.continues, w.id);
+    assert_eq!(next.result.as_deref(), Some("answered after the restart"));
+    let last = scripted.requests().pop().unwrap();
+    let said: Vec<String> = last["body"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        said,
+        ["stuck brief", "queued before the kill", "and after it"]
+    );
+    drop(a);
+}
