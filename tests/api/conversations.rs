@@ -72,11 +72,7 @@ async fn send(
     s: &TestServer,
     r: pb::SendWorkerMessageRequest,
 ) -> Result<pb::SendWorkerMessageResponse, tonic::Status> {
-    s.client
-        .clone()
-        .send_worker_message(r)
-        .await
-        .map(|r| r.into_inner())
+    send_with(s.client.clone(), r).await
 }
 
 /// The `role: content` lines of a logged request's messages.

@@ -156,6 +156,17 @@ pub(crate) async fn events(s: &TestServer, id: &str) -> Vec<pb::WatchWorkerRespo
     all
 }
 
+/// The texts of the `user` messages the model was sent in a logged request, in order.
+pub(crate) fn user_messages(req: &Value) -> Vec<String> {
+    req["body"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 /// The `tool` messages the model was sent in a logged request.
 pub(crate) fn tool_messages(req: &Value) -> Vec<String> {
     req["body"]["messages"]

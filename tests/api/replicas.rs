@@ -1642,14 +1642,7 @@ async fn replicas_a_message_through_b_reaches_a_worker_on_a_and_continues_it_on_
         .unwrap();
     assert_eq!(next.continues, w.id);
     assert_eq!(next.result.as_deref(), Some("continued on b"), "{next:?}");
-    let last = scripted.requests().pop().unwrap();
-    let said: Vec<String> = last["body"]["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "user")
-        .map(|m| m["content"].as_str().unwrap().to_owned())
-        .collect();
+    let said = crate::model::user_messages(&scripted.requests().pop().unwrap());
     assert_eq!(said, ["slow brief", "sent through b", "follow up"]);
     drop((a, b));
 }
@@ -1709,14 +1702,7 @@ async fn replicas_an_inbox_and_a_transcript_survive_kill_9_on_postgresql() {
         .unwrap();
     assert_eq!(next.continues, w.id);
     assert_eq!(next.result.as_deref(), Some("answered after the restart"));
-    let last = scripted.requests().pop().unwrap();
-    let said: Vec<String> = last["body"]["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "user")
-        .map(|m| m["content"].as_str().unwrap().to_owned())
-        .collect();
+    let said = crate::model::user_messages(&scripted.requests().pop().unwrap());
     assert_eq!(
         said,
         ["stuck brief", "queued before the kill", "and after it"]

@@ -325,14 +325,10 @@ async fn an_inbox_and_transcripts_survive_kill_9() {
         .unwrap();
     assert_eq!(next.continues, stuck.id);
     let last = scripted.requests().pop().unwrap();
-    let users: Vec<&str> = last["body"]["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "user")
-        .map(|m| m["content"].as_str().unwrap())
-        .collect();
-    assert_eq!(users, ["stuck brief", "what about tests", "resume please"]);
+    assert_eq!(
+        crate::model::user_messages(&last),
+        ["stuck brief", "what about tests", "resume please"]
+    );
     assert_eq!(next.result.as_deref(), Some("tests answered"));
 
     let more = c

@@ -318,6 +318,13 @@ impl Message {
     pub fn new_id() -> String {
         format!("msg_{}", uuid::Uuid::now_v7().simple())
     }
+
+    /// The `data_json` of its `PROGRESS_KIND_MESSAGE` event once delivered (docs §12.2):
+    /// `{"message_id", "delivery"}`.
+    pub fn delivered_data(&self) -> serde_json::Value {
+        let delivery = if self.interrupt { "interrupt" } else { "queue" };
+        serde_json::json!({"message_id": self.id, "delivery": delivery})
+    }
 }
 
 /// What [`WorkerStore::send_message`] did.

@@ -248,11 +248,10 @@ impl Supervisor {
                 .await?;
         }
         for m in taken {
-            let data = serde_json::json!({"message_id": m.id, "delivery": if m.interrupt { "interrupt" } else { "queue" }});
             let p = crate::workers::model::Progress {
                 kind: crate::workers::model::ProgressKind::Message,
+                data_json: Some(m.delivered_data().to_string()),
                 text: m.text,
-                data_json: Some(data.to_string()),
             };
             if let Err(e) = self.report_progress(id, p).await {
                 tracing::debug!(worker = %id, error = %e, "message event not recorded");

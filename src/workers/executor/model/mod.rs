@@ -336,11 +336,6 @@ struct Saved {
     bytes: usize,
 }
 
-/// The `data_json` of a delivered message's progress event.
-fn delivered(m: &Message) -> Value {
-    json!({"message_id": m.id, "delivery": if m.interrupt { "interrupt" } else { "queue" }})
-}
-
 /// The string argument `key` of a call ("" when absent or not a string).
 fn text_arg(args: Option<&Value>, key: &str) -> String {
     args.and_then(|a| a.get(key))
@@ -454,13 +449,13 @@ impl Run {
         if self.assignment.resume_from.is_some() {
             // The first message answers the question the conversation stopped at, if any.
             let mut inbox = self.inbox(false).await.into_iter();
-            let mut answer = inbox.next().map(|m| (m.text.clone(), delivered(&m)));
+            let mut answer = inbox.next().map(|m| (m.text.clone(), m.delivered_data()));
             turns.answer_open(tools::ASK_CALLER, &mut answer);
             if let Some((text, data)) = answer {
                 turns.deliver(&text, data);
             }
             for m in inbox {
-                turns.deliver(&m.text, delivered(&m));
+                turns.deliver(&m.text, m.delivered_data());
             }
         }
         let timing = Timing::of(looping, Duration::from_millis(500));
@@ -470,7 +465,7 @@ impl Run {
         loop {
             if matches!(action, Action::Ask) {
                 for m in self.inbox(false).await {
-                    turns.deliver(&m.text, delivered(&m));
+                    turns.deliver(&m.text, m.delivered_data());
                 }
             }
             for note in turns.take_notes() {
@@ -489,7 +484,7 @@ impl Run {
                     }
                     action = turns.reopen();
                     for m in late {
-                        turns.deliver(&m.text, delivered(&m));
+                        turns.deliver(&m.text, m.delivered_data());
                     }
                     continue;
                 }
