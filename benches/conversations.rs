@@ -200,6 +200,7 @@ fn record() -> WorkerRecord {
             caller_scope: "anonymous".into(),
             request_id: None,
             continues: None,
+            context_id: None,
             effective: eff,
             create_time_ms: 1_700_000_000_000,
         }),

@@ -43,6 +43,7 @@ fn record(i: usize) -> WorkerRecord {
             caller_scope: "anonymous".to_owned(),
             request_id: Some(format!("req-{i}")),
             continues: None,
+            context_id: None,
             effective: Effective {
                 name: "explore".to_owned(),
                 system_prompt: "You are a careful code explorer. Read before you answer."

@@ -254,6 +254,22 @@ impl App {
         })
     }
 
+    /// Agent `name` when it is in the caller's catalog (docs §5.4: not reserved, allowed by the
+    /// caller's spawn policy, not blocked) and runs here (not `kind: remote`): what an A2A card
+    /// is made from (docs §13.2). `None` otherwise.
+    pub async fn catalog_agent(
+        &self,
+        id: &Identity,
+        name: &str,
+    ) -> Result<Option<Arc<AgentDef>>, Error> {
+        let caller = self.lineage(id).await?.caller;
+        let snapshot = self.registry.snapshot("").await?;
+        Ok(resolve::catalog(&snapshot, &caller, &self.rules)
+            .into_iter()
+            .find(|a| a.persona.name == name && !a.persona.remote)
+            .cloned())
+    }
+
     /// `ResolveAgent`'s answer for a target: what a worker of the agent would get, for this
     /// caller. A pure function of the target, the query's mode and schema, and the rules.
     pub fn resolve(&self, target: &ResolveTarget, q: &ResolveQuery) -> Resolved {
@@ -338,6 +354,9 @@ impl App {
                         parent: ParentFilter::Worker(parent.clone()),
                         states: Vec::new(),
                         caller_scope: None,
+                        context_id: None,
+                        agent: None,
+                        newest_first: false,
                         after: after.clone(),
                         limit: 500,
                     })
@@ -507,6 +526,7 @@ impl crate::workers::executor::model::Agentry for AsWorker {
             timeout: None,
             isolation: None,
             interactive: false,
+            context_id: None,
         };
         let app = self.app().ok_or("the service is shutting down")?;
         let spawned = match app.spawn_worker(&Self::identity(worker), req).await {

@@ -354,6 +354,22 @@ pub enum IsolationKind {
     Worktree,
 }
 
+/// `http`: the HTTP listener (docs/a2a.md §13.2).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// `host:port` of the HTTP listener (A2A); unset = off (default).
+    pub listen: Option<String>,
+}
+
+/// `a2a`: agentry as an A2A server (docs/a2a.md §13.5).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct A2aConfig {
+    /// The agent whose card `/.well-known/agent-card.json` serves; unset = none.
+    pub default_agent: Option<String>,
+}
+
 /// `auth`: bearer tokens.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -445,6 +461,10 @@ pub struct Config {
     pub models: ModelsConfig,
     /// Bounds of the model executor's loop (§11.10).
     pub model: ModelLoop,
+    /// The HTTP listener (A2A, docs/a2a.md §13.2).
+    pub http: HttpConfig,
+    /// A2A (docs/a2a.md §13.5).
+    pub a2a: A2aConfig,
     /// MCP servers the model executor may start for a worker (§11.6).
     pub mcp_servers: BTreeMap<String, McpServer>,
     /// What persona files may say about MCP servers.
@@ -489,6 +509,8 @@ impl Default for Config {
             auth: AuthConfig::default(),
             discovery: DiscoveryConfig::default(),
             workers: WorkersConfig::default(),
+            http: HttpConfig::default(),
+            a2a: A2aConfig::default(),
             models: ModelsConfig::default(),
             model: ModelLoop::default(),
             mcp_servers: BTreeMap::new(),

@@ -22,6 +22,7 @@
 //!
 //! Dependencies point one way: `grpc → app → {review, workers, discovery, resolve} → persona`.
 
+pub mod a2a;
 pub mod app;
 pub mod auth;
 pub mod check;

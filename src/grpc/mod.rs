@@ -228,6 +228,20 @@ pub async fn run_announced(
     };
     // The model executor reaches agentry through the same operations as the RPCs.
     model.bind(Arc::new(crate::app::AsWorker::new(&app)));
+    // The HTTP listener (A2A, docs/a2a.md §13.2), bound before serving so a bad address fails
+    // the start instead of a later request.
+    let http = match &cfg.http.listen {
+        Some(addr) => {
+            let l = tokio::net::TcpListener::bind(addr.as_str())
+                .await
+                .map_err(|e| anyhow::anyhow!("http.listen {addr}: cannot listen: {e}"))?;
+            let router =
+                crate::a2a::A2a::new(app.clone(), tokens.clone(), cfg.a2a.default_agent.clone())
+                    .router();
+            Some((l, router))
+        }
+        None => None,
+    };
     let svc = service::Service::new(app);
 
     // Serving = first discovery done, the database answers, and not shutting down (docs §8,
@@ -315,6 +329,21 @@ pub async fn run_announced(
         tokio::spawn(async move {
             shutdown.await;
             stopping.cancel();
+        });
+    }
+    if let Some((l, router)) = http {
+        let addr = l.local_addr()?;
+        if cfg.auth.tokens_file.is_none() && !addr.ip().is_loopback() {
+            tracing::warn!(%addr, "the HTTP listener is not on loopback and authentication is off: anyone who reaches it runs agents as anonymous");
+        }
+        tracing::info!(%addr, "http listening (A2A)");
+        let stopping = stopping.clone();
+        tokio::spawn(async move {
+            if let Err(e) =
+                crate::a2a::serve(l, router, async move { stopping.cancelled().await }).await
+            {
+                tracing::error!(error = %e, "the HTTP listener failed");
+            }
         });
     }
     let stop_accepting = {

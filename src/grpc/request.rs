@@ -437,6 +437,7 @@ impl TryFrom<Limited<pb::SpawnWorkerRequest>> for SpawnRequest {
             timeout,
             isolation,
             interactive: r.interactive,
+            context_id: None,
         })
     }
 }
@@ -571,6 +572,9 @@ impl TryFrom<pb::ListWorkersRequest> for WorkersQuery {
             parent,
             states,
             page,
+            context_id: None,
+            agent: None,
+            newest_first: false,
         })
     }
 }

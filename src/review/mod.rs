@@ -303,6 +303,7 @@ pub async fn run_reviewer(
         timeout: None,
         isolation: Some(false),
         interactive: false,
+        context_id: None,
     };
     let purpose = Purpose::Review {
         summarise: Arc::new(summarise),

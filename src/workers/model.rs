@@ -210,6 +210,9 @@ pub struct SpawnSpec {
     pub request_id: Option<String>,
     /// The worker whose conversation this one carries on (docs §12.3).
     pub continues: Option<WorkerId>,
+    /// The A2A `contextId` the worker belongs to (docs §13.3): set by an A2A call (given by
+    /// the client or generated), kept by a continuation; `None` for a worker spawned otherwise.
+    pub context_id: Option<String>,
     /// The effective agent the worker got (docs §5.3). The store keeps it as JSON text and
     /// refuses a row whose text does not read back as one.
     pub effective: Effective,

@@ -519,6 +519,12 @@ pub struct ListQuery {
     pub states: Vec<WorkerState>,
     /// Only workers of this caller scope (tenancy, docs §8.2); `None` lists every scope.
     pub caller_scope: Option<String>,
+    /// Only workers of this A2A context (docs §13.3).
+    pub context_id: Option<String>,
+    /// Only workers of this agent.
+    pub agent: Option<String>,
+    /// Newest first (A2A `ListTasks`): the cursor then means strictly *before* it.
+    pub newest_first: bool,
     /// Keyset cursor: only workers strictly after this `(create_time_ms, id)`, i.e. the last
     /// worker of the previous page. Stable while rows are added, unlike an offset.
     pub after: Option<(i64, WorkerId)>,

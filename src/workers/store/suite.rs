@@ -216,6 +216,7 @@ pub(crate) fn record(parent: Option<&WorkerRecord>, create_time_ms: i64) -> Work
             caller_scope: "anonymous".to_owned(),
             request_id: None,
             continues: None,
+            context_id: None,
             effective: effective(parent.map_or(1, |p| p.spec.depth + 1)),
         }),
         Some(hash_token(&generate_token())),
@@ -247,6 +248,9 @@ fn query(parent: ParentFilter, states: &[WorkerState]) -> ListQuery {
         parent,
         states: states.to_vec(),
         caller_scope: None,
+        context_id: None,
+        agent: None,
+        newest_first: false,
         after: None,
         limit: 100,
     }
@@ -848,6 +852,9 @@ pub(crate) async fn list_filters_by_caller_scope(store: &dyn WorkerStore) {
     let bob = store.create(&bob).await.unwrap().worker;
     let scoped = |scope: &'static str| ListQuery {
         caller_scope: Some(scope.to_owned()),
+        context_id: None,
+        agent: None,
+        newest_first: false,
         ..query(ParentFilter::Any, &[])
     };
     assert_eq!(

@@ -409,6 +409,7 @@ impl Supervisor {
             caller_scope: lineage.scope.clone(),
             request_id: req.request_id.clone(),
             continues: None,
+            context_id: req.context_id.clone(),
             effective: eff,
         });
         let eff = &spec.effective;

@@ -554,6 +554,9 @@ impl Supervisor {
                     parent: ParentFilter::Any,
                     states: vec![WorkerState::InputRequired],
                     caller_scope: None,
+                    context_id: None,
+                    agent: None,
+                    newest_first: false,
                     after: after.clone(),
                     limit: 500,
                 })

@@ -20,6 +20,12 @@ pub struct WorkersQuery {
     pub states: Vec<WorkerState>,
     /// Which page.
     pub page: PageRequest,
+    /// Only workers of this A2A context (docs §13.3).
+    pub context_id: Option<String>,
+    /// Only workers of this agent.
+    pub agent: Option<String>,
+    /// Newest first (A2A `ListTasks`) instead of oldest first.
+    pub newest_first: bool,
 }
 
 /// One page of workers.
@@ -44,6 +50,9 @@ impl Supervisor {
             &format!("{:?}", q.states),
             &q.page.size.to_string(),
             vis.scope().unwrap_or("*"),
+            q.context_id.as_deref().unwrap_or(""),
+            q.agent.as_deref().unwrap_or(""),
+            if q.newest_first { "desc" } else { "asc" },
         ]);
         let after = q.page.cursor(&query)?.and_then(|t| {
             let (ms, id) = t.at.split_once(':')?;
@@ -56,6 +65,9 @@ impl Supervisor {
                 parent: q.parent.clone(),
                 states: q.states.clone(),
                 caller_scope: vis.scope().map(str::to_owned),
+                context_id: q.context_id.clone(),
+                agent: q.agent.clone(),
+                newest_first: q.newest_first,
                 after,
                 limit: limit + 1,
             })

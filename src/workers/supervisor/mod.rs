@@ -187,6 +187,8 @@ pub struct SpawnRequest {
     pub isolation: Option<bool>,
     /// The worker may ask its caller (docs §12.4).
     pub interactive: bool,
+    /// The A2A context it belongs to (docs §13.3); `None` outside A2A.
+    pub context_id: Option<String>,
 }
 
 /// What a spawn returned.
@@ -912,6 +914,7 @@ mod tests {
                 timeout: None,
                 isolation: None,
                 interactive: false,
+                context_id: None,
             };
             let w = sup.spawn(&id, req).await.unwrap().worker;
             assert_eq!(w.state, WorkerState::Completed, "run {i}: {w:?}");

@@ -109,6 +109,9 @@ impl Supervisor {
                 parent: ParentFilter::Worker(id.clone()),
                 states: vec![WorkerState::Pending, WorkerState::Running],
                 caller_scope: None,
+                context_id: None,
+                agent: None,
+                newest_first: false,
                 after: None,
                 limit: MAX_OPEN_CHILDREN,
             };

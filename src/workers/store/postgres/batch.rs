@@ -174,17 +174,18 @@ async fn write_transitions(
 const CREATES_SQL: &str = "WITH i AS (
          SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
                               $6::text[], $7::bigint[], $8::bigint[], $9::text[], $10::text[],
-                              $11::text[], $12::text[], $13::bigint[], $14::text[], $15::text[])
+                              $11::text[], $12::text[], $13::bigint[], $14::text[], $15::text[],
+                              $17::text[])
              AS i(id, agent, description, prompt, workspace, parent_id, depth, create_time_ms,
                   caller_scope, request_id, token_hash, effective, last_activity_ms, worktree,
-                  snapshot)
+                  snapshot, context_id)
      ), g AS (
          INSERT INTO workers (id, agent, description, prompt, workspace, parent_id, depth, state,
                               sequence, create_time_ms, caller_scope, request_id, token_hash,
-                              effective, last_activity_ms, worktree, replica_id)
+                              effective, last_activity_ms, worktree, replica_id, context_id)
          SELECT id, agent, description, prompt, workspace, parent_id, depth, 'pending', 1,
                 create_time_ms, caller_scope, request_id, token_hash, effective,
-                last_activity_ms, worktree, $16::text
+                last_activity_ms, worktree, $16::text, context_id
            FROM i
          ON CONFLICT DO NOTHING
          RETURNING id
@@ -218,7 +219,8 @@ async fn write_creates(
     let activity = column(writes, |w| w.event.worker.last_activity_ms);
     let worktree = column(writes, |w| w.event.worker.worktree.as_deref());
     let snapshot = column(writes, |w| w.snapshot.as_str());
-    let params: [&(dyn ToSql + Sync); 16] = [
+    let context = column(writes, |w| w.event.worker.spec.context_id.as_deref());
+    let params: [&(dyn ToSql + Sync); 17] = [
         &id,
         &agent,
         &description,
@@ -235,6 +237,7 @@ async fn write_creates(
         &worktree,
         &snapshot,
         &origin,
+        &context,
     ];
     let statement = c.prepare_cached(CREATES_SQL).await?;
     let written: HashSet<String> = c

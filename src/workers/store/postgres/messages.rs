@@ -188,9 +188,9 @@ pub(super) async fn continue_worker(
         "INSERT INTO workers (id, agent, description, prompt, workspace, parent_id, depth, state,
                               sequence, create_time_ms, caller_scope, request_id, token_hash,
                               effective, last_activity_ms, worktree, replica_id, continues,
-                              undelivered)
+                              undelivered, context_id)
          VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', 1, $8, $9, $10, $11, $12, $13, $14, $15,
-                 $16, $17)",
+                 $16, $17, $18)",
         &[
             &w.id.as_str(),
             &w.spec.agent,
@@ -209,6 +209,7 @@ pub(super) async fn continue_worker(
             &origin,
             &old.as_str(),
             &i64::from(w.undelivered),
+            &w.spec.context_id,
         ],
     )
     .await

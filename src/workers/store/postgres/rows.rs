@@ -163,6 +163,7 @@ pub(super) fn read_record(row: &Row) -> Result<WorkerRecord, StoreError> {
             caller_scope: row.try_get(16).map_err(get)?,
             request_id: row.try_get(17).map_err(get)?,
             continues: opt_id(23)?,
+            context_id: row.try_get(28).map_err(get)?,
             effective: serde_json::from_str(effective).map_err(|e| corrupt("effective", &e))?,
         }),
         state: state.parse().map_err(|e| corrupt("state", &e))?,
@@ -341,6 +342,14 @@ fn list_sql(q: &ListQuery) -> (String, Vec<Box<dyn ToSql + Sync + Send>>) {
         let n = next(&mut args, Box::new(scope.clone()));
         sql.push_str(&format!(" AND caller_scope = {n}"));
     }
+    if let Some(context) = &q.context_id {
+        let n = next(&mut args, Box::new(context.clone()));
+        sql.push_str(&format!(" AND context_id = {n}"));
+    }
+    if let Some(agent) = &q.agent {
+        let n = next(&mut args, Box::new(agent.clone()));
+        sql.push_str(&format!(" AND agent = {n}"));
+    }
     let states: Vec<String> = WorkerState::ALL
         .into_iter()
         .filter(|state| q.states.contains(state))
@@ -350,16 +359,21 @@ fn list_sql(q: &ListQuery) -> (String, Vec<Box<dyn ToSql + Sync + Send>>) {
         let n = next(&mut args, Box::new(states));
         sql.push_str(&format!(" AND state = ANY({n})"));
     }
+    let (cmp, order) = if q.newest_first {
+        ("<", "create_time_ms DESC, id DESC")
+    } else {
+        (">", "create_time_ms, id")
+    };
     if let Some((time_ms, id)) = &q.after {
         let t = next(&mut args, Box::new(*time_ms));
         let i = next(&mut args, Box::new(id.as_str().to_owned()));
-        sql.push_str(&format!(" AND (create_time_ms, id) > ({t}, {i})"));
+        sql.push_str(&format!(" AND (create_time_ms, id) {cmp} ({t}, {i})"));
     }
     let l = next(
         &mut args,
         Box::new(i64::try_from(q.limit).unwrap_or(i64::MAX)),
     );
-    sql.push_str(&format!(" ORDER BY create_time_ms, id LIMIT {l}"));
+    sql.push_str(&format!(" ORDER BY {order} LIMIT {l}"));
     (sql, args)
 }
 

@@ -150,6 +150,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );"#,
     // 8: the session reference a runner returned with a worker's end (docs §12.6).
     "ALTER TABLE workers ADD COLUMN session_ref TEXT;",
+    // 9: the A2A context of a worker (docs §13.3), listed by context within a principal.
+    r#"ALTER TABLE workers ADD COLUMN context_id TEXT COLLATE "C";
+    CREATE INDEX workers_by_context ON workers (caller_scope, context_id, create_time_ms, id)
+        WHERE context_id IS NOT NULL;"#,
 ];
 
 /// Brings the schema up to date under the migration advisory lock, or refuses a newer one.

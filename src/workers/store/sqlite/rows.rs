@@ -50,6 +50,14 @@ pub(super) fn list_sql(q: &ListQuery) -> (String, Vec<Value>) {
         sql.push_str(" AND caller_scope = ?");
         args.push(Value::Text(scope.clone()));
     }
+    if let Some(context) = &q.context_id {
+        sql.push_str(" AND context_id = ?");
+        args.push(Value::Text(context.clone()));
+    }
+    if let Some(agent) = &q.agent {
+        sql.push_str(" AND agent = ?");
+        args.push(Value::Text(agent.clone()));
+    }
     // Canonical order and no duplicates, so equal filters share one cached statement.
     let states: Vec<WorkerState> = WorkerState::ALL
         .into_iter()
@@ -64,12 +72,17 @@ pub(super) fn list_sql(q: &ListQuery) -> (String, Vec<Value>) {
                 .map(|state| Value::Text(state.as_str().to_owned())),
         );
     }
+    let (cmp, order) = if q.newest_first {
+        ("<", " ORDER BY create_time_ms DESC, id DESC LIMIT ?")
+    } else {
+        (">", " ORDER BY create_time_ms, id LIMIT ?")
+    };
     if let Some((time_ms, id)) = &q.after {
-        sql.push_str(" AND (create_time_ms, id) > (?, ?)");
+        sql.push_str(&format!(" AND (create_time_ms, id) {cmp} (?, ?)"));
         args.push(Value::Integer(*time_ms));
         args.push(Value::Text(id.as_str().to_owned()));
     }
-    sql.push_str(" ORDER BY create_time_ms, id LIMIT ?");
+    sql.push_str(order);
     args.push(Value::Integer(i64::try_from(q.limit).unwrap_or(i64::MAX)));
     (sql, args)
 }
@@ -199,7 +212,7 @@ pub(super) fn insert_worker(conn: &Connection, rec: &WorkerRecord) -> Result<(),
     conn.prepare_cached(&format!(
         "INSERT INTO workers ({COLUMNS}) VALUES
              (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-              ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)"
+              ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)"
     ))
     .and_then(|mut stmt| {
         stmt.execute(params![
@@ -231,6 +244,7 @@ pub(super) fn insert_worker(conn: &Connection, rec: &WorkerRecord) -> Result<(),
             rec.question,
             rec.undelivered,
             rec.session_ref,
+            rec.spec.context_id,
         ])
     })
     .context("insert worker")?;
@@ -279,6 +293,7 @@ pub(super) fn read_record(row: &Row<'_>) -> rusqlite::Result<WorkerRecord> {
         caller_scope: row.get(16)?,
         request_id: row.get(17)?,
         continues: row.get(23)?,
+        context_id: row.get(28)?,
         effective: serde_json::from_str(&effective)
             .map_err(|e| rusqlite::Error::FromSqlConversionFailure(19, Type::Text, e.into()))?,
     };

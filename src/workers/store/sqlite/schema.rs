@@ -90,6 +90,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
      ) STRICT, WITHOUT ROWID;",
     // 7: the session reference a runner returned with a worker's end (docs §12.6).
     "ALTER TABLE workers ADD COLUMN session_ref TEXT;",
+    // 8: the A2A context of a worker (docs §13.3), listed by context within a principal.
+    "ALTER TABLE workers ADD COLUMN context_id TEXT;
+     CREATE INDEX workers_by_context ON workers (caller_scope, context_id, create_time_ms, id)
+         WHERE context_id IS NOT NULL;",
 ];
 
 /// The migration whose state checks [`relax_state_checks`] widens after its SQL.

@@ -47,14 +47,19 @@ fn every_query_uses_an_index() {
         for states in [&[][..], &[WorkerState::Running], &WorkerState::ALL[..2]] {
             for after in [None, cursor.clone()] {
                 for caller_scope in [None, Some("alice".to_owned())] {
-                    let q = ListQuery {
-                        parent: parent.clone(),
-                        states: states.to_vec(),
-                        caller_scope,
-                        after: after.clone(),
-                        limit: 10,
-                    };
-                    statements.push(list_sql(&q));
+                    for (context_id, newest_first) in [(None, false), (Some("ctx_1"), true)] {
+                        let q = ListQuery {
+                            parent: parent.clone(),
+                            states: states.to_vec(),
+                            caller_scope: caller_scope.clone(),
+                            context_id: context_id.map(str::to_owned),
+                            agent: context_id.map(|_| "task".to_owned()),
+                            newest_first,
+                            after: after.clone(),
+                            limit: 10,
+                        };
+                        statements.push(list_sql(&q));
+                    }
                 }
             }
         }
@@ -125,6 +130,9 @@ async fn data_survives_closing_and_reopening() {
             parent: ParentFilter::Worker(parent.id.clone()),
             states: Vec::new(),
             caller_scope: None,
+            context_id: None,
+            agent: None,
+            newest_first: false,
             after: None,
             limit: 10,
         })
