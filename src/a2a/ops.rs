@@ -179,6 +179,12 @@ impl Ctx<'_> {
             Call::List => self.list(params).await.map(Outcome::Value),
             Call::Cancel => {
                 let w = self.task(params).await?;
+                if w.state.is_terminal() {
+                    return Err(A2aError::new(
+                        Kind::TaskNotCancelable,
+                        format!("task {} is {}: it has ended", w.id, w.state.as_str()),
+                    ));
+                }
                 let stopped = self
                     .s
                     .app
@@ -229,7 +235,19 @@ impl Ctx<'_> {
     async fn task_by_id(&self, id: &str) -> Result<WorkerRecord, A2aError> {
         let worker = WorkerId::parse(id)
             .map_err(|_| A2aError::task_not_found(&crate::grpc::request::quote(id)))?;
-        let w = self.s.app.get_worker(self.id, &worker).await?;
+        let w =
+            self.s
+                .app
+                .get_worker(self.id, &worker)
+                .await
+                .map_err(|e| match A2aError::from(e) {
+                    // The task's own words: A2A names it a task.
+                    e if e.kind == Kind::TaskNotFound => A2aError {
+                        message: format!("task {id} not found"),
+                        ..e
+                    },
+                    e => e,
+                })?;
         if w.spec.agent != self.agent {
             return Err(A2aError::task_not_found(id));
         }

@@ -1,6 +1,7 @@
 //! One integration-test binary: every test starts the real server, in process on a listener
 //! bound to 127.0.0.1:0 (`helpers`) or as the `agentry` binary that binds its own (`binary`).
 
+mod a2a;
 mod binary;
 mod check;
 mod commands;
