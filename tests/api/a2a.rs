@@ -13,6 +13,7 @@
 //! | §13.2 HTTP+JSON, AIP-193 | `the_http_json_binding_answers_the_same` |
 //! | §13.3 lineage and tenancy | `tenancy_and_lineage_are_the_grpc_apis` |
 //! | §13.3 input-required, continuation by reference | `a_question_is_answered_and_a_finished_task_refined` |
+//! | §13.7 the official SDK clients (Python 1.0, JavaScript 0.3) | `a2a_sdk_python_client`, `a2a_sdk_js_client` |
 
 use std::time::Duration;
 
@@ -909,4 +910,109 @@ async fn a_question_is_answered_and_a_finished_task_refined() {
         .rpc("merger", Some("1.0"), "GetTask", json!({"id": id}))
         .await;
     assert_eq!(old["result"]["metadata"]["continuedBy"], task["id"]);
+}
+
+/// A server with `echo` (exec) and `asker` (the scripted model: asks "Which branch?", then
+/// submits "merged into main" once answered "main"), for the SDK clients.
+async fn clients_server() -> (A2aServer, Scripted) {
+    let scripted = Scripted::start(json!([
+        {"match": "\"content\":\"main\"", "repeat": true, "tool_calls": [{"name": "submit_result", "arguments": {"result": "merged into main"}}]},
+        {"match": "which branch", "repeat": true, "tool_calls": [{"name": "ask_caller", "arguments": {"question": "Which branch?"}}]},
+    ]))
+    .await;
+    let a = a2a_server(|c| {
+        let exec = c.executor.command.clone();
+        on_model(c, &scripted);
+        c.executor.command = exec;
+        c.executor
+            .by_agent
+            .insert("echo".into(), agentry::config::ExecutorKind::Exec);
+        let dir = c.home.clone().unwrap().join(".claude/agents");
+        persona(
+            &dir,
+            "asker.md",
+            "name: asker\ndescription: asks",
+            "You ask.",
+        );
+    })
+    .await;
+    (a, scripted)
+}
+
+/// Runs an SDK client program; its `ok <check>` lines must be `checks`.
+async fn run_client(mut cmd: tokio::process::Command, checks: &[&str]) {
+    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output())
+        .await
+        .expect("the client ends")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "client failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let ok: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("ok "))
+        .collect();
+    assert_eq!(ok, checks, "stdout:\n{stdout}\nstderr:\n{stderr}");
+}
+
+fn support(file: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/support")
+        .join(file)
+}
+
+#[tokio::test]
+async fn a2a_sdk_python_client() {
+    let Some(python) = installed("AGENTRY_TEST_A2A_PYTHON", "the A2A SDKs") else {
+        return;
+    };
+    let (a, _scripted) = clients_server().await;
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.arg(support("a2a_python_client.py"))
+        .arg(format!("{}/a2a/echo", a.base))
+        .arg(format!("{}/a2a/asker", a.base));
+    run_client(
+        cmd,
+        &[
+            "card",
+            "send",
+            "get",
+            "list",
+            "not-found",
+            "stream",
+            "cancel-subscribe",
+            "input-required",
+            "http-json",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a2a_sdk_js_client() {
+    let Some(modules) = installed("AGENTRY_TEST_A2A_NODE_MODULES", "the A2A SDKs") else {
+        return;
+    };
+    let (a, _scripted) = clients_server().await;
+    let mut cmd = tokio::process::Command::new("node");
+    cmd.env("NODE_PATH", modules)
+        .arg(support("a2a_js_client.mjs"))
+        .arg(format!("{}/a2a/echo/.well-known/agent-card.json", a.base))
+        .arg(format!("{}/a2a/asker/.well-known/agent-card.json", a.base));
+    run_client(
+        cmd,
+        &[
+            "card",
+            "send",
+            "get",
+            "not-found",
+            "stream",
+            "cancel-resubscribe",
+            "input-required",
+        ],
+    )
+    .await;
 }

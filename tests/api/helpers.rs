@@ -369,3 +369,18 @@ pub async fn spawn_task_reply(
         .unwrap()
         .into_inner()
 }
+
+/// The path `var` names, of `what` `.ci/run` installs (pinned): `None` skips the test with a
+/// note on a developer's machine, and under `CI=true` a missing one fails the test instead.
+pub fn installed(var: &str, what: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(p) if !p.is_empty() => Some(p),
+        _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("{var} is not set under CI=true: .ci/run installs {what} and sets it")
+        }
+        _ => {
+            eprintln!("skipped: {var} is not set (.ci/run installs {what} and sets it)");
+            None
+        }
+    }
+}

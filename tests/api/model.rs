@@ -607,19 +607,9 @@ async fn unknown_models_and_no_executor_are_refused_at_spawn() {
     assert!(scripted.requests().is_empty());
 }
 
-/// The MCP server program `var` names, installed by `.ci/run`; `None` skips the test with a
-/// note on a developer's machine, and under `CI=true` a missing server fails the test instead.
+/// The MCP server program `var` names, installed by `.ci/run` ([`installed`]).
 fn mcp_program(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(p) if !p.is_empty() => Some(p),
-        _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("{var} is not set under CI=true: .ci/run installs the MCP servers and sets it")
-        }
-        _ => {
-            eprintln!("skipped: {var} is not set (.ci/run installs the MCP servers and sets it)");
-            None
-        }
-    }
+    installed(var, "the MCP servers")
 }
 
 /// The time server of `program` (`mcp-server-time`) over stdio, in UTC.
