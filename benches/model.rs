@@ -112,6 +112,7 @@ fn job(i: usize) -> Job {
             permission_mode: None,
             output_schema: None,
             mcp_servers: None,
+            remote: None,
         },
         memory_dir: None,
     };

@@ -63,6 +63,7 @@ fn record(i: usize) -> WorkerRecord {
                 memory_dir: None,
                 mcp_servers: None,
                 interactive: false,
+                remote: None,
             },
         }),
         Some(hash_token(&generate_token())),

@@ -362,12 +362,40 @@ pub struct HttpConfig {
     pub listen: Option<String>,
 }
 
-/// `a2a`: agentry as an A2A server (docs/a2a.md §13.5).
-#[derive(Debug, Clone, Default, Deserialize)]
+/// `a2a`: agentry as an A2A server and client (docs/a2a.md §13.5).
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct A2aConfig {
     /// The agent whose card `/.well-known/agent-card.json` serves; unset = none.
     pub default_agent: Option<String>,
+    /// Bound on fetching a remote agent's card (default 10 s).
+    #[serde(with = "humantime_serde")]
+    pub card_timeout: Duration,
+    /// Per remote persona (by name): how to authenticate to its A2A agent.
+    pub remotes: BTreeMap<String, A2aRemote>,
+    /// Whether a persona file in a project directory (written by whoever can write the
+    /// workspace) may be a remote A2A agent, which makes agentry call its URL. Default false.
+    pub allow_project_remotes: bool,
+}
+
+impl Default for A2aConfig {
+    fn default() -> Self {
+        Self {
+            default_agent: None,
+            card_timeout: Duration::from_secs(10),
+            remotes: BTreeMap::new(),
+            allow_project_remotes: false,
+        }
+    }
+}
+
+/// `a2a.remotes.<persona>`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct A2aRemote {
+    /// A variable holding the bearer token sent to the remote agent (read when a worker
+    /// starts, never logged).
+    pub bearer_env: Option<String>,
 }
 
 /// `auth`: bearer tokens.

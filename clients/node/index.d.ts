@@ -25,7 +25,7 @@ export type WorkerState =
 export type Isolation = 'ISOLATION_UNSPECIFIED' | 'ISOLATION_NONE' | 'ISOLATION_WORKTREE';
 export type ProgressKind =
   | 'PROGRESS_KIND_UNSPECIFIED' | 'PROGRESS_KIND_TEXT' | 'PROGRESS_KIND_TOOL_CALL' | 'PROGRESS_KIND_TOOL_RESULT' | 'PROGRESS_KIND_STATUS'
-  | 'PROGRESS_KIND_MESSAGE';
+  | 'PROGRESS_KIND_MESSAGE' | 'PROGRESS_KIND_ARTIFACT';
 export type ToolClass = 'TOOL_CLASS_UNSPECIFIED' | 'TOOL_CLASS_READ' | 'TOOL_CLASS_WRITE' | 'TOOL_CLASS_DESTRUCTIVE';
 export type Decision = 'DECISION_UNSPECIFIED' | 'DECISION_APPROVE' | 'DECISION_REJECT';
 export type HealthStatus = 'UNKNOWN' | 'SERVING' | 'NOT_SERVING' | 'SERVICE_UNKNOWN';
@@ -210,6 +210,23 @@ export interface Worker {
   question?: string;
   interactive: boolean;
   undeliveredMessages: number;
+  /** What it handed back: reported artifacts, then its result as `result` (docs §13.1). */
+  artifacts: Artifact[];
+}
+
+/** An output of a worker. */
+export interface Artifact {
+  artifactId: string;
+  name: string;
+  description: string;
+  parts: ArtifactPart[];
+}
+
+/** One part: exactly one of `text`, `dataJson` (JSON text) or `file`. */
+export interface ArtifactPart {
+  text?: string;
+  dataJson?: string;
+  file?: { name: string; mediaType: string; bytes?: Buffer; uri?: string };
 }
 
 export interface Progress {

@@ -414,6 +414,32 @@ impl Ctx<'_> {
                     continue;
                 };
                 if let Some(p) = &ev.progress {
+                    if p.kind == ProgressKind::Artifact {
+                        // A chunk as it came (docs §13.1), with its append and last marks.
+                        if let Some(chunk) = p
+                            .data_json
+                            .as_deref()
+                            .and_then(|j| crate::workers::artifacts::parse_chunk(j).ok())
+                        {
+                            let a = crate::workers::artifacts::Artifact {
+                                artifact_id: chunk.artifact_id,
+                                name: chunk.name,
+                                description: chunk.description,
+                                parts: chunk.parts,
+                            };
+                            let update = wire::artifact_update(
+                                d,
+                                w,
+                                wire::artifact(d, &a),
+                                chunk.append,
+                                chunk.last_chunk,
+                            );
+                            if tx.send(Ok(update)).await.is_err() {
+                                return;
+                            }
+                        }
+                        continue;
+                    }
                     if matches!(p.kind, ProgressKind::Text | ProgressKind::Status)
                         && !p.text.trim().is_empty()
                     {
@@ -432,8 +458,10 @@ impl Ctx<'_> {
                     continue;
                 }
                 last = Some(w.state);
-                for a in wire::artifacts(d, w) {
-                    if tx.send(Ok(wire::artifact_update(d, w, a))).await.is_err() {
+                // Reported artifacts went out as they came; the result goes out at the end.
+                if let Some(a) = crate::workers::artifacts::result_artifact(w) {
+                    let update = wire::artifact_update(d, w, wire::artifact(d, &a), false, true);
+                    if tx.send(Ok(update)).await.is_err() {
                         return;
                     }
                 }

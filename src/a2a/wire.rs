@@ -9,7 +9,10 @@ use axum::http::HeaderMap;
 use serde_json::{Map, Value, json};
 
 use super::error::{A2aError, Kind};
-use crate::workers::model::{WorkerRecord, WorkerState};
+use crate::workers::{
+    artifacts::{Artifact, Part},
+    model::{WorkerRecord, WorkerState},
+};
 
 /// The header that selects the dialect.
 pub const VERSION_HEADER: &str = "a2a-version";
@@ -171,25 +174,72 @@ pub fn status(d: Dialect, w: &WorkerRecord) -> Value {
     Value::Object(s)
 }
 
-/// The artifacts of a worker: its result, once completed (docs §13.1) — a data part when it has
-/// a structured result, else a text part.
-pub fn artifacts(d: Dialect, w: &WorkerRecord) -> Vec<Value> {
-    if w.state != WorkerState::Completed {
-        return Vec::new();
+/// A part of an artifact in dialect `d`.
+fn artifact_part(d: Dialect, p: &Part) -> Value {
+    match p {
+        Part::Text(t) => text_part(d, t),
+        Part::Data(v) => data_part(d, v.clone()),
+        Part::File(f) => {
+            let mut file = Map::new();
+            match d {
+                Dialect::V1 => {
+                    if let Some(b) = &f.bytes {
+                        file.insert("raw".into(), b.as_str().into());
+                    }
+                    if let Some(u) = &f.uri {
+                        file.insert("url".into(), u.as_str().into());
+                    }
+                    if !f.name.is_empty() {
+                        file.insert("filename".into(), f.name.as_str().into());
+                    }
+                    if !f.media_type.is_empty() {
+                        file.insert("mediaType".into(), f.media_type.as_str().into());
+                    }
+                    Value::Object(file)
+                }
+                Dialect::V03 => {
+                    if let Some(b) = &f.bytes {
+                        file.insert("bytes".into(), b.as_str().into());
+                    }
+                    if let Some(u) = &f.uri {
+                        file.insert("uri".into(), u.as_str().into());
+                    }
+                    if !f.name.is_empty() {
+                        file.insert("name".into(), f.name.as_str().into());
+                    }
+                    if !f.media_type.is_empty() {
+                        file.insert("mimeType".into(), f.media_type.as_str().into());
+                    }
+                    json!({"kind": "file", "file": file})
+                }
+            }
+        }
     }
-    let part = match (&w.structured_result, &w.result) {
-        (Some(s), _) => match serde_json::from_str::<Value>(s) {
-            Ok(v) => data_part(d, v),
-            Err(_) => text_part(d, s),
-        },
-        (None, Some(text)) => text_part(d, text),
-        (None, None) => return Vec::new(),
-    };
-    let mut a = Map::new();
-    a.insert("artifactId".into(), format!("{}-result", w.id).into());
-    a.insert("name".into(), "result".into());
-    a.insert("parts".into(), Value::Array(vec![part]));
-    vec![Value::Object(a)]
+}
+
+/// An artifact in dialect `d`.
+pub fn artifact(d: Dialect, a: &Artifact) -> Value {
+    let mut m = Map::new();
+    m.insert("artifactId".into(), a.artifact_id.as_str().into());
+    if !a.name.is_empty() {
+        m.insert("name".into(), a.name.as_str().into());
+    }
+    if !a.description.is_empty() {
+        m.insert("description".into(), a.description.as_str().into());
+    }
+    m.insert(
+        "parts".into(),
+        Value::Array(a.parts.iter().map(|p| artifact_part(d, p)).collect()),
+    );
+    Value::Object(m)
+}
+
+/// The artifacts of a worker (docs §13.1): those it reported, then its result once completed.
+pub fn artifacts(d: Dialect, w: &WorkerRecord) -> Vec<Value> {
+    crate::workers::artifacts::of(w)
+        .iter()
+        .map(|a| artifact(d, a))
+        .collect()
 }
 
 /// The task a worker is. `history` bounds the history (`None`: all of it; `Some(0)`: none).
@@ -254,17 +304,23 @@ pub fn status_update(d: Dialect, w: &WorkerRecord, status: Value, last: bool) ->
     }
 }
 
-/// An artifact-update event carrying a whole artifact.
-pub fn artifact_update(d: Dialect, w: &WorkerRecord, artifact: Value) -> Value {
+/// An artifact-update event: a whole artifact (`append: false, last: true`) or a chunk.
+pub fn artifact_update(
+    d: Dialect,
+    w: &WorkerRecord,
+    artifact: Value,
+    append: bool,
+    last: bool,
+) -> Value {
     let ctx = w.spec.context_id.as_deref().unwrap_or("");
     match d {
         Dialect::V1 => json!({"artifactUpdate": {
             "taskId": w.id.as_str(), "contextId": ctx, "artifact": artifact,
-            "append": false, "lastChunk": true,
+            "append": append, "lastChunk": last,
         }}),
         Dialect::V03 => json!({
             "kind": "artifact-update", "taskId": w.id.as_str(), "contextId": ctx,
-            "artifact": artifact, "append": false, "lastChunk": true,
+            "artifact": artifact, "append": append, "lastChunk": last,
         }),
     }
 }

@@ -317,6 +317,44 @@ pub fn worker(w: &WorkerRecord) -> pb::Worker {
         question: w.question.clone(),
         interactive: eff.interactive,
         undelivered_messages: w.undelivered,
+        artifacts: crate::workers::artifacts::of(w)
+            .iter()
+            .map(artifact)
+            .collect(),
+    }
+}
+
+/// An artifact as the API shows it (docs §13.1).
+pub fn artifact(a: &crate::workers::artifacts::Artifact) -> pb::Artifact {
+    use crate::workers::artifacts::Part;
+    use base64::Engine;
+    use pb::{artifact_file::Content as File, artifact_part::Content};
+    pb::Artifact {
+        artifact_id: a.artifact_id.clone(),
+        name: a.name.clone(),
+        description: a.description.clone(),
+        parts: a
+            .parts
+            .iter()
+            .map(|p| pb::ArtifactPart {
+                content: Some(match p {
+                    Part::Text(t) => Content::Text(t.clone()),
+                    Part::Data(v) => Content::DataJson(v.to_string()),
+                    Part::File(f) => Content::File(pb::ArtifactFile {
+                        name: f.name.clone(),
+                        media_type: f.media_type.clone(),
+                        content: match (&f.bytes, &f.uri) {
+                            (Some(b), _) => base64::engine::general_purpose::STANDARD
+                                .decode(b)
+                                .ok()
+                                .map(File::Bytes),
+                            (None, Some(u)) => Some(File::Uri(u.clone())),
+                            (None, None) => None,
+                        },
+                    }),
+                }),
+            })
+            .collect(),
     }
 }
 
@@ -415,6 +453,7 @@ pub fn progress(p: &Progress) -> pb::Progress {
             ProgressKind::ToolResult => pb::ProgressKind::ToolResult,
             ProgressKind::Status => pb::ProgressKind::Status,
             ProgressKind::Message => pb::ProgressKind::Message,
+            ProgressKind::Artifact => pb::ProgressKind::Artifact,
         }) as i32,
         text: p.text.clone(),
         data_json: p.data_json.clone().unwrap_or_default(),

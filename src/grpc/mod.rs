@@ -167,10 +167,24 @@ pub async fn run_announced(
         },
         Arc::new(HttpModel::new().map_err(anyhow::Error::msg)?),
     ));
+    // Remote personas' workers on their A2A agents (docs/a2a.md §13.4).
+    let a2a = Arc::new(
+        crate::workers::executor::a2a::A2aExecutor::new(
+            crate::workers::executor::a2a::A2aSettings {
+                card_timeout: cfg.a2a.card_timeout,
+                remotes: cfg.a2a.remotes.clone(),
+                max_card_bytes: 256 << 10,
+                max_event_bytes: 1 << 20,
+                max_result_bytes: cfg.executor.max_output_bytes,
+            },
+        )
+        .map_err(anyhow::Error::msg)?,
+    );
     let executor: Arc<dyn Executor> = Arc::new(ByKind::new(
         exec,
         Arc::new(RunnerExecutor::new(hub.clone(), fleet.clone())),
         model.clone(),
+        a2a.clone(),
         default_kind,
         cfg.executor
             .by_agent
@@ -228,6 +242,7 @@ pub async fn run_announced(
     };
     // The model executor reaches agentry through the same operations as the RPCs.
     model.bind(Arc::new(crate::app::AsWorker::new(&app)));
+    a2a.bind(Arc::new(crate::app::AsWorker::new(&app)));
     // The HTTP listener (A2A, docs/a2a.md §13.2), bound before serving so a bad address fails
     // the start instead of a later request.
     let http = match &cfg.http.listen {

@@ -49,6 +49,9 @@ pub const MAX_ARGUMENTS_BYTES: usize = 64 * 1024;
 pub const MAX_TEXT_BYTES: usize = 64 * 1024;
 /// Largest accepted progress `data_json`, in bytes.
 pub const MAX_DATA_JSON_BYTES: usize = 64 * 1024;
+/// Longest accepted `data_json` of an artifact chunk: room for one inline file of
+/// `artifacts::MAX_FILE_BYTES`, base64.
+pub const MAX_ARTIFACT_CHUNK_BYTES: usize = 512 * 1024;
 /// Longest accepted value of `x-agentry-worker-token` and `traceparent`, in bytes.
 pub const MAX_TOKEN_BYTES: usize = 512;
 
@@ -705,17 +708,18 @@ pub fn progress(
         Ok(pb::ProgressKind::ToolCall) => ProgressKind::ToolCall,
         Ok(pb::ProgressKind::ToolResult) => ProgressKind::ToolResult,
         Ok(pb::ProgressKind::Status) => ProgressKind::Status,
+        Ok(pb::ProgressKind::Artifact) => ProgressKind::Artifact,
         Ok(pb::ProgressKind::Message) => {
             v.add(
                 &field("kind"),
-                "PROGRESS_KIND_MESSAGE is reported by agentry when it delivers a message; report PROGRESS_KIND_TEXT, _TOOL_CALL, _TOOL_RESULT or _STATUS",
+                "PROGRESS_KIND_MESSAGE is reported by agentry when it delivers a message; report PROGRESS_KIND_TEXT, _TOOL_CALL, _TOOL_RESULT, _STATUS or _ARTIFACT",
             );
             ProgressKind::Text
         }
         Ok(pb::ProgressKind::Unspecified) => {
             v.add(
                 &field("kind"),
-                "must be set (PROGRESS_KIND_TEXT, _TOOL_CALL, _TOOL_RESULT or _STATUS)",
+                "must be set (PROGRESS_KIND_TEXT, _TOOL_CALL, _TOOL_RESULT, _STATUS or _ARTIFACT)",
             );
             ProgressKind::Text
         }
@@ -733,18 +737,28 @@ pub fn progress(
             ),
         );
     }
-    if data_json.len() > MAX_DATA_JSON_BYTES {
+    let max = if kind == ProgressKind::Artifact {
+        MAX_ARTIFACT_CHUNK_BYTES
+    } else {
+        MAX_DATA_JSON_BYTES
+    };
+    if data_json.len() > max {
         v.add(
             &field("data_json"),
-            format!(
-                "is {} bytes; the limit is {MAX_DATA_JSON_BYTES} bytes",
-                data_json.len()
-            ),
+            format!("is {} bytes; the limit is {max} bytes", data_json.len()),
         );
     } else if !data_json.is_empty()
         && let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&data_json)
     {
         v.add(&field("data_json"), format!("is not valid JSON: {e}"));
+    } else if kind == ProgressKind::Artifact {
+        // The chunk itself (docs §13.1): checked here, assembled by the store.
+        if let Err(e) = crate::workers::artifacts::parse_chunk(&data_json) {
+            v.add(
+                &field("data_json"),
+                format!("is not an artifact chunk: {e}"),
+            );
+        }
     }
     Progress {
         kind,

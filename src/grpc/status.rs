@@ -118,7 +118,7 @@ impl From<SpawnDenied> for Status {
             SpawnDenied::UnknownAgent { name, .. } => {
                 with_info(Code::NotFound, "AGENT_NOT_FOUND", msg, &[("agent", name)])
             }
-            SpawnDenied::Remote { name } => with_info(
+            SpawnDenied::Remote { name } | SpawnDenied::RemoteFromProject { name } => with_info(
                 Code::FailedPrecondition,
                 "REMOTE_AGENT",
                 msg,
@@ -219,6 +219,9 @@ impl From<WorkerError> for Status {
                 ],
             ),
             WorkerError::Capacity(_) => with_info(Code::ResourceExhausted, "CAPACITY", msg, &[]),
+            WorkerError::ArtifactsTooLarge(_) => {
+                with_info(Code::ResourceExhausted, "ARTIFACTS_TOO_LARGE", msg, &[])
+            }
             WorkerError::InboxFull { id, max } => with_info(
                 Code::ResourceExhausted,
                 "INBOX_FULL",

@@ -16,7 +16,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-pub use fields::{ModelCheck, ParseOptions};
+pub use fields::{ModelCheck, ParseOptions, normalise_key};
 pub use split::Comments;
 
 /// Largest persona file read, in bytes (docs §2.4 `too_large`).

@@ -43,6 +43,7 @@ mod tests {
             memory_dir: None,
             mcp_servers: None,
             interactive: false,
+            remote: None,
         }
     }
 

@@ -118,6 +118,8 @@ pub struct Rules {
     pub plan_mode: PlanMode,
     /// Universal preamble.
     pub base_prompt: String,
+    /// `a2a.allow_project_remotes`: a project persona may be a remote A2A agent.
+    pub allow_project_remotes: bool,
 }
 
 impl Rules {
@@ -129,6 +131,7 @@ impl Rules {
             reserved: cfg.reserved_agents.clone(),
             plan_mode: cfg.plan_mode.clone(),
             base_prompt: cfg.base_prompt.clone(),
+            allow_project_remotes: cfg.a2a.allow_project_remotes,
         }
     }
 
@@ -264,6 +267,45 @@ pub struct Effective {
     /// `ask_caller`. Not part of the persona: the spawn request decides it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub interactive: bool,
+    /// A `kind: remote` persona's A2A agent (docs §13.4): such a worker runs on the `a2a`
+    /// executor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<RemoteAgent>,
+}
+
+/// Where a remote persona's A2A agent card is (docs/personas.md §2.6, docs/a2a.md §13.4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct RemoteAgent {
+    /// `agent_card_url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub card_url: Option<String>,
+    /// `agent_card_json`: the card itself, as JSON text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub card_json: Option<String>,
+}
+
+impl RemoteAgent {
+    /// The card location of persona `p`, when it is `kind: remote`.
+    pub fn of(p: &crate::persona::Persona) -> Option<Self> {
+        if !p.remote {
+            return None;
+        }
+        let field = |name: &str| {
+            p.extra
+                .iter()
+                .find(|(k, _)| crate::persona::normalise_key(k) == name)
+                .map(|(_, v)| v)
+        };
+        Some(Self {
+            card_url: field("agent_card_url")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned),
+            card_json: field("agent_card_json").map(|v| match v {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            }),
+        })
+    }
 }
 
 /// Computes the effective agent for `def` spawned by `caller`.
@@ -386,6 +428,7 @@ pub fn effective(
         memory_dir: None,
         mcp_servers: p.mcp_servers.clone(),
         interactive: false,
+        remote: RemoteAgent::of(p),
     }
 }
 
@@ -472,12 +515,24 @@ pub enum SpawnDenied {
         /// Comma-separated names, or `none`.
         available: String,
     },
-    /// A Gemini CLI `kind: remote` agent: it is run over A2A, which no executor speaks yet.
+    /// A Gemini CLI `kind: remote` agent as the review gate's reviewer: the gate runs a local
+    /// reviewer, and a remote agent's verdict is not one (docs/review.md §7).
     #[error(
-        "Cannot spawn '{name}': it is a remote (A2A) agent, and agentry has no executor for \
-         remote agents yet. It can be listed and resolved, not run."
+        "Cannot spawn '{name}' as the reviewer: it is a remote (A2A) agent, and the review gate \
+         runs only a local reviewer."
     )]
     Remote {
+        /// Requested name.
+        name: String,
+    },
+    /// A `kind: remote` agent from a project directory: whoever can write the workspace would
+    /// choose the URL agentry calls (docs/a2a.md §13.4).
+    #[error(
+        "Cannot spawn '{name}': it is a remote (A2A) agent defined in a project directory, and a \
+         project file may not make agentry call a URL it chooses. Define it in a user or \
+         configured directory, or set a2a.allow_project_remotes: true."
+    )]
+    RemoteFromProject {
         /// Requested name.
         name: String,
     },
@@ -528,7 +583,7 @@ impl SpawnDenied {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::UnknownAgent { .. } => "AGENT_NOT_FOUND",
-            Self::Remote { .. } => "REMOTE_AGENT",
+            Self::Remote { .. } | Self::RemoteFromProject { .. } => "REMOTE_AGENT",
             Self::Reserved { .. } => "AGENT_RESERVED",
             Self::Recursion { .. } => "RECURSION_BLOCKED",
             Self::NotAllowed { .. } => "SPAWN_NOT_ALLOWED",
@@ -612,8 +667,11 @@ fn check<'a>(
     let def = snapshot
         .get(name)
         .ok_or_else(|| unknown_agent(snapshot, name))?;
-    if def.persona.remote {
-        return Err(SpawnDenied::Remote {
+    if def.persona.remote
+        && def.source == crate::discovery::SourceKind::Project
+        && !rules.allow_project_remotes
+    {
+        return Err(SpawnDenied::RemoteFromProject {
             name: name.to_owned(),
         });
     }

@@ -4,6 +4,7 @@
 //! Owns everything about a worker that is not transport: it must not depend on tonic or the
 //! gRPC layer.
 
+pub mod artifacts;
 pub mod dedupe;
 pub mod executor;
 pub mod lifecycle;

@@ -271,6 +271,8 @@ pub struct WorkerRecord {
     /// The session reference its runner returned when it ended (docs §12.6): what a
     /// continuation's runner reloads.
     pub session_ref: Option<String>,
+    /// The artifacts reported so far, assembled (JSON, docs §13.1); `None` without any.
+    pub artifacts: Option<String>,
 }
 
 /// What a progress report is about (docs/workers.md §6.9).
@@ -287,6 +289,8 @@ pub enum ProgressKind {
     Status,
     /// A message sent to the worker was delivered (docs §12.2).
     Message,
+    /// A chunk of an artifact (docs §13.1): `data_json` is the chunk.
+    Artifact,
 }
 
 /// A running worker's report of what it is doing, one event in its log between transitions.
@@ -322,6 +326,7 @@ impl WorkerRecord {
             question: None,
             undelivered: 0,
             session_ref: None,
+            artifacts: None,
             spec,
         }
     }

@@ -69,6 +69,10 @@ pub struct AgentSpec {
     /// The persona's MCP servers, when it names any (docs/personas.md §2.9).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mcp_servers: Option<McpServerList>,
+    /// A remote persona's A2A agent (docs §13.4); agentry's own, not part of the spec a
+    /// runtime reads.
+    #[serde(skip)]
+    pub remote: Option<crate::resolve::RemoteAgent>,
 }
 
 /// The MCP servers a persona names.
@@ -155,6 +159,7 @@ impl WorkerSpec {
                 mcp_servers: eff.mcp_servers.as_ref().map(|list| McpServerList {
                     servers: list.iter().map(McpServerSpec::of).collect(),
                 }),
+                remote: eff.remote.clone(),
             },
             memory_dir: eff.memory_dir.clone(),
         }

@@ -14,6 +14,7 @@
 //! | §13.3 lineage and tenancy | `tenancy_and_lineage_are_the_grpc_apis` |
 //! | §13.3 input-required, continuation by reference | `a_question_is_answered_and_a_finished_task_refined` |
 //! | §13.7 the official SDK clients (Python 1.0, JavaScript 0.3) | `a2a_sdk_python_client`, `a2a_sdk_js_client` |
+//! | §13.1 artifacts: chunks, files, the result; refused chunks | `a_runners_artifacts_are_assembled_and_streamed` |
 
 use std::time::Duration;
 
@@ -1015,4 +1016,165 @@ async fn a2a_sdk_js_client() {
         ],
     )
     .await;
+}
+
+/// A runner's artifacts (docs §13.1): chunks appended in order, a file, the result last;
+/// `GetWorker` shows them assembled, an A2A stream sends each chunk as it comes, `GetTask`
+/// shows them in the A2A shape; a bad chunk is refused naming what was wrong.
+#[tokio::test]
+async fn a_runners_artifacts_are_assembled_and_streamed() {
+    use crate::runners::{Runner, hello};
+    let a = a2a_server(|c| {
+        c.executor
+            .by_agent
+            .insert("reporter".into(), agentry::config::ExecutorKind::Runner);
+        let dir = c.home.clone().unwrap().join(".claude/agents");
+        persona(
+            &dir,
+            "reporter.md",
+            "name: reporter\ndescription: reports",
+            "Report.",
+        );
+    })
+    .await;
+    let mut runner = Runner::connect(&a.s, hello("r1", &["reporter"], 1)).await;
+    let stream = a
+        .http
+        .post(format!("{}/a2a/reporter", a.base))
+        .header("A2A-Version", "1.0")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage",
+            "params": v1_message("art-1", "write a report")}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let streamed = tokio::spawn(async move { stream.text().await.unwrap() });
+    let job = runner.assignment().await;
+    runner.accept(&job).await;
+    let chunk = |data: Value| {
+        let (id, lease) = (job.worker_id.clone(), job.lease_token.clone());
+        pb::connect_request::Msg::Progress(pb::RunnerProgress {
+            worker_id: id,
+            lease_token: lease,
+            kind: pb::ProgressKind::Artifact as i32,
+            text: String::new(),
+            data_json: data.to_string(),
+        })
+    };
+    for data in [
+        json!({"artifact_id": "report", "name": "report", "parts": [{"text": "part one"}]}),
+        json!({"artifact_id": "report", "parts": [{"text": " part two"}], "append": true, "last_chunk": true}),
+        json!({"artifact_id": "logo", "parts": [{"file": {"name": "l.txt", "media_type": "text/plain", "bytes": "aGk="}}]}),
+    ] {
+        runner.send(chunk(data)).await;
+    }
+    // A bad chunk through ReportProgress, with the worker's token: refused, naming the field.
+    let bad =
+        a.s.client
+            .clone()
+            .report_progress(req(
+                pb::ReportProgressRequest {
+                    kind: pb::ProgressKind::Artifact as i32,
+                    text: String::new(),
+                    data_json: json!({"artifact_id": "result", "parts": []}).to_string(),
+                },
+                &[("x-agentry-worker-token", job.worker_token.as_str())],
+            ))
+            .await
+            .unwrap_err();
+    assert_bad_field(&bad, "data_json");
+    assert!(bad.message().contains("is the worker's result"), "{bad:?}");
+    let id = job.worker_id.clone();
+    eventually("three artifact events", Duration::from_secs(10), || {
+        let s = &a.s;
+        let id = id.clone();
+        async move {
+            let w = get(s, &id).await;
+            if w.artifacts.len() == 2 {
+                Ok(())
+            } else {
+                Err(format!("{:?}", w.artifacts))
+            }
+        }
+    })
+    .await;
+    runner.complete(&job, "done").await;
+    let w = crate::workers::wait_state(&a.s, &id, pb::WorkerState::Completed).await;
+    use pb::artifact_part::Content;
+    let shown: Vec<(String, Vec<Option<Content>>)> = w
+        .artifacts
+        .iter()
+        .map(|x| {
+            (
+                x.artifact_id.clone(),
+                x.parts.iter().map(|p| p.content.clone()).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (
+                "report".to_owned(),
+                vec![
+                    Some(Content::Text("part one".into())),
+                    Some(Content::Text(" part two".into()))
+                ]
+            ),
+            (
+                "logo".to_owned(),
+                vec![Some(Content::File(pb::ArtifactFile {
+                    name: "l.txt".into(),
+                    media_type: "text/plain".into(),
+                    content: Some(pb::artifact_file::Content::Bytes(b"hi".to_vec())),
+                }))]
+            ),
+            (
+                "result".to_owned(),
+                vec![Some(Content::Text("done".into()))]
+            ),
+        ]
+    );
+
+    let text = tokio::time::timeout(Duration::from_secs(10), streamed)
+        .await
+        .unwrap()
+        .unwrap();
+    let updates: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .filter_map(|e| e["result"].get("artifactUpdate").cloned())
+        .collect();
+    let seen: Vec<(String, bool, bool)> = updates
+        .iter()
+        .map(|u| {
+            (
+                u["artifact"]["artifactId"].as_str().unwrap().to_owned(),
+                u["append"].as_bool().unwrap(),
+                u["lastChunk"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("report".to_owned(), false, false),
+            ("report".to_owned(), true, true),
+            ("logo".to_owned(), false, false),
+            ("result".to_owned(), false, true),
+        ]
+    );
+    let got = a
+        .rpc("reporter", Some("1.0"), "GetTask", json!({"id": id}))
+        .await;
+    assert_eq!(
+        got["result"]["artifacts"][1]["parts"][0],
+        json!({"raw": "aGk=", "filename": "l.txt", "mediaType": "text/plain"})
+    );
+    assert_eq!(
+        got["result"]["artifacts"][0]["parts"][1]["text"],
+        " part two"
+    );
 }

@@ -236,7 +236,8 @@ async fn gemini_fields_remote_agents_and_tool_patterns() {
         .unwrap()
         .into_inner();
     assert!(got.agent.unwrap().remote);
-    // … but not spawnable, and no worker row is written.
+    // … but, from a project directory, not spawnable (it would let the workspace choose the
+    // URL agentry calls), and no worker row is written.
     let e = s
         .client
         .clone()
@@ -252,8 +253,9 @@ async fn gemini_fields_remote_agents_and_tool_patterns() {
         &e,
         Code::FailedPrecondition,
         "REMOTE_AGENT",
-        "Cannot spawn 'remote-helper': it is a remote (A2A) agent, and agentry has no executor \
-         for remote agents yet. It can be listed and resolved, not run.",
+        "Cannot spawn 'remote-helper': it is a remote (A2A) agent defined in a project directory, \
+         and a project file may not make agentry call a URL it chooses. Define it in a user or \
+         configured directory, or set a2a.allow_project_remotes: true.",
     );
     let workers = s
         .client

@@ -2,6 +2,7 @@
 //! bound to 127.0.0.1:0 (`helpers`) or as the `agentry` binary that binds its own (`binary`).
 
 mod a2a;
+mod a2a_remote;
 mod binary;
 mod check;
 mod commands;

@@ -72,7 +72,7 @@ fn keys(raw: &str) -> (Cow<'static, str>, Cow<'static, str>) {
 }
 
 /// `thinkingLevel` / `thinking-level` / `Thinking_Level` → `thinking_level`.
-pub(in crate::persona) fn normalise_key(k: &str) -> String {
+pub fn normalise_key(k: &str) -> String {
     // Most keys are snake_case already, and are their own normal form.
     if k.bytes()
         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')

@@ -10,8 +10,7 @@ mod reader;
 
 use super::{Persona, Severity, split::Block};
 
-#[cfg(test)]
-pub(super) use entries::normalise_key;
+pub use entries::normalise_key;
 pub(super) use entries::{Entry, entries};
 use persona::finish;
 pub(super) use reader::{Reader, invalid_name, yaml_to_json};

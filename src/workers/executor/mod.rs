@@ -16,10 +16,12 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+pub mod a2a;
 pub mod exec;
 pub mod model;
 pub mod route;
 pub mod runner;
+pub(crate) mod sse;
 pub mod sweep;
 
 pub use exec::ExecExecutor;

@@ -18,6 +18,8 @@ pub enum Kind {
     Runner,
     /// agentry's own agent loop.
     Model,
+    /// A remote persona's A2A agent (docs §13.4): chosen by the persona, not the configuration.
+    A2a,
     /// Nothing is configured: every spawn is refused with [`NO_EXECUTOR`].
     Unconfigured,
 }
@@ -30,6 +32,7 @@ pub struct ByKind {
     exec: Arc<dyn Executor>,
     runner: Arc<dyn Executor>,
     model: Arc<dyn Executor>,
+    a2a: Arc<dyn Executor>,
     default: Kind,
     by_agent: BTreeMap<String, Kind>,
 }
@@ -40,6 +43,7 @@ impl ByKind {
         exec: Arc<dyn Executor>,
         runner: Arc<dyn Executor>,
         model: Arc<dyn Executor>,
+        a2a: Arc<dyn Executor>,
         default: Kind,
         by_agent: BTreeMap<String, Kind>,
     ) -> Self {
@@ -47,23 +51,35 @@ impl ByKind {
             exec,
             runner,
             model,
+            a2a,
             default,
             by_agent,
         }
     }
 
-    /// The kind that runs `agent`.
+    /// The kind that runs `agent` (a local persona: the configuration decides).
     pub fn kind_of(&self, agent: &str) -> Kind {
         self.by_agent.get(agent).copied().unwrap_or(self.default)
+    }
+
+    /// The kind that runs a worker: a remote persona's on the `a2a` executor, whatever the
+    /// configuration says of its name.
+    fn kind_for(&self, agent: &str, remote: bool) -> Kind {
+        if remote {
+            Kind::A2a
+        } else {
+            self.kind_of(agent)
+        }
     }
 }
 
 impl Executor for ByKind {
     fn admit(&self, eff: &crate::resolve::Effective, inherited: &[String]) -> Result<(), String> {
-        match self.kind_of(&eff.name) {
+        match self.kind_for(&eff.name, eff.remote.is_some()) {
             Kind::Exec => self.exec.admit(eff, inherited),
             Kind::Runner => self.runner.admit(eff, inherited),
             Kind::Model => self.model.admit(eff, inherited),
+            Kind::A2a => self.a2a.admit(eff, inherited),
             Kind::Unconfigured => Err(NO_EXECUTOR.to_owned()),
         }
     }
@@ -74,15 +90,16 @@ impl Executor for ByKind {
         cancel: CancellationToken,
         started: oneshot::Sender<()>,
     ) -> BoxFuture<'static, Outcome> {
-        let agent = job
+        let (agent, remote) = job
             .assignment
             .as_ref()
-            .map(|a| a.spec.agent.name.clone())
+            .map(|a| (a.spec.agent.name.clone(), a.spec.agent.remote.is_some()))
             .unwrap_or_default();
-        match self.kind_of(&agent) {
+        match self.kind_for(&agent, remote) {
             Kind::Exec => self.exec.run(job, cancel, started),
             Kind::Runner => self.runner.run(job, cancel, started),
             Kind::Model => self.model.run(job, cancel, started),
+            Kind::A2a => self.a2a.run(job, cancel, started),
             Kind::Unconfigured => Box::pin(async {
                 Outcome::CouldNotStart {
                     reason: NO_EXECUTOR.to_owned(),
@@ -97,8 +114,9 @@ impl Executor for ByKind {
         worker: &crate::workers::model::WorkerRecord,
     ) -> Result<(), (&'static str, String)> {
         let worker_id = &worker.id;
-        match self.kind_of(agent) {
+        match self.kind_for(agent, worker.spec.effective.remote.is_some()) {
             Kind::Model => Ok(()),
+            Kind::A2a => self.a2a.messages(agent, worker),
             Kind::Runner => self.runner.messages(agent, worker),
             Kind::Exec | Kind::Unconfigured => Err((
                 "NOT_RESUMABLE",

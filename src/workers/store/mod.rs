@@ -631,6 +631,17 @@ pub enum StoreError {
         /// Its state.
         state: WorkerState,
     },
+    /// The worker's artifacts would pass their bound (docs §13.1).
+    #[error(
+        "the artifacts of worker {id} would be {size} bytes; a worker's artifacts are at most {max} bytes",
+        max = crate::workers::artifacts::MAX_ARTIFACT_BYTES
+    )]
+    ArtifactsTooLarge {
+        /// The worker.
+        id: WorkerId,
+        /// Their size with the chunk.
+        size: usize,
+    },
     /// The worker's event log is full (`limits.max_events_per_worker`).
     #[error("worker {id} already has {max} events (limits.max_events_per_worker)")]
     TooManyEvents {

@@ -13,7 +13,7 @@ use crate::workers::model::{Progress, WorkerEvent, WorkerRecord, WorkerState};
 pub(super) const COLUMNS: &str = "id, agent, description, prompt, workspace, parent_id, depth, state, \
      sequence, create_time_ms, start_time_ms, close_time_ms, result, structured_result, error, \
      exit_code, caller_scope, request_id, token_hash, effective, last_activity_ms, usage, worktree, \
-     continues, continued_by, question, undelivered, session_ref, context_id";
+     continues, continued_by, question, undelivered, session_ref, context_id, artifacts";
 
 /// The event a backend writes for [`WorkerStore::create`](super::WorkerStore::create): `rec` as
 /// a new worker (pending, sequence 1, no outcome, latest activity = creation), whatever
@@ -84,6 +84,25 @@ pub(super) fn progress_event(
         });
     }
     let mut next = current;
+    if progress.kind == crate::workers::model::ProgressKind::Artifact {
+        // Checked where it was reported; a chunk that does not read here is not taken in.
+        let chunk = progress
+            .data_json
+            .as_deref()
+            .map(crate::workers::artifacts::parse_chunk)
+            .transpose()
+            .map_err(StoreError::Corrupt)?;
+        if let Some(chunk) = chunk {
+            next.artifacts = Some(
+                crate::workers::artifacts::merge(next.artifacts.as_deref(), &chunk).map_err(
+                    |size| StoreError::ArtifactsTooLarge {
+                        id: next.id.clone(),
+                        size,
+                    },
+                )?,
+            );
+        }
+    }
     next.sequence += 1;
     next.last_activity_ms = now_ms;
     Ok(WorkerEvent {

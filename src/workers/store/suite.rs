@@ -23,6 +23,12 @@ use crate::workers::model::{
 macro_rules! store_suite {
     ($open:expr) => {
         #[tokio::test]
+        async fn artifacts_are_assembled_on_the_row_and_bounded() {
+            let Some((_guard, store)): Option<(_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>)> =
+                $open.await else { return };
+            $crate::workers::store::suite::artifacts_are_assembled_on_the_row_and_bounded(&*store).await;
+        }
+        #[tokio::test]
         async fn progress_is_an_event_between_transitions() {
             let Some((_guard, store)): Option<(_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>)> =
                 $open.await else { return };
@@ -198,6 +204,7 @@ fn effective(depth: u32) -> Effective {
         memory_dir: None,
         mcp_servers: None,
         interactive: false,
+        remote: None,
     }
 }
 
@@ -752,6 +759,69 @@ pub(crate) async fn concurrent_callers_each_see_consistent_runs(store: &dyn Work
         .unwrap();
     assert_eq!(done.len(), 100);
     assert!(done.iter().all(|r| r.sequence == 3));
+}
+
+pub(crate) async fn artifacts_are_assembled_on_the_row_and_bounded(store: &dyn WorkerStore) {
+    let rec = create(store, None, 1_000).await;
+    store
+        .apply(&rec.id, Event::Start, Patch::default(), 1_100)
+        .await
+        .unwrap();
+    let chunk = |json: String| Progress {
+        kind: ProgressKind::Artifact,
+        text: String::new(),
+        data_json: Some(json),
+    };
+    store
+        .append_progress(
+            &rec.id,
+            chunk(r#"{"artifact_id": "a", "name": "n", "parts": [{"text": "1"}]}"#.into()),
+            1_200,
+            100,
+        )
+        .await
+        .unwrap();
+    let ev = store
+        .append_progress(
+            &rec.id,
+            chunk(r#"{"artifact_id": "a", "parts": [{"text": "2"}], "append": true}"#.into()),
+            1_300,
+            100,
+        )
+        .await
+        .unwrap();
+    let stored = store.get(&rec.id).await.unwrap().unwrap();
+    assert_eq!(stored.artifacts, ev.worker.artifacts);
+    let all = crate::workers::artifacts::assembled(stored.artifacts.as_deref());
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].parts.len(), 2);
+    // Over the bound: refused, the row and the log unchanged.
+    let big = "x".repeat(crate::workers::artifacts::MAX_ARTIFACT_BYTES);
+    let err = store
+        .append_progress(
+            &rec.id,
+            chunk(format!(
+                r#"{{"artifact_id": "b", "parts": [{{"text": "{big}"}}]}}"#
+            )),
+            1_400,
+            100,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::ArtifactsTooLarge { .. }),
+        "{err:?}"
+    );
+    let after = store.get(&rec.id).await.unwrap().unwrap();
+    assert_eq!(after.artifacts, stored.artifacts);
+    assert_eq!(after.sequence, stored.sequence);
+    // A transition keeps them.
+    store
+        .apply(&rec.id, Event::Complete, Patch::default(), 1_500)
+        .await
+        .unwrap();
+    let done = store.get(&rec.id).await.unwrap().unwrap();
+    assert_eq!(done.artifacts, stored.artifacts);
 }
 
 pub(crate) async fn progress_is_an_event_between_transitions(store: &dyn WorkerStore) {

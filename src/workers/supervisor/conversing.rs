@@ -395,7 +395,8 @@ impl Supervisor {
             Launch {
                 pending: None,
                 resume_from: rec.id.clone(),
-                runner_resume: None,
+                // A remote (A2A) worker answers on its remote task (docs §13.4).
+                runner_resume: rec.session_ref.clone().map(|r| (rec.id.to_string(), r)),
                 resumed: true,
                 wait: false,
             },

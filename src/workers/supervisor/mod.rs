@@ -215,6 +215,9 @@ pub enum WorkerError {
     /// The workspace was refused.
     #[error(transparent)]
     Discovery(#[from] DiscoveryError),
+    /// A reported artifact would pass the worker's bound (docs §13.1).
+    #[error("{0}")]
+    ArtifactsTooLarge(String),
     /// The worker token is not a live worker's.
     #[error("unknown or expired worker token")]
     UnknownToken,

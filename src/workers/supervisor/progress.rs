@@ -39,6 +39,9 @@ impl Supervisor {
                 });
             }
             Err(StoreError::NotFound(id)) => return Err(WorkerError::NotFound(id.to_string())),
+            Err(e @ StoreError::ArtifactsTooLarge { .. }) => {
+                return Err(WorkerError::ArtifactsTooLarge(e.to_string()));
+            }
             Err(e) => return Err(e.into()),
         };
         let events = {

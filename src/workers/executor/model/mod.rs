@@ -762,6 +762,7 @@ mod tests {
                 permission_mode: None,
                 output_schema: None,
                 mcp_servers: None,
+                remote: None,
             },
             memory_dir: None,
         };

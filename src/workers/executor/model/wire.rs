@@ -9,6 +9,7 @@
 //! answer, an error body, the tool calls and `Retry-After` are each bounded before they are
 //! held (docs/model.md §11.9), and a stream that stops early is not an answer.
 
+use crate::workers::executor::sse::Frames;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -329,7 +330,7 @@ async fn read_json(mut body: Body, timing: &Timing) -> Result<Answer, String> {
 /// part of an answer has arrived. Framing is done here rather than by an SSE crate so that a
 /// line and an event are bounded while they are read, not after they are held whole.
 async fn read_stream(mut body: Body, timing: &Timing) -> Result<Answer, String> {
-    let mut frames = Frames::new(timing.event_bytes);
+    let mut frames = Frames::new(timing.event_bytes, "model stream", "model.max_event_bytes");
     let mut assembly = Assembly::bounded(timing);
     let mut done = false;
     let mut read = 0usize;
@@ -384,85 +385,6 @@ async fn read_stream(mut body: Body, timing: &Timing) -> Result<Answer, String> 
         ));
     }
     Ok(assembly.finish())
-}
-
-/// Server-sent-event framing with bounds: lines (`\n`, `\r\n`), `data:` fields joined by
-/// `\n`, an event dispatched at a blank line; comments and other fields ignored.
-struct Frames {
-    line: Vec<u8>,
-    data: Option<String>,
-    max: usize,
-}
-
-impl Frames {
-    fn new(max: usize) -> Self {
-        Self {
-            line: Vec::new(),
-            data: None,
-            max,
-        }
-    }
-
-    fn over(&self) -> String {
-        format!(
-            "model stream: an event is over {} bytes (model.max_event_bytes)",
-            self.max
-        )
-    }
-
-    /// Takes the next bytes; returns the `data` of every event they complete.
-    fn push(&mut self, mut bytes: &[u8]) -> Result<Vec<String>, String> {
-        let mut out = Vec::new();
-        while let Some(at) = memchr::memchr(b'\n', bytes) {
-            if self.line.len() + at > self.max {
-                return Err(self.over());
-            }
-            self.line.extend_from_slice(&bytes[..at]);
-            bytes = &bytes[at + 1..];
-            let line = std::mem::take(&mut self.line);
-            if let Some(data) = self.line_done(&line)? {
-                out.push(data);
-            }
-        }
-        if self.line.len() + bytes.len() > self.max {
-            return Err(self.over());
-        }
-        self.line.extend_from_slice(bytes);
-        Ok(out)
-    }
-
-    /// One complete line; the event's data when the line is blank and ends one.
-    fn line_done(&mut self, line: &[u8]) -> Result<Option<String>, String> {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.is_empty() {
-            return Ok(self.data.take());
-        }
-        let Some(value) = line.strip_prefix(b"data:") else {
-            // A comment (`:`), or a field the loop does not use (`event`, `id`, `retry`).
-            return Ok(None);
-        };
-        let value = value.strip_prefix(b" ").unwrap_or(value);
-        let value = std::str::from_utf8(value)
-            .map_err(|_| "model stream: an event is not UTF-8".to_owned())?;
-        let data = self.data.get_or_insert_with(String::new);
-        if data.len() + value.len() + 1 > self.max {
-            return Err(self.over());
-        }
-        if !data.is_empty() {
-            data.push('\n');
-        }
-        data.push_str(value);
-        Ok(None)
-    }
-
-    /// The data of an event the body ended in without its blank line.
-    fn finish(&mut self) -> Option<String> {
-        let line = std::mem::take(&mut self.line);
-        if !line.is_empty() {
-            let _ = self.line_done(&line);
-        }
-        self.data.take()
-    }
 }
 
 /// The worker's error for a silent stream.
@@ -808,7 +730,7 @@ mod tests {
 
     #[test]
     fn events_are_framed_within_their_bound() {
-        let mut f = Frames::new(32);
+        let mut f = Frames::new(32, "model stream", "model.max_event_bytes");
         assert_eq!(
             f.push(b": comment\ndata: a\r\nda").unwrap(),
             Vec::<String>::new()
@@ -818,13 +740,13 @@ mod tests {
             vec!["a\nb".to_owned()]
         );
         assert_eq!(f.finish().as_deref(), Some("[DONE]"));
-        let mut f = Frames::new(32);
+        let mut f = Frames::new(32, "model stream", "model.max_event_bytes");
         let e = f.push(&[b'x'; 40]).unwrap_err();
         assert_eq!(
             e,
             "model stream: an event is over 32 bytes (model.max_event_bytes)"
         );
-        let mut f = Frames::new(32);
+        let mut f = Frames::new(32, "model stream", "model.max_event_bytes");
         f.push(b"data: 0123456789012345\n").unwrap();
         assert!(f.push(b"data: 0123456789012345\n").is_err());
     }

@@ -422,6 +422,7 @@ impl PostgresStore {
             let mut params: Vec<&(dyn ToSql + Sync)> =
                 vec![&id_text, &row.sequence, &now_ms, &expected, &token];
             params.extend(row.params());
+            params.push(&event.worker.artifacts);
             let written = exec_cached(&client, &PROGRESS_SQL, &params)
                 .await
                 .pg("record progress")?;

@@ -118,7 +118,7 @@ impl EventParams {
 pub(super) static PROGRESS_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH g AS (
-             UPDATE workers SET sequence = $2, last_activity_ms = $3
+             UPDATE workers SET sequence = $2, last_activity_ms = $3, artifacts = $12::TEXT
               WHERE id = $1 AND sequence = $4 AND token_hash IS NOT DISTINCT FROM $5
                 AND state = 'running'
              RETURNING id
@@ -184,6 +184,7 @@ pub(super) fn read_record(row: &Row) -> Result<WorkerRecord, StoreError> {
         undelivered: u32::try_from(row.try_get::<_, i64>(26).map_err(get)?)
             .map_err(|e| corrupt("undelivered", &e))?,
         session_ref: row.try_get(27).map_err(get)?,
+        artifacts: row.try_get(29).map_err(get)?,
     })
 }
 

@@ -154,6 +154,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
     r#"ALTER TABLE workers ADD COLUMN context_id TEXT COLLATE "C";
     CREATE INDEX workers_by_context ON workers (caller_scope, context_id, create_time_ms, id)
         WHERE context_id IS NOT NULL;"#,
+    // 10: the artifacts a worker reported, assembled (docs §13.1).
+    "ALTER TABLE workers ADD COLUMN artifacts TEXT;",
 ];
 
 /// Brings the schema up to date under the migration advisory lock, or refuses a newer one.

@@ -178,7 +178,7 @@ pub(super) fn progress_in(
     let event = progress_event(current, progress, now_ms, max_events)?;
     let changed = tx
         .prepare_cached(
-            "UPDATE workers SET sequence = ?2, last_activity_ms = ?3
+            "UPDATE workers SET sequence = ?2, last_activity_ms = ?3, artifacts = ?5
              WHERE id = ?1 AND sequence = ?4",
         )
         .and_then(|mut stmt| {
@@ -187,6 +187,7 @@ pub(super) fn progress_in(
                 to_sql_sequence(event.sequence),
                 now_ms,
                 to_sql_sequence(previous_sequence),
+                event.worker.artifacts,
             ])
         })
         .context("record progress")?;
@@ -212,7 +213,7 @@ pub(super) fn insert_worker(conn: &Connection, rec: &WorkerRecord) -> Result<(),
     conn.prepare_cached(&format!(
         "INSERT INTO workers ({COLUMNS}) VALUES
              (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-              ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)"
+              ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)"
     ))
     .and_then(|mut stmt| {
         stmt.execute(params![
@@ -245,6 +246,7 @@ pub(super) fn insert_worker(conn: &Connection, rec: &WorkerRecord) -> Result<(),
             rec.undelivered,
             rec.session_ref,
             rec.spec.context_id,
+            rec.artifacts,
         ])
     })
     .context("insert worker")?;
@@ -316,6 +318,7 @@ pub(super) fn read_record(row: &Row<'_>) -> rusqlite::Result<WorkerRecord> {
         question: row.get(25)?,
         undelivered: row.get(26)?,
         session_ref: row.get(27)?,
+        artifacts: row.get(29)?,
     })
 }
 

@@ -94,6 +94,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "ALTER TABLE workers ADD COLUMN context_id TEXT;
      CREATE INDEX workers_by_context ON workers (caller_scope, context_id, create_time_ms, id)
          WHERE context_id IS NOT NULL;",
+    // 9: the artifacts a worker reported, assembled (docs §13.1).
+    "ALTER TABLE workers ADD COLUMN artifacts TEXT;",
 ];
 
 /// The migration whose state checks [`relax_state_checks`] widens after its SQL.

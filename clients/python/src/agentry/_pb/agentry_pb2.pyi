@@ -93,6 +93,7 @@ class ProgressKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PROGRESS_KIND_TOOL_RESULT: _ClassVar[ProgressKind]
     PROGRESS_KIND_STATUS: _ClassVar[ProgressKind]
     PROGRESS_KIND_MESSAGE: _ClassVar[ProgressKind]
+    PROGRESS_KIND_ARTIFACT: _ClassVar[ProgressKind]
 
 class ToolClass(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -155,6 +156,7 @@ PROGRESS_KIND_TOOL_CALL: ProgressKind
 PROGRESS_KIND_TOOL_RESULT: ProgressKind
 PROGRESS_KIND_STATUS: ProgressKind
 PROGRESS_KIND_MESSAGE: ProgressKind
+PROGRESS_KIND_ARTIFACT: ProgressKind
 TOOL_CLASS_UNSPECIFIED: ToolClass
 TOOL_CLASS_READ: ToolClass
 TOOL_CLASS_WRITE: ToolClass
@@ -382,7 +384,7 @@ class PruneWorktreesResponse(_message.Message):
     def __init__(self, removed: _Optional[_Iterable[str]] = ..., kept_live: _Optional[_Iterable[str]] = ..., failed: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Worker(_message.Message):
-    __slots__ = ("id", "agent", "description", "parent_id", "depth", "state", "create_time", "start_time", "close_time", "result", "structured_result", "error", "exit_code", "tools", "spawns", "model", "caller", "workspace", "mode", "sequence", "last_activity_time", "usage", "tree_usage", "worktree", "continues", "continued_by", "question", "interactive", "undelivered_messages")
+    __slots__ = ("id", "agent", "description", "parent_id", "depth", "state", "create_time", "start_time", "close_time", "result", "structured_result", "error", "exit_code", "tools", "spawns", "model", "caller", "workspace", "mode", "sequence", "last_activity_time", "usage", "tree_usage", "worktree", "continues", "continued_by", "question", "interactive", "undelivered_messages", "artifacts")
     ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -412,6 +414,7 @@ class Worker(_message.Message):
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     INTERACTIVE_FIELD_NUMBER: _ClassVar[int]
     UNDELIVERED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
     id: str
     agent: str
     description: str
@@ -441,7 +444,42 @@ class Worker(_message.Message):
     question: str
     interactive: bool
     undelivered_messages: int
-    def __init__(self, id: _Optional[str] = ..., agent: _Optional[str] = ..., description: _Optional[str] = ..., parent_id: _Optional[str] = ..., depth: _Optional[int] = ..., state: _Optional[_Union[WorkerState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., close_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., result: _Optional[str] = ..., structured_result: _Optional[str] = ..., error: _Optional[str] = ..., exit_code: _Optional[int] = ..., tools: _Optional[_Union[EffectiveTools, _Mapping]] = ..., spawns: _Optional[str] = ..., model: _Optional[_Iterable[str]] = ..., caller: _Optional[str] = ..., workspace: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., sequence: _Optional[int] = ..., last_activity_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., tree_usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., worktree: _Optional[_Union[Worktree, _Mapping]] = ..., continues: _Optional[str] = ..., continued_by: _Optional[str] = ..., question: _Optional[str] = ..., interactive: _Optional[bool] = ..., undelivered_messages: _Optional[int] = ...) -> None: ...
+    artifacts: _containers.RepeatedCompositeFieldContainer[Artifact]
+    def __init__(self, id: _Optional[str] = ..., agent: _Optional[str] = ..., description: _Optional[str] = ..., parent_id: _Optional[str] = ..., depth: _Optional[int] = ..., state: _Optional[_Union[WorkerState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., close_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., result: _Optional[str] = ..., structured_result: _Optional[str] = ..., error: _Optional[str] = ..., exit_code: _Optional[int] = ..., tools: _Optional[_Union[EffectiveTools, _Mapping]] = ..., spawns: _Optional[str] = ..., model: _Optional[_Iterable[str]] = ..., caller: _Optional[str] = ..., workspace: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., sequence: _Optional[int] = ..., last_activity_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., tree_usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., worktree: _Optional[_Union[Worktree, _Mapping]] = ..., continues: _Optional[str] = ..., continued_by: _Optional[str] = ..., question: _Optional[str] = ..., interactive: _Optional[bool] = ..., undelivered_messages: _Optional[int] = ..., artifacts: _Optional[_Iterable[_Union[Artifact, _Mapping]]] = ...) -> None: ...
+
+class Artifact(_message.Message):
+    __slots__ = ("artifact_id", "name", "description", "parts")
+    ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
+    artifact_id: str
+    name: str
+    description: str
+    parts: _containers.RepeatedCompositeFieldContainer[ArtifactPart]
+    def __init__(self, artifact_id: _Optional[str] = ..., name: _Optional[str] = ..., description: _Optional[str] = ..., parts: _Optional[_Iterable[_Union[ArtifactPart, _Mapping]]] = ...) -> None: ...
+
+class ArtifactPart(_message.Message):
+    __slots__ = ("text", "data_json", "file")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    DATA_JSON_FIELD_NUMBER: _ClassVar[int]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    data_json: str
+    file: ArtifactFile
+    def __init__(self, text: _Optional[str] = ..., data_json: _Optional[str] = ..., file: _Optional[_Union[ArtifactFile, _Mapping]] = ...) -> None: ...
+
+class ArtifactFile(_message.Message):
+    __slots__ = ("name", "media_type", "bytes", "uri")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_TYPE_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    URI_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    media_type: str
+    bytes: bytes
+    uri: str
+    def __init__(self, name: _Optional[str] = ..., media_type: _Optional[str] = ..., bytes: _Optional[bytes] = ..., uri: _Optional[str] = ...) -> None: ...
 
 class TokenUsage(_message.Message):
     __slots__ = ("prompt_tokens", "completion_tokens", "total_tokens", "by_model")
