@@ -201,6 +201,7 @@ fn record() -> WorkerRecord {
             request_id: None,
             continues: None,
             context_id: None,
+            a2a_message: None,
             effective: eff,
             create_time_ms: 1_700_000_000_000,
         }),

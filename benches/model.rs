@@ -115,6 +115,7 @@ fn job(i: usize) -> Job {
             remote: None,
         },
         memory_dir: None,
+        a2a: None,
     };
     Job {
         worker_id: spec.worker_id.clone(),

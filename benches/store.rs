@@ -44,6 +44,7 @@ fn record(i: usize) -> WorkerRecord {
             request_id: Some(format!("req-{i}")),
             continues: None,
             context_id: None,
+            a2a_message: None,
             effective: Effective {
                 name: "explore".to_owned(),
                 system_prompt: "You are a careful code explorer. Read before you answer."

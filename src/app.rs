@@ -527,6 +527,7 @@ impl crate::workers::executor::model::Agentry for AsWorker {
             isolation: None,
             interactive: false,
             context_id: None,
+            a2a_message: None,
         };
         let app = self.app().ok_or("the service is shutting down")?;
         let spawned = match app.spawn_worker(&Self::identity(worker), req).await {

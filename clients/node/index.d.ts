@@ -212,6 +212,8 @@ export interface Worker {
   undeliveredMessages: number;
   /** What it handed back: reported artifacts, then its result as `result` (docs §13.1). */
   artifacts: Artifact[];
+  /** It failed because its agent declined the task. */
+  rejected: boolean;
 }
 
 /** An output of a worker. */
@@ -528,6 +530,17 @@ export interface WorkerSpec {
   agent: AgentSpec;
   /** The agent's memory directory, when its persona has `memory`. */
   memoryDir?: string;
+  /** The A2A message that started the worker, when one did (docs §13.3). */
+  a2a?: A2aMessage;
+}
+
+/** An A2A message as a worker gets it. */
+export interface A2aMessage {
+  messageId: string;
+  contextId: string;
+  parts: ArtifactPart[];
+  /** Its metadata as JSON text; empty = none. */
+  metadataJson: string;
 }
 
 /** One worker held by a runner: what its handler gets. */

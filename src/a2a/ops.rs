@@ -303,6 +303,13 @@ impl Ctx<'_> {
             .chars()
             .take(100)
             .collect();
+        let a2a_message = serde_json::to_string(&crate::workers::spec::A2aMessage {
+            message_id: inc.message_id.clone(),
+            context_id: context_id.clone(),
+            parts: inc.parts,
+            metadata_json: inc.metadata_json,
+        })
+        .ok();
         let spawned = app
             .spawn_worker(
                 self.id,
@@ -319,6 +326,7 @@ impl Ctx<'_> {
                     isolation: None,
                     interactive: true,
                     context_id: Some(context_id),
+                    a2a_message,
                 },
             )
             .await?;

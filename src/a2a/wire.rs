@@ -67,12 +67,14 @@ fn state_name(d: Dialect, w: &WorkerRecord) -> &'static str {
         (Dialect::V1, WorkerState::Running) => "TASK_STATE_WORKING",
         (Dialect::V1, WorkerState::InputRequired) => "TASK_STATE_INPUT_REQUIRED",
         (Dialect::V1, WorkerState::Completed) => "TASK_STATE_COMPLETED",
+        (Dialect::V1, WorkerState::Failed) if w.rejected => "TASK_STATE_REJECTED",
         (Dialect::V1, WorkerState::Failed) => "TASK_STATE_FAILED",
         (Dialect::V1, WorkerState::Killed) => "TASK_STATE_CANCELED",
         (Dialect::V03, WorkerState::Pending) => "submitted",
         (Dialect::V03, WorkerState::Running) => "working",
         (Dialect::V03, WorkerState::InputRequired) => "input-required",
         (Dialect::V03, WorkerState::Completed) => "completed",
+        (Dialect::V03, WorkerState::Failed) if w.rejected => "rejected",
         (Dialect::V03, WorkerState::Failed) => "failed",
         (Dialect::V03, WorkerState::Killed) => "canceled",
     }
@@ -86,7 +88,7 @@ pub fn state_filter(name: &str) -> Result<Option<WorkerState>, A2aError> {
         "TASK_STATE_WORKING" | "working" => WorkerState::Running,
         "TASK_STATE_INPUT_REQUIRED" | "input-required" => WorkerState::InputRequired,
         "TASK_STATE_COMPLETED" | "completed" => WorkerState::Completed,
-        "TASK_STATE_FAILED" | "failed" => WorkerState::Failed,
+        "TASK_STATE_FAILED" | "failed" | "TASK_STATE_REJECTED" | "rejected" => WorkerState::Failed,
         "TASK_STATE_CANCELED" | "canceled" => WorkerState::Killed,
         other => {
             return Err(A2aError::params(
@@ -346,6 +348,10 @@ pub struct Incoming {
     pub reference_task_ids: Vec<String>,
     /// The text and data parts as the prompt: texts as they are, data as JSON, in order.
     pub text: String,
+    /// The parts themselves, for the worker's spec (docs §13.3).
+    pub parts: Vec<crate::workers::spec::A2aPart>,
+    /// The message's `metadata` as JSON text; empty = none.
+    pub metadata_json: String,
 }
 
 /// How a send wants its answer.
@@ -418,8 +424,19 @@ pub fn incoming(
         .and_then(Value::as_array)
         .ok_or_else(|| A2aError::params("message.parts", "is required and must be an array"))?;
     let mut text = String::new();
+    let mut kept = Vec::with_capacity(parts.len());
     for (i, part) in parts.iter().enumerate() {
         let piece = part_text(d, part, i)?;
+        kept.push(match part.get("text").and_then(Value::as_str) {
+            Some(t) => crate::workers::spec::A2aPart {
+                text: Some(t.to_owned()),
+                data_json: None,
+            },
+            None => crate::workers::spec::A2aPart {
+                text: None,
+                data_json: Some(part.get("data").cloned().unwrap_or(Value::Null).to_string()),
+            },
+        });
         if !text.is_empty() {
             text.push_str("\n\n");
         }
@@ -478,6 +495,11 @@ pub fn incoming(
             task_id: id_field(msg, "taskId")?,
             reference_task_ids,
             text,
+            parts: kept,
+            metadata_json: match msg.get("metadata") {
+                None | Some(Value::Null) => String::new(),
+                Some(m) => m.to_string(),
+            },
         },
         SendOptions { blocking, history },
     ))

@@ -317,10 +317,13 @@ pub fn worker(w: &WorkerRecord) -> pb::Worker {
         question: w.question.clone(),
         interactive: eff.interactive,
         undelivered_messages: w.undelivered,
-        artifacts: crate::workers::artifacts::of(w)
+        // The reported ones: the result artifact is `result` / `structured_result`, not
+        // repeated (it would double every listing).
+        artifacts: crate::workers::artifacts::assembled(w.artifacts.as_deref())
             .iter()
             .map(artifact)
             .collect(),
+        rejected: w.rejected,
     }
 }
 
@@ -530,6 +533,22 @@ pub fn spec(s: &crate::workers::spec::WorkerSpec) -> pb::WorkerSpec {
             mcp_servers: a.mcp_servers.as_ref().map(mcp_servers),
         }),
         memory_dir: s.memory_dir.clone(),
+        a2a: s.a2a.as_ref().map(|m| pb::A2aMessage {
+            message_id: m.message_id.clone(),
+            context_id: m.context_id.clone(),
+            parts: m
+                .parts
+                .iter()
+                .map(|p| pb::ArtifactPart {
+                    content: match (&p.text, &p.data_json) {
+                        (Some(t), _) => Some(pb::artifact_part::Content::Text(t.clone())),
+                        (None, Some(d)) => Some(pb::artifact_part::Content::DataJson(d.clone())),
+                        (None, None) => None,
+                    },
+                })
+                .collect(),
+            metadata_json: m.metadata_json.clone(),
+        }),
     }
 }
 

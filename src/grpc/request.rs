@@ -441,6 +441,7 @@ impl TryFrom<Limited<pb::SpawnWorkerRequest>> for SpawnRequest {
             isolation,
             interactive: r.interactive,
             context_id: None,
+            a2a_message: None,
         })
     }
 }

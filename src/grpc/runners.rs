@@ -273,7 +273,7 @@ async fn handle(s: &Session, m: pb::ConnectRequest, max_output: usize) {
                     return s.refuse(
                         &f.worker_id,
                         "INVALID_MESSAGE",
-                        "finished needs an outcome: completed, failed or canceled",
+                        "finished needs an outcome: completed, failed, canceled or rejected",
                     );
                 }
                 Some(Outcome::Completed(c)) if c.result.len() > max_output => Finish::Failed {
@@ -303,6 +303,23 @@ async fn handle(s: &Session, m: pb::ConnectRequest, max_output: usize) {
                     exit_code: e.exit_code,
                 },
                 Some(Outcome::Canceled(_)) => Finish::Canceled,
+                Some(Outcome::Rejected(r)) if r.reason.len() > MAX_ERROR_BYTES => {
+                    return s.refuse(
+                        &f.worker_id,
+                        "INVALID_MESSAGE",
+                        format!(
+                            "rejected.reason is {} bytes; the limit is {MAX_ERROR_BYTES} bytes",
+                            r.reason.len()
+                        ),
+                    );
+                }
+                Some(Outcome::Rejected(r)) => Finish::Rejected {
+                    reason: if r.reason.trim().is_empty() {
+                        "the agent declined the task without a reason".to_owned()
+                    } else {
+                        r.reason
+                    },
+                },
             };
             if f.session_ref.len() > MAX_SESSION_REF_BYTES {
                 return s.refuse(

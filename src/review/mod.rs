@@ -304,6 +304,7 @@ pub async fn run_reviewer(
         isolation: Some(false),
         interactive: false,
         context_id: None,
+        a2a_message: None,
     };
     let purpose = Purpose::Review {
         summarise: Arc::new(summarise),

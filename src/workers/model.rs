@@ -213,6 +213,9 @@ pub struct SpawnSpec {
     /// The A2A `contextId` the worker belongs to (docs §13.3): set by an A2A call (given by
     /// the client or generated), kept by a continuation; `None` for a worker spawned otherwise.
     pub context_id: Option<String>,
+    /// The A2A message that started it (docs §13.3), as the JSON of
+    /// [`crate::workers::spec::A2aMessage`]; `None` outside A2A.
+    pub a2a_message: Option<String>,
     /// The effective agent the worker got (docs §5.3). The store keeps it as JSON text and
     /// refuses a row whose text does not read back as one.
     pub effective: Effective,
@@ -273,6 +276,9 @@ pub struct WorkerRecord {
     pub session_ref: Option<String>,
     /// The artifacts reported so far, assembled (JSON, docs §13.1); `None` without any.
     pub artifacts: Option<String>,
+    /// It failed because its agent declined the task (a runner's or a remote agent's
+    /// `rejected`, docs §13.1).
+    pub rejected: bool,
 }
 
 /// What a progress report is about (docs/workers.md §6.9).
@@ -327,6 +333,7 @@ impl WorkerRecord {
             undelivered: 0,
             session_ref: None,
             artifacts: None,
+            rejected: false,
             spec,
         }
     }

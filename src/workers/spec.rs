@@ -35,6 +35,35 @@ pub struct WorkerSpec {
     /// spawn.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_dir: Option<String>,
+    /// The A2A message that started the worker (docs §13.3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub a2a: Option<A2aMessage>,
+}
+
+/// An A2A message as the worker gets it (proto `agentry.v1.A2aMessage`); stored as this JSON on
+/// the worker row.
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+pub struct A2aMessage {
+    /// Its `messageId`.
+    pub message_id: String,
+    /// Its `contextId`.
+    pub context_id: String,
+    /// Its text and data parts, in order.
+    pub parts: Vec<A2aPart>,
+    /// Its `metadata` as JSON text; empty = none.
+    #[serde(default)]
+    pub metadata_json: String,
+}
+
+/// One part of an [`A2aMessage`]: exactly one of the two is set (proto `ArtifactPart`).
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+pub struct A2aPart {
+    /// Text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// A JSON value, as JSON text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_json: Option<String>,
 }
 
 /// The effective agent as a runtime needs it.
@@ -162,7 +191,14 @@ impl WorkerSpec {
                 remote: eff.remote.clone(),
             },
             memory_dir: eff.memory_dir.clone(),
+            a2a: None,
         }
+    }
+
+    /// With the A2A message stored on the worker (its JSON), when there is one that reads.
+    pub fn with_a2a(mut self, stored: Option<&str>) -> Self {
+        self.a2a = stored.and_then(|j| serde_json::from_str(j).ok());
+        self
     }
 
     /// The stdin document of the `exec` executor.

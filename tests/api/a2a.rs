@@ -15,6 +15,8 @@
 //! | §13.3 input-required, continuation by reference | `a_question_is_answered_and_a_finished_task_refined` |
 //! | §13.7 the official SDK clients (Python 1.0, JavaScript 0.3) | `a2a_sdk_python_client`, `a2a_sdk_js_client` |
 //! | §13.1 artifacts: chunks, files, the result; refused chunks | `a_runners_artifacts_are_assembled_and_streamed` |
+//! | §13.1 rejected: a failure marked, REJECTED in A2A | `a_runner_may_decline_a_task` |
+//! | §13.3 the worker's spec carries the A2A message | `the_spec_carries_the_a2a_message`, `a_runner_may_decline_a_task` |
 
 use std::time::Duration;
 
@@ -59,7 +61,10 @@ if "token" in spec["prompt"]:
     os.rename(os.environ["OUT"] + "/token.tmp", os.environ["OUT"] + "/token")
 if "sleep" in spec["prompt"]:
     time.sleep(30)
-print("echo: " + spec["prompt"])'"#,
+if "show the spec" in spec["prompt"]:
+    print(json.dumps(spec.get("a2a")))
+else:
+    print("echo: " + spec["prompt"])'"#,
         );
         c.executor.command = vec![run.display().to_string()];
         c.executor
@@ -1130,12 +1135,10 @@ async fn a_runners_artifacts_are_assembled_and_streamed() {
                     content: Some(pb::artifact_file::Content::Bytes(b"hi".to_vec())),
                 }))]
             ),
-            (
-                "result".to_owned(),
-                vec![Some(Content::Text("done".into()))]
-            ),
         ]
     );
+    // The result is the A2A artifact `result`; on the gRPC API it is `result` itself.
+    assert_eq!(w.result.as_deref(), Some("done"));
 
     let text = tokio::time::timeout(Duration::from_secs(10), streamed)
         .await
@@ -1177,4 +1180,88 @@ async fn a_runners_artifacts_are_assembled_and_streamed() {
         got["result"]["artifacts"][0]["parts"][1]["text"],
         " part two"
     );
+}
+
+#[tokio::test]
+async fn a_runner_may_decline_a_task() {
+    use crate::runners::{Runner, hello};
+    let a = a2a_server(|c| {
+        c.executor
+            .by_agent
+            .insert("reporter".into(), agentry::config::ExecutorKind::Runner);
+        let dir = c.home.clone().unwrap().join(".claude/agents");
+        persona(
+            &dir,
+            "reporter.md",
+            "name: reporter\ndescription: reports",
+            "Report.",
+        );
+    })
+    .await;
+    let mut runner = Runner::connect(&a.s, hello("r1", &["reporter"], 1)).await;
+    let mut m = v03_message("rej-1", "paint the fence");
+    m["configuration"] = json!({"blocking": false});
+    let sent = a.rpc("reporter", None, "message/send", m).await;
+    let id = sent["result"]["id"].as_str().unwrap().to_owned();
+    let job = runner.assignment().await;
+    // The runner's spec carries the A2A message (docs §13.3).
+    let a2a = job.spec.clone().unwrap().a2a.unwrap();
+    assert_eq!(a2a.message_id, "rej-1");
+    assert_eq!(
+        a2a.parts[0].content,
+        Some(pb::artifact_part::Content::Text("paint the fence".into()))
+    );
+    runner.accept(&job).await;
+    runner
+        .finish(
+            &job.worker_id,
+            &job.lease_token,
+            pb::runner_finished::Outcome::Rejected(pb::runner_finished::Rejected {
+                reason: "not my job".into(),
+            }),
+        )
+        .await;
+    let w = crate::workers::wait_state(&a.s, &id, pb::WorkerState::Failed).await;
+    assert!(w.rejected);
+    assert_eq!(w.error.as_deref(), Some("rejected: not my job"));
+    let old = a
+        .rpc("reporter", None, "tasks/get", json!({"id": id}))
+        .await;
+    assert_eq!(old["result"]["status"]["state"], "rejected", "{old}");
+    let new = a
+        .rpc("reporter", Some("1.0"), "GetTask", json!({"id": id}))
+        .await;
+    assert_eq!(new["result"]["status"]["state"], "TASK_STATE_REJECTED");
+    assert_eq!(
+        new["result"]["status"]["message"]["parts"][0]["text"],
+        "rejected: not my job"
+    );
+}
+
+#[tokio::test]
+async fn the_spec_carries_the_a2a_message() {
+    let a = a2a_server(|_| {}).await;
+    let r = a
+        .rpc(
+            "echo",
+            Some("1.0"),
+            "SendMessage",
+            json!({"message": {"messageId": "spec-1", "contextId": "c-spec", "role": "ROLE_USER",
+                "parts": [{"text": "show the spec"}, {"data": {"k": [1, 2]}}],
+                "metadata": {"m": "x"}}}),
+        )
+        .await;
+    let out = r["result"]["task"]["artifacts"][0]["parts"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"));
+    let spec: Value = serde_json::from_str(out).unwrap();
+    assert_eq!(
+        spec,
+        json!({"message_id": "spec-1", "context_id": "c-spec",
+            "parts": [{"text": "show the spec"}, {"data_json": "{\"k\":[1,2]}"}],
+            "metadata_json": "{\"m\":\"x\"}"})
+    );
+    // The prompt is the parts as text, the data as JSON.
+    let w = get(&a.s, r["result"]["task"]["id"].as_str().unwrap()).await;
+    assert_eq!(w.description, "show the spec");
 }

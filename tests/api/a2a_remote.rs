@@ -356,6 +356,15 @@ async fn a_remote_persona_runs_on_the_python_sdk_server() {
         Some(format!("the A2A agent at {base} failed the task: no paint left").as_str())
     );
 
+    // A rejection is the worker's: failed, marked rejected.
+    let w = spawn(&a, spawn_req("painter", "reject this", true)).await;
+    assert_eq!(
+        w.error.as_deref(),
+        Some("rejected: not a painting job"),
+        "{w:?}"
+    );
+    assert!(w.rejected);
+
     // A stop reaches the SDK's agent as a cancel.
     let w = spawn(&a, spawn_req("painter", "slow work", false)).await;
     wait_state(&a, &w.id, pb::WorkerState::Running).await;

@@ -13,6 +13,7 @@ text of a message:
   contains "slow"   the task works for 30 s (a status message "still painting"); a cancel
                     ends it canceled and writes the line `canceled <task id>` to stderr
   contains "fail"   the task fails with the message "no paint left"
+  contains "reject" the task is rejected with the message "not a painting job"
   otherwise         a status message "painting", then the artifact "sdk: <text>", completed
 """
 
@@ -61,6 +62,8 @@ class Painter(AgentExecutor):
             await up.complete()
         elif "fail" in text:
             await up.failed(say("no paint left"))
+        elif "reject" in text:
+            await up.reject(say("not a painting job"))
         else:
             await up.start_work(say("painting"))
             await up.add_artifact([new_text_part(f"sdk: {text}")], name="result")

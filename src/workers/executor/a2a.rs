@@ -411,16 +411,20 @@ impl Run<'_> {
                 State::Canceled => {
                     return failed(format!("the A2A agent at {url} canceled the task"));
                 }
-                State::Failed | State::Rejected => {
-                    let what = if state == State::Rejected {
-                        "rejected"
-                    } else {
-                        "failed"
+                State::Rejected => {
+                    return Outcome::Rejected {
+                        reason: if said.is_empty() {
+                            format!("the A2A agent at {url} declined the task")
+                        } else {
+                            said
+                        },
                     };
+                }
+                State::Failed => {
                     return failed(if said.is_empty() {
-                        format!("the A2A agent at {url} {what} the task")
+                        format!("the A2A agent at {url} failed the task")
                     } else {
-                        format!("the A2A agent at {url} {what} the task: {said}")
+                        format!("the A2A agent at {url} failed the task: {said}")
                     });
                 }
                 State::Submitted | State::Working | State::Unknown => {

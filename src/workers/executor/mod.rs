@@ -256,6 +256,12 @@ pub enum Outcome {
         /// The question.
         question: String,
     },
+    /// The agent declined the task (a runner's or a remote A2A agent's `rejected`, docs
+    /// §13.1): the worker fails with `rejected: <reason>`, marked rejected.
+    Rejected {
+        /// Why, in the agent's words.
+        reason: String,
+    },
     /// Nothing ran: the command is empty, missing, not executable, …
     CouldNotStart {
         /// Names the path and the OS error, e.g.

@@ -112,6 +112,7 @@ fn outcome(f: Finish, runner_canceled: &str) -> Outcome {
         Finish::Completed { result } => Outcome::Completed { stdout: result },
         Finish::Failed { error, exit_code } => failed(error, exit_code),
         Finish::Canceled => failed(runner_canceled.to_owned(), None),
+        Finish::Rejected { reason } => Outcome::Rejected { reason },
     }
 }
 

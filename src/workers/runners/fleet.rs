@@ -120,6 +120,7 @@ fn finish_json(f: &Finish) -> Value {
         Finish::Completed { result } => json!({"completed": result}),
         Finish::Failed { error, exit_code } => json!({"failed": error, "exit_code": exit_code}),
         Finish::Canceled => json!({"canceled": true}),
+        Finish::Rejected { reason } => json!({"rejected": reason}),
     }
 }
 
@@ -127,6 +128,11 @@ fn finish_of(v: &Value) -> Finish {
     if let Some(r) = v.get("completed").and_then(Value::as_str) {
         return Finish::Completed {
             result: r.to_owned(),
+        };
+    }
+    if let Some(r) = v.get("rejected").and_then(Value::as_str) {
+        return Finish::Rejected {
+            reason: r.to_owned(),
         };
     }
     if let Some(e) = v.get("failed").and_then(Value::as_str) {
@@ -347,7 +353,8 @@ impl Fleet {
                 &s.prompt,
                 &s.description,
                 s.workspace.as_deref(),
-            ),
+            )
+            .with_a2a(s.a2a_message.as_deref()),
             worker_token: token,
             caller_scope: s.caller_scope.clone(),
             inherited_model: Vec::new(),

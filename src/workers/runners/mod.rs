@@ -152,6 +152,11 @@ pub enum Finish {
     },
     /// The runner stopped it (normally after `cancel`).
     Canceled,
+    /// The agent declined the task (docs §13.1).
+    Rejected {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// What the executor future of one worker learns from the hub.

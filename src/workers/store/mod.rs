@@ -447,11 +447,16 @@ pub struct Patch {
     pub token_hash: Option<String>,
     /// The session reference a runner returned with `finished` (docs §12.6).
     pub session_ref: Option<String>,
+    /// The agent declined the task (docs §13.1).
+    pub rejected: bool,
 }
 
 impl Patch {
     /// Overwrites the fields of `rec` that this patch sets.
     fn apply_to(self, rec: &mut WorkerRecord) {
+        if self.rejected {
+            rec.rejected = true;
+        }
         if let Some(result) = self.result {
             rec.result = Some(result);
         }

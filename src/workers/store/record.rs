@@ -13,7 +13,7 @@ use crate::workers::model::{Progress, WorkerEvent, WorkerRecord, WorkerState};
 pub(super) const COLUMNS: &str = "id, agent, description, prompt, workspace, parent_id, depth, state, \
      sequence, create_time_ms, start_time_ms, close_time_ms, result, structured_result, error, \
      exit_code, caller_scope, request_id, token_hash, effective, last_activity_ms, usage, worktree, \
-     continues, continued_by, question, undelivered, session_ref, context_id, artifacts";
+     continues, continued_by, question, undelivered, session_ref, context_id, artifacts, rejected, a2a_message";
 
 /// The event a backend writes for [`WorkerStore::create`](super::WorkerStore::create): `rec` as
 /// a new worker (pending, sequence 1, no outcome, latest activity = creation), whatever

@@ -224,6 +224,7 @@ pub(crate) fn record(parent: Option<&WorkerRecord>, create_time_ms: i64) -> Work
             request_id: None,
             continues: None,
             context_id: None,
+            a2a_message: None,
             effective: effective(parent.map_or(1, |p| p.spec.depth + 1)),
         }),
         Some(hash_token(&generate_token())),

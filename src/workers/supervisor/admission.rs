@@ -410,6 +410,7 @@ impl Supervisor {
             request_id: req.request_id.clone(),
             continues: None,
             context_id: req.context_id.clone(),
+            a2a_message: req.a2a_message.clone(),
             effective: eff,
         });
         let eff = &spec.effective;
@@ -562,7 +563,8 @@ impl Supervisor {
             &spec.prompt,
             &spec.description,
             spec.workspace.as_deref(),
-        );
+        )
+        .with_a2a(spec.a2a_message.as_deref());
         let assignment = Arc::new(Assignment {
             worker_token: token.clone(),
             caller_scope: spec.caller_scope.clone(),

@@ -320,6 +320,8 @@ impl Supervisor {
             prompt: msg.text.clone(),
             request_id: None,
             continues: Some(rec.id.clone()),
+            // The message that started the old worker is not this one's.
+            a2a_message: None,
             create_time_ms: now_ms(),
             ..(*rec.spec).clone()
         });

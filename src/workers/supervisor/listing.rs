@@ -109,6 +109,7 @@ fn shown_bytes(w: &WorkerRecord) -> usize {
         w.error.as_deref(),
         w.usage.as_deref(),
         w.worktree.as_deref(),
+        w.artifacts.as_deref(),
         Some(w.spec.description.as_str()),
         w.spec.workspace.as_deref(),
     ];

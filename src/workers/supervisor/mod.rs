@@ -189,6 +189,8 @@ pub struct SpawnRequest {
     pub interactive: bool,
     /// The A2A context it belongs to (docs §13.3); `None` outside A2A.
     pub context_id: Option<String>,
+    /// The A2A message that starts it, handed to the worker in its spec (docs §13.3).
+    pub a2a_message: Option<String>,
 }
 
 /// What a spawn returned.
@@ -918,6 +920,7 @@ mod tests {
                 isolation: None,
                 interactive: false,
                 context_id: None,
+                a2a_message: None,
             };
             let w = sup.spawn(&id, req).await.unwrap().worker;
             assert_eq!(w.state, WorkerState::Completed, "run {i}: {w:?}");

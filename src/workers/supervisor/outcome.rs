@@ -64,6 +64,14 @@ pub fn settle(
                 ..Patch::default()
             },
         ),
+        Outcome::Rejected { reason } => (
+            Event::Fail,
+            Patch {
+                error: Some(format!("rejected: {reason}")),
+                rejected: true,
+                ..Patch::default()
+            },
+        ),
         Outcome::CouldNotStart { reason } => (
             Event::Fail,
             Patch {

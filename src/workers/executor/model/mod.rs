@@ -765,6 +765,7 @@ mod tests {
                 remote: None,
             },
             memory_dir: None,
+            a2a: None,
         };
         Job {
             worker_id: spec.worker_id.clone(),

@@ -79,11 +79,13 @@ const TRANSITIONS_SQL: &str = "WITH i AS (
          SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[],
                               $6::text[], $7::text[], $8::text[], $9::integer[], $10::text[],
                               $11::bigint[], $12::text[], $13::text[], $14::bigint[], $15::text[],
-                              $16::bigint[], $17::text[], $18::text[], $19::text[])
+                              $16::bigint[], $17::text[], $18::text[], $19::text[],
+                              $21::boolean[])
              WITH ORDINALITY AS i(id, state, sequence, start_time_ms, close_time_ms, result,
                                   structured_result, error, exit_code, token_hash,
                                   last_activity_ms, usage, worktree, expected_sequence,
-                                  expected_token, time_ms, snapshot, question, session_ref, ord)
+                                  expected_token, time_ms, snapshot, question, session_ref,
+                                  rejected, ord)
      ), g AS (
          UPDATE workers w
             SET state = i.state, sequence = i.sequence, start_time_ms = i.start_time_ms,
@@ -94,7 +96,7 @@ const TRANSITIONS_SQL: &str = "WITH i AS (
                 stop_reason = CASE WHEN i.close_time_ms IS NOT NULL THEN NULL
                                    ELSE w.stop_reason END,
                 usage = i.usage, worktree = i.worktree, question = i.question,
-                session_ref = i.session_ref
+                session_ref = i.session_ref, rejected = i.rejected
            FROM i
           WHERE w.id = i.id AND w.sequence = i.expected_sequence
             AND w.token_hash IS NOT DISTINCT FROM i.expected_token
@@ -133,7 +135,8 @@ async fn write_transitions(
     let snapshot = column(writes, |w| w.snapshot.as_str());
     let question = column(writes, |w| w.event.worker.question.as_deref());
     let session_ref = column(writes, |w| w.event.worker.session_ref.as_deref());
-    let params: [&(dyn ToSql + Sync); 20] = [
+    let rejected = column(writes, |w| w.event.worker.rejected);
+    let params: [&(dyn ToSql + Sync); 21] = [
         &id,
         &state,
         &sequence,
@@ -154,6 +157,7 @@ async fn write_transitions(
         &question,
         &session_ref,
         &origin,
+        &rejected,
     ];
     let statement = c.prepare_cached(TRANSITIONS_SQL).await?;
     let moved: HashSet<i64> = c
@@ -175,17 +179,18 @@ const CREATES_SQL: &str = "WITH i AS (
          SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
                               $6::text[], $7::bigint[], $8::bigint[], $9::text[], $10::text[],
                               $11::text[], $12::text[], $13::bigint[], $14::text[], $15::text[],
-                              $17::text[])
+                              $17::text[], $18::text[])
              AS i(id, agent, description, prompt, workspace, parent_id, depth, create_time_ms,
                   caller_scope, request_id, token_hash, effective, last_activity_ms, worktree,
-                  snapshot, context_id)
+                  snapshot, context_id, a2a_message)
      ), g AS (
          INSERT INTO workers (id, agent, description, prompt, workspace, parent_id, depth, state,
                               sequence, create_time_ms, caller_scope, request_id, token_hash,
-                              effective, last_activity_ms, worktree, replica_id, context_id)
+                              effective, last_activity_ms, worktree, replica_id, context_id,
+                              a2a_message)
          SELECT id, agent, description, prompt, workspace, parent_id, depth, 'pending', 1,
                 create_time_ms, caller_scope, request_id, token_hash, effective,
-                last_activity_ms, worktree, $16::text, context_id
+                last_activity_ms, worktree, $16::text, context_id, a2a_message
            FROM i
          ON CONFLICT DO NOTHING
          RETURNING id
@@ -220,7 +225,8 @@ async fn write_creates(
     let worktree = column(writes, |w| w.event.worker.worktree.as_deref());
     let snapshot = column(writes, |w| w.snapshot.as_str());
     let context = column(writes, |w| w.event.worker.spec.context_id.as_deref());
-    let params: [&(dyn ToSql + Sync); 17] = [
+    let a2a_message = column(writes, |w| w.event.worker.spec.a2a_message.as_deref());
+    let params: [&(dyn ToSql + Sync); 18] = [
         &id,
         &agent,
         &description,
@@ -238,6 +244,7 @@ async fn write_creates(
         &snapshot,
         &origin,
         &context,
+        &a2a_message,
     ];
     let statement = c.prepare_cached(CREATES_SQL).await?;
     let written: HashSet<String> = c

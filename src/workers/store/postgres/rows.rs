@@ -164,6 +164,7 @@ pub(super) fn read_record(row: &Row) -> Result<WorkerRecord, StoreError> {
             request_id: row.try_get(17).map_err(get)?,
             continues: opt_id(23)?,
             context_id: row.try_get(28).map_err(get)?,
+            a2a_message: row.try_get(31).map_err(get)?,
             effective: serde_json::from_str(effective).map_err(|e| corrupt("effective", &e))?,
         }),
         state: state.parse().map_err(|e| corrupt("state", &e))?,
@@ -185,6 +186,7 @@ pub(super) fn read_record(row: &Row) -> Result<WorkerRecord, StoreError> {
             .map_err(|e| corrupt("undelivered", &e))?,
         session_ref: row.try_get(27).map_err(get)?,
         artifacts: row.try_get(29).map_err(get)?,
+        rejected: row.try_get(30).map_err(get)?,
     })
 }
 

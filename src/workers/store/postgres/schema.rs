@@ -156,6 +156,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
         WHERE context_id IS NOT NULL;"#,
     // 10: the artifacts a worker reported, assembled (docs §13.1).
     "ALTER TABLE workers ADD COLUMN artifacts TEXT;",
+    // 11: a worker whose agent declined the task (docs §13.1).
+    "ALTER TABLE workers ADD COLUMN rejected BOOLEAN NOT NULL DEFAULT false;",
+    // 12: the A2A message that started a worker, for its spec (docs §13.3).
+    "ALTER TABLE workers ADD COLUMN a2a_message TEXT;",
 ];
 
 /// Brings the schema up to date under the migration advisory lock, or refuses a newer one.

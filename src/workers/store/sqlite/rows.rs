@@ -127,7 +127,7 @@ pub(super) fn apply_in(
             "UPDATE workers SET state = ?2, sequence = ?3, start_time_ms = ?4,
                  close_time_ms = ?5, result = ?6, structured_result = ?7, error = ?8,
                  exit_code = ?9, token_hash = ?10, last_activity_ms = ?12, usage = ?13,
-                 worktree = ?14, question = ?15, session_ref = ?16
+                 worktree = ?14, question = ?15, session_ref = ?16, rejected = ?17
              WHERE id = ?1 AND sequence = ?11",
         )
         .and_then(|mut stmt| {
@@ -148,6 +148,7 @@ pub(super) fn apply_in(
                 next.worktree,
                 next.question,
                 next.session_ref,
+                next.rejected,
             ])
         })
         .context("update worker")?;
@@ -213,7 +214,7 @@ pub(super) fn insert_worker(conn: &Connection, rec: &WorkerRecord) -> Result<(),
     conn.prepare_cached(&format!(
         "INSERT INTO workers ({COLUMNS}) VALUES
              (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-              ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)"
+              ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)"
     ))
     .and_then(|mut stmt| {
         stmt.execute(params![
@@ -247,6 +248,8 @@ pub(super) fn insert_worker(conn: &Connection, rec: &WorkerRecord) -> Result<(),
             rec.session_ref,
             rec.spec.context_id,
             rec.artifacts,
+            rec.rejected,
+            rec.spec.a2a_message,
         ])
     })
     .context("insert worker")?;
@@ -296,6 +299,7 @@ pub(super) fn read_record(row: &Row<'_>) -> rusqlite::Result<WorkerRecord> {
         request_id: row.get(17)?,
         continues: row.get(23)?,
         context_id: row.get(28)?,
+        a2a_message: row.get(31)?,
         effective: serde_json::from_str(&effective)
             .map_err(|e| rusqlite::Error::FromSqlConversionFailure(19, Type::Text, e.into()))?,
     };
@@ -319,6 +323,7 @@ pub(super) fn read_record(row: &Row<'_>) -> rusqlite::Result<WorkerRecord> {
         undelivered: row.get(26)?,
         session_ref: row.get(27)?,
         artifacts: row.get(29)?,
+        rejected: row.get(30)?,
     })
 }
 

@@ -96,6 +96,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
          WHERE context_id IS NOT NULL;",
     // 9: the artifacts a worker reported, assembled (docs §13.1).
     "ALTER TABLE workers ADD COLUMN artifacts TEXT;",
+    // 10: a worker whose agent declined the task (docs §13.1).
+    "ALTER TABLE workers ADD COLUMN rejected INTEGER NOT NULL DEFAULT 0;",
+    // 11: the A2A message that started a worker, for its spec (docs §13.3).
+    "ALTER TABLE workers ADD COLUMN a2a_message TEXT;",
 ];
 
 /// The migration whose state checks [`relax_state_checks`] widens after its SQL.

@@ -160,14 +160,14 @@ fn a_newer_schema_is_refused_with_both_versions() {
             err,
             StoreError::SchemaTooNew {
                 found: 999,
-                known: 9
+                known: 11
             }
         ),
         "{err:?}"
     );
     let message = err.to_string();
     assert!(
-        message.contains("version 999") && message.contains("(version 9)"),
+        message.contains("version 999") && message.contains("(version 11)"),
         "{message}"
     );
 }

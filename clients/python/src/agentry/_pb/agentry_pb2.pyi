@@ -384,7 +384,7 @@ class PruneWorktreesResponse(_message.Message):
     def __init__(self, removed: _Optional[_Iterable[str]] = ..., kept_live: _Optional[_Iterable[str]] = ..., failed: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Worker(_message.Message):
-    __slots__ = ("id", "agent", "description", "parent_id", "depth", "state", "create_time", "start_time", "close_time", "result", "structured_result", "error", "exit_code", "tools", "spawns", "model", "caller", "workspace", "mode", "sequence", "last_activity_time", "usage", "tree_usage", "worktree", "continues", "continued_by", "question", "interactive", "undelivered_messages", "artifacts")
+    __slots__ = ("id", "agent", "description", "parent_id", "depth", "state", "create_time", "start_time", "close_time", "result", "structured_result", "error", "exit_code", "tools", "spawns", "model", "caller", "workspace", "mode", "sequence", "last_activity_time", "usage", "tree_usage", "worktree", "continues", "continued_by", "question", "interactive", "undelivered_messages", "artifacts", "rejected")
     ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -415,6 +415,7 @@ class Worker(_message.Message):
     INTERACTIVE_FIELD_NUMBER: _ClassVar[int]
     UNDELIVERED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
     id: str
     agent: str
     description: str
@@ -445,7 +446,8 @@ class Worker(_message.Message):
     interactive: bool
     undelivered_messages: int
     artifacts: _containers.RepeatedCompositeFieldContainer[Artifact]
-    def __init__(self, id: _Optional[str] = ..., agent: _Optional[str] = ..., description: _Optional[str] = ..., parent_id: _Optional[str] = ..., depth: _Optional[int] = ..., state: _Optional[_Union[WorkerState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., close_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., result: _Optional[str] = ..., structured_result: _Optional[str] = ..., error: _Optional[str] = ..., exit_code: _Optional[int] = ..., tools: _Optional[_Union[EffectiveTools, _Mapping]] = ..., spawns: _Optional[str] = ..., model: _Optional[_Iterable[str]] = ..., caller: _Optional[str] = ..., workspace: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., sequence: _Optional[int] = ..., last_activity_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., tree_usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., worktree: _Optional[_Union[Worktree, _Mapping]] = ..., continues: _Optional[str] = ..., continued_by: _Optional[str] = ..., question: _Optional[str] = ..., interactive: _Optional[bool] = ..., undelivered_messages: _Optional[int] = ..., artifacts: _Optional[_Iterable[_Union[Artifact, _Mapping]]] = ...) -> None: ...
+    rejected: bool
+    def __init__(self, id: _Optional[str] = ..., agent: _Optional[str] = ..., description: _Optional[str] = ..., parent_id: _Optional[str] = ..., depth: _Optional[int] = ..., state: _Optional[_Union[WorkerState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., close_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., result: _Optional[str] = ..., structured_result: _Optional[str] = ..., error: _Optional[str] = ..., exit_code: _Optional[int] = ..., tools: _Optional[_Union[EffectiveTools, _Mapping]] = ..., spawns: _Optional[str] = ..., model: _Optional[_Iterable[str]] = ..., caller: _Optional[str] = ..., workspace: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., sequence: _Optional[int] = ..., last_activity_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., tree_usage: _Optional[_Union[TokenUsage, _Mapping]] = ..., worktree: _Optional[_Union[Worktree, _Mapping]] = ..., continues: _Optional[str] = ..., continued_by: _Optional[str] = ..., question: _Optional[str] = ..., interactive: _Optional[bool] = ..., undelivered_messages: _Optional[int] = ..., artifacts: _Optional[_Iterable[_Union[Artifact, _Mapping]]] = ..., rejected: _Optional[bool] = ...) -> None: ...
 
 class Artifact(_message.Message):
     __slots__ = ("artifact_id", "name", "description", "parts")
@@ -786,7 +788,7 @@ class ReviewResponse(_message.Message):
     def __init__(self, decision: _Optional[_Union[Decision, str]] = ..., reason: _Optional[str] = ..., reviewed: _Optional[bool] = ..., reviewer_worker_id: _Optional[str] = ...) -> None: ...
 
 class WorkerSpec(_message.Message):
-    __slots__ = ("worker_id", "depth", "prompt", "description", "workspace", "agent", "memory_dir")
+    __slots__ = ("worker_id", "depth", "prompt", "description", "workspace", "agent", "memory_dir", "a2a")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     DEPTH_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
@@ -794,6 +796,7 @@ class WorkerSpec(_message.Message):
     WORKSPACE_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
     MEMORY_DIR_FIELD_NUMBER: _ClassVar[int]
+    A2A_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     depth: int
     prompt: str
@@ -801,7 +804,20 @@ class WorkerSpec(_message.Message):
     workspace: str
     agent: AgentSpec
     memory_dir: str
-    def __init__(self, worker_id: _Optional[str] = ..., depth: _Optional[int] = ..., prompt: _Optional[str] = ..., description: _Optional[str] = ..., workspace: _Optional[str] = ..., agent: _Optional[_Union[AgentSpec, _Mapping]] = ..., memory_dir: _Optional[str] = ...) -> None: ...
+    a2a: A2aMessage
+    def __init__(self, worker_id: _Optional[str] = ..., depth: _Optional[int] = ..., prompt: _Optional[str] = ..., description: _Optional[str] = ..., workspace: _Optional[str] = ..., agent: _Optional[_Union[AgentSpec, _Mapping]] = ..., memory_dir: _Optional[str] = ..., a2a: _Optional[_Union[A2aMessage, _Mapping]] = ...) -> None: ...
+
+class A2aMessage(_message.Message):
+    __slots__ = ("message_id", "context_id", "parts", "metadata_json")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_JSON_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    context_id: str
+    parts: _containers.RepeatedCompositeFieldContainer[ArtifactPart]
+    metadata_json: str
+    def __init__(self, message_id: _Optional[str] = ..., context_id: _Optional[str] = ..., parts: _Optional[_Iterable[_Union[ArtifactPart, _Mapping]]] = ..., metadata_json: _Optional[str] = ...) -> None: ...
 
 class AgentSpec(_message.Message):
     __slots__ = ("name", "system_prompt", "tools", "spawns", "model", "thinking_level", "max_turns", "permission_mode", "output_schema", "mcp_servers", "tool_rules")
@@ -1021,7 +1037,7 @@ class RunnerProgress(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., lease_token: _Optional[str] = ..., kind: _Optional[_Union[ProgressKind, str]] = ..., text: _Optional[str] = ..., data_json: _Optional[str] = ...) -> None: ...
 
 class RunnerFinished(_message.Message):
-    __slots__ = ("worker_id", "lease_token", "session_ref", "completed", "failed", "canceled")
+    __slots__ = ("worker_id", "lease_token", "session_ref", "completed", "failed", "canceled", "rejected")
     class Completed(_message.Message):
         __slots__ = ("result",)
         RESULT_FIELD_NUMBER: _ClassVar[int]
@@ -1037,19 +1053,26 @@ class RunnerFinished(_message.Message):
     class Canceled(_message.Message):
         __slots__ = ()
         def __init__(self) -> None: ...
+    class Rejected(_message.Message):
+        __slots__ = ("reason",)
+        REASON_FIELD_NUMBER: _ClassVar[int]
+        reason: str
+        def __init__(self, reason: _Optional[str] = ...) -> None: ...
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     SESSION_REF_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
     CANCELED_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     lease_token: str
     session_ref: str
     completed: RunnerFinished.Completed
     failed: RunnerFinished.Failed
     canceled: RunnerFinished.Canceled
-    def __init__(self, worker_id: _Optional[str] = ..., lease_token: _Optional[str] = ..., session_ref: _Optional[str] = ..., completed: _Optional[_Union[RunnerFinished.Completed, _Mapping]] = ..., failed: _Optional[_Union[RunnerFinished.Failed, _Mapping]] = ..., canceled: _Optional[_Union[RunnerFinished.Canceled, _Mapping]] = ...) -> None: ...
+    rejected: RunnerFinished.Rejected
+    def __init__(self, worker_id: _Optional[str] = ..., lease_token: _Optional[str] = ..., session_ref: _Optional[str] = ..., completed: _Optional[_Union[RunnerFinished.Completed, _Mapping]] = ..., failed: _Optional[_Union[RunnerFinished.Failed, _Mapping]] = ..., canceled: _Optional[_Union[RunnerFinished.Canceled, _Mapping]] = ..., rejected: _Optional[_Union[RunnerFinished.Rejected, _Mapping]] = ...) -> None: ...
 
 class RunnerHeartbeat(_message.Message):
     __slots__ = ()
