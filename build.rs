@@ -1,10 +1,14 @@
-//! Compiles `proto/agentry/v1/*.proto` with protox (pure Rust, no system `protoc`) and writes
-//! the encoded descriptor set that server reflection serves.
+//! Compiles `proto/agentry/v1/*.proto` and the A2A gRPC binding `proto/lf/a2a/v1/a2a.proto` with
+//! protox (pure Rust, no system `protoc`) and writes the encoded descriptor set that server
+//! reflection serves (and the A2A binding reads its messages' JSON through).
 
 use std::{env, path::PathBuf};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/agentry/v1/agentry.proto"];
+    let protos = [
+        "proto/agentry/v1/agentry.proto",
+        "proto/lf/a2a/v1/a2a.proto",
+    ];
     for p in &protos {
         println!("cargo:rerun-if-changed={p}");
     }

@@ -564,6 +564,12 @@ export interface Job {
   readonly signal: AbortSignal;
   /** Appends a progress event (sent at once, or after a reconnect). */
   progress(text: string, kind?: ProgressKindInput, data?: Json): void;
+  /** Hands back an artifact, or a chunk of one (docs §13.1). */
+  artifact(
+    artifactId: string,
+    parts: Array<string | Uint8Array | { text: string } | { data: Json } | { file: { name?: string; media_type?: string; bytes?: string; uri?: string } }>,
+    options?: { name?: string; description?: string; append?: boolean; lastChunk?: boolean },
+  ): void;
   /** For a continuation: the worker it continues and the session to reload (docs §12.6). */
   readonly resume: { previousWorkerId: string; sessionRef: string } | null;
   /** Set by the handler: an opaque reference to this run's session, sent with `finished`. */
@@ -628,6 +634,12 @@ export interface RunnerEvents {
   lost: [job: Job, reason: string];
   rejected: [rejection: Rejection];
   warning: [error: Error];
+}
+
+/** Throw from a handler to decline the task: the worker fails `rejected: <reason>`, marked rejected. */
+export declare class JobRejected extends Error {
+  constructor(reason: string);
+  readonly reason: string;
 }
 
 export declare class Runner extends EventEmitter {

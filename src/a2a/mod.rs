@@ -6,6 +6,7 @@
 //! are the gRPC API's own.
 
 pub mod error;
+pub mod grpc;
 mod ops;
 pub mod wire;
 
@@ -39,15 +40,24 @@ pub struct A2a {
     app: App,
     tokens: Option<Arc<TokenFile>>,
     default_agent: Option<String>,
+    /// Where the gRPC port is dialled (the card's gRPC interface).
+    grpc_url: String,
 }
 
 impl A2a {
-    /// The A2A surface of `app`; `tokens` is the bearer-token file when authentication is on.
-    pub fn new(app: App, tokens: Option<Arc<TokenFile>>, default_agent: Option<String>) -> Self {
+    /// The A2A surface of `app`; `tokens` is the bearer-token file when authentication is on;
+    /// `grpc_url` is where the gRPC port is dialled.
+    pub fn new(
+        app: App,
+        tokens: Option<Arc<TokenFile>>,
+        default_agent: Option<String>,
+        grpc_url: String,
+    ) -> Self {
         Self {
             app,
             tokens,
             default_agent,
+            grpc_url,
         }
     }
 
@@ -179,7 +189,7 @@ fn base_url(headers: &HeaderMap) -> String {
 
 /// The card of `def` (docs §13.2): both dialects' fields, so a 0.3 client (`url`,
 /// `preferredTransport`) and a 1.0 client (`supportedInterfaces`) read the same document.
-fn card_json(def: &AgentDef, base: &str, auth: bool) -> Value {
+fn card_json(def: &AgentDef, base: &str, grpc_url: &str, auth: bool) -> Value {
     let p = &def.persona;
     let url = format!("{base}/a2a/{}", p.name);
     let mut skill_description = p.description.clone();
@@ -212,6 +222,7 @@ fn card_json(def: &AgentDef, base: &str, auth: bool) -> Value {
             {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
             {"url": url, "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
             {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+            {"url": grpc_url, "protocolBinding": "GRPC", "protocolVersion": "1.0", "tenant": p.name},
         ],
         "provider": {"organization": "agentry", "url": base},
         "version": def.content_sha256.get(..12).unwrap_or(&def.content_sha256),
@@ -271,7 +282,7 @@ async fn card_reply(s: &A2a, agent: &str, headers: &HeaderMap) -> Result<Respons
         }
         return Ok(resp);
     }
-    let body = card_json(&def, &base_url(headers), s.tokens.is_some());
+    let body = card_json(&def, &base_url(headers), &s.grpc_url, s.tokens.is_some());
     let mut resp = axum::Json(body).into_response();
     let h = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&etag) {

@@ -43,9 +43,15 @@ pub mod pb {
 
     pub use super::reply::ResolveAgentResponse;
 
-    /// Encoded descriptor set of `agentry.v1`, served by reflection.
+    /// Encoded descriptor set of `agentry.v1` and `lf.a2a.v1`, served by reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] =
         include_bytes!(concat!(env!("OUT_DIR"), "/agentry_descriptor.bin"));
+}
+
+/// The A2A gRPC binding's messages and service (`lf.a2a.v1`, docs/a2a.md §13.2).
+#[allow(missing_docs)]
+pub mod a2a_pb {
+    tonic::include_proto!("lf.a2a.v1");
 }
 
 /// The fully-qualified service name (also a health service name).
@@ -197,7 +203,7 @@ pub async fn run_announced(
         executor,
         registry.clone(),
         rules.clone(),
-        Settings::from_config(&cfg, dial),
+        Settings::from_config(&cfg, dial.clone()),
     )
     .await?;
     tracing::info!(store = %store_desc, "worker store open");
@@ -243,17 +249,20 @@ pub async fn run_announced(
     // The model executor reaches agentry through the same operations as the RPCs.
     model.bind(Arc::new(crate::app::AsWorker::new(&app)));
     a2a.bind(Arc::new(crate::app::AsWorker::new(&app)));
-    // The HTTP listener (A2A, docs/a2a.md §13.2), bound before serving so a bad address fails
-    // the start instead of a later request.
+    // A2A (docs/a2a.md §13.2): its gRPC binding on this port, and the HTTP listener, bound
+    // before serving so a bad address fails the start instead of a later request.
+    let a2a = crate::a2a::A2a::new(
+        app.clone(),
+        tokens.clone(),
+        cfg.a2a.default_agent.clone(),
+        dial.clone(),
+    );
     let http = match &cfg.http.listen {
         Some(addr) => {
             let l = tokio::net::TcpListener::bind(addr.as_str())
                 .await
                 .map_err(|e| anyhow::anyhow!("http.listen {addr}: cannot listen: {e}"))?;
-            let router =
-                crate::a2a::A2a::new(app.clone(), tokens.clone(), cfg.a2a.default_agent.clone())
-                    .router();
-            Some((l, router))
+            Some((l, a2a.clone().router()))
         }
         None => None,
     };
@@ -417,6 +426,10 @@ pub async fn run_announced(
         .add_service(reflection_v1alpha)
         .add_service(
             pb::agent_registry_service_server::AgentRegistryServiceServer::new(svc)
+                .max_decoding_message_size(max_message),
+        )
+        .add_service(
+            a2a_pb::a2a_service_server::A2aServiceServer::new(crate::a2a::grpc::A2aGrpc::new(a2a))
                 .max_decoding_message_size(max_message),
         )
         .add_service(

@@ -11,6 +11,7 @@
 //! | §13.3 cancel, subscribe | `a_task_is_canceled_and_subscribed_to` |
 //! | §13.3 ListTasks | `tasks_are_listed_newest_first_by_context` |
 //! | §13.2 HTTP+JSON, AIP-193 | `the_http_json_binding_answers_the_same` |
+//! | §13.2 the gRPC binding lf.a2a.v1.A2AService | `the_grpc_binding_answers_the_same` |
 //! | §13.3 lineage and tenancy | `tenancy_and_lineage_are_the_grpc_apis` |
 //! | §13.3 input-required, continuation by reference | `a_question_is_answered_and_a_finished_task_refined` |
 //! | §13.7 the official SDK clients (Python 1.0, JavaScript 0.3) | `a2a_sdk_python_client`, `a2a_sdk_js_client` |
@@ -207,6 +208,7 @@ async fn a_card_per_catalog_persona() {
             {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
             {"url": url, "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
             {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+            {"url": a.s.addr.to_string(), "protocolBinding": "GRPC", "protocolVersion": "1.0", "tenant": "echo"},
         ])
     );
     assert_eq!(
@@ -992,6 +994,7 @@ async fn a2a_sdk_python_client() {
             "cancel-subscribe",
             "input-required",
             "http-json",
+            "grpc",
         ],
     )
     .await;
@@ -1264,4 +1267,139 @@ async fn the_spec_carries_the_a2a_message() {
     // The prompt is the parts as text, the data as JSON.
     let w = get(&a.s, r["result"]["task"]["id"].as_str().unwrap()).await;
     assert_eq!(w.description, "show the spec");
+}
+
+#[tokio::test]
+async fn the_grpc_binding_answers_the_same() {
+    use agentry::grpc::a2a_pb::{self as a2a, a2a_service_client::A2aServiceClient};
+    use tonic_types::StatusExt;
+    let a = a2a_server(|_| {}).await;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", a.s.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut c = A2aServiceClient::new(channel);
+    let message = |id: &str, text: &str| a2a::Message {
+        message_id: id.into(),
+        role: a2a::Role::User as i32,
+        parts: vec![a2a::Part {
+            content: Some(a2a::part::Content::Text(text.into())),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let sent = c
+        .send_message(a2a::SendMessageRequest {
+            tenant: "echo".into(),
+            message: Some(message("g-1", "over grpc")),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(a2a::send_message_response::Payload::Task(task)) = sent.payload else {
+        panic!("not a task: {sent:?}");
+    };
+    let status = task.status.clone().unwrap();
+    assert_eq!(status.state, a2a::TaskState::Completed as i32);
+    assert!(status.timestamp.is_some());
+    assert_eq!(
+        task.artifacts[0].parts[0].content,
+        Some(a2a::part::Content::Text("echo: over grpc\n".into()))
+    );
+    assert_eq!(task.history[0].message_id, "g-1");
+    let got = c
+        .get_task(a2a::GetTaskRequest {
+            tenant: "echo".into(),
+            id: task.id.clone(),
+            history_length: Some(0),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.id, task.id);
+    assert!(got.history.is_empty());
+    let listed = c
+        .list_tasks(a2a::ListTasksRequest {
+            tenant: "echo".into(),
+            context_id: task.context_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.tasks.len(), 1);
+
+    let mut stream = c
+        .send_streaming_message(a2a::SendMessageRequest {
+            tenant: "echo".into(),
+            message: Some(message("g-2", "grpc stream")),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = Vec::new();
+    while let Some(ev) = stream.message().await.unwrap() {
+        events.push(ev.payload.unwrap());
+    }
+    assert!(matches!(events[0], a2a::stream_response::Payload::Task(_)));
+    let Some(a2a::stream_response::Payload::StatusUpdate(last)) = events.last() else {
+        panic!("{events:?}");
+    };
+    assert_eq!(
+        last.status.as_ref().unwrap().state,
+        a2a::TaskState::Completed as i32
+    );
+
+    // Errors: the spec's codes with an ErrorInfo of domain a2a-protocol.org.
+    let missing = c
+        .get_task(a2a::GetTaskRequest {
+            tenant: "echo".into(),
+            id: "wkr_0123456789abcdef0123456789abcdef".into(),
+            history_length: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), tonic::Code::NotFound);
+    assert_eq!(
+        missing.message(),
+        "task wkr_0123456789abcdef0123456789abcdef not found"
+    );
+    let info = missing.get_details_error_info().unwrap();
+    assert_eq!(
+        (info.reason.as_str(), info.domain.as_str()),
+        ("TASK_NOT_FOUND", "a2a-protocol.org")
+    );
+    let push = c
+        .create_task_push_notification_config(a2a::TaskPushNotificationConfig {})
+        .await
+        .unwrap_err();
+    assert_eq!(push.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(
+        push.get_details_error_info().unwrap().reason,
+        "PUSH_NOTIFICATION_NOT_SUPPORTED"
+    );
+    let no_tenant = c
+        .get_task(a2a::GetTaskRequest {
+            id: task.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(no_tenant.code(), tonic::Code::InvalidArgument);
+    assert!(
+        no_tenant.message().starts_with("tenant: names the agent"),
+        "{no_tenant:?}"
+    );
+    let other_agent = c
+        .get_task(a2a::GetTaskRequest {
+            tenant: "secret".into(),
+            id: task.id.clone(),
+            history_length: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(other_agent.code(), tonic::Code::NotFound);
 }

@@ -13,6 +13,8 @@ import asyncio
 import sys
 import uuid
 
+import grpc
+
 from a2a.client import ClientConfig, create_client
 from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
@@ -130,6 +132,36 @@ async def main(echo_url, asker_url):
     got = await rest.get_task(GetTaskRequest(id=task.id))
     expect(got.status.state == TaskState.TASK_STATE_COMPLETED, f"rest get {got}")
     print("ok http-json")
+
+    # The gRPC binding, on agentry's gRPC port: the card's GRPC interface names the agent as
+    # its tenant.
+    def channel(url):
+        return grpc.aio.insecure_channel(url)
+
+    over_grpc = await create_client(
+        echo_url,
+        ClientConfig(streaming=False, supported_protocol_bindings=["GRPC"], grpc_channel_factory=channel),
+    )
+    task = await last_task(over_grpc, message("over grpc"))
+    expect(task.artifacts[0].parts[0].text == "echo: over grpc\n", f"grpc {task}")
+    got = await over_grpc.get_task(GetTaskRequest(id=task.id))
+    expect(got.status.state == TaskState.TASK_STATE_COMPLETED, f"grpc get {got}")
+    listed = await over_grpc.list_tasks(ListTasksRequest(context_id=task.context_id))
+    expect([t.id for t in listed.tasks] == [task.id], f"grpc list {listed}")
+    try:
+        await over_grpc.get_task(GetTaskRequest(id="wkr_0123456789abcdef0123456789abcdef"))
+        raise AssertionError("an unknown task was found over gRPC")
+    except TaskNotFoundError:
+        pass
+    grpc_stream = await create_client(
+        echo_url,
+        ClientConfig(streaming=True, supported_protocol_bindings=["GRPC"], grpc_channel_factory=channel),
+    )
+    events = [e async for e in grpc_stream.send_message(message("grpc stream"))]
+    expect(events[0].HasField("task"), f"grpc first event {events[0]}")
+    states = [e.status_update.status.state for e in events if e.HasField("status_update")]
+    expect(states[-1] == TaskState.TASK_STATE_COMPLETED, f"grpc stream states {states}")
+    print("ok grpc")
 
 
 if __name__ == "__main__":

@@ -78,9 +78,28 @@ class Job {
     else this.#inbox.push(text);
   }
 
-  /** Appends a progress event (kind 'text', 'tool_call', 'tool_result' or 'status'). */
+  /** Appends a progress event (kind 'text', 'tool_call', 'tool_result', 'status' or 'artifact'). */
   progress(text, kind = 'text', data) {
     this.#runner._progress(this, text, kind, data);
+  }
+
+  /**
+   * Hands back an artifact, or a chunk of one (docs §13.1). Each part is a string (text), a
+   * Buffer/Uint8Array (an inline file) or an object in the chunk's own form ({text}, {data},
+   * {file}).
+   */
+  artifact(artifactId, parts, { name = '', description = '', append = false, lastChunk = false } = {}) {
+    const chunk = {
+      artifact_id: artifactId,
+      parts: parts.map((p) =>
+        typeof p === 'string' ? { text: p } : p instanceof Uint8Array ? { file: { bytes: Buffer.from(p).toString('base64') } } : p,
+      ),
+    };
+    if (name) chunk.name = name;
+    if (description) chunk.description = description;
+    if (append) chunk.append = true;
+    if (lastChunk) chunk.last_chunk = true;
+    this.#runner._progress(this, '', 'artifact', chunk);
   }
 
   /** A Client that calls as this worker (to spawn children, report progress, ask for a review). */
@@ -91,6 +110,15 @@ class Job {
 
   _closeClient() {
     this.#client?.close();
+  }
+}
+
+/** Throw from a handler to decline the task: the worker fails `rejected: <reason>`, marked rejected. */
+export class JobRejected extends Error {
+  constructor(reason) {
+    super(reason);
+    this.name = 'JobRejected';
+    this.reason = reason;
   }
 }
 
@@ -352,6 +380,8 @@ export class Runner extends EventEmitter {
     } catch (err) {
       if (controller.signal.aborted) {
         outcome = { canceled: {} };
+      } else if (err instanceof JobRejected) {
+        outcome = { rejected: { reason: err.reason } };
       } else {
         const failed = { error: err instanceof Error ? err.message || String(err) : String(err) };
         if (Number.isInteger(err?.exitCode)) failed.exitCode = err.exitCode;

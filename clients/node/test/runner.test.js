@@ -3,7 +3,7 @@ import { describe, it, before, after, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Client, Runner } from '@agentry/client';
+import { Client, Runner, JobRejected } from '@agentry/client';
 import { startServer, startProxy } from './server.js';
 
 const unique = () => `${process.pid}-${Date.now()}-${Math.random().toString(16).slice(2)}`;
@@ -213,6 +213,31 @@ describe('Runner', () => {
     assert.equal(worker.state, 'WORKER_STATE_FAILED');
     assert.match(worker.error, /the agent broke/);
     assert.equal(worker.exitCode, 3);
+  });
+
+  it('hands back artifacts with job.artifact, and declines a task with JobRejected', async () => {
+    startRunner(server.addr, {
+      quick_task: async (job) => {
+        if (job.prompt.startsWith('not mine')) throw new JobRejected('not my kind of task');
+        job.artifact('report', ['part one'], { name: 'report' });
+        job.artifact('report', [' part two', { data: { k: 1 } }], { append: true, lastChunk: true });
+        job.artifact('logo', [Buffer.from('hi')]);
+        return 'done';
+      },
+    });
+    const { worker } = await client.spawn({ agent: 'quick_task', prompt: `report ${unique()}`, wait: true });
+    assert.equal(worker.state, 'WORKER_STATE_COMPLETED', worker.error);
+    assert.deepEqual(worker.artifacts.map((a) => a.artifactId), ['report', 'logo']);
+    const [report, logo] = worker.artifacts;
+    assert.equal(report.name, 'report');
+    assert.deepEqual(report.parts.map((p) => p.content), ['text', 'text', 'dataJson']);
+    assert.equal(report.parts[1].text, ' part two');
+    assert.deepEqual(JSON.parse(report.parts[2].dataJson), { k: 1 });
+    assert.equal(Buffer.from(logo.parts[0].file.bytes).toString(), 'hi');
+    const declined = await client.spawn({ agent: 'quick_task', prompt: `not mine ${unique()}`, wait: true });
+    assert.equal(declined.worker.state, 'WORKER_STATE_FAILED');
+    assert.equal(declined.worker.rejected, true);
+    assert.equal(declined.worker.error, 'rejected: not my kind of task');
   });
 
   it('a non-string result is sent as JSON; agents are matched by name, then "*"', async () => {

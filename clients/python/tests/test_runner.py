@@ -163,6 +163,37 @@ def test_an_exception_fails_the_worker_with_its_message(
     assert exited.error == "gave up" and exited.exit_code == 7
 
 
+def test_artifacts_are_handed_back_and_a_task_may_be_declined(
+    runner_server: Server, runner_client: agentry.Client
+) -> None:
+    runner = make_runner(runner_server.addr, "py-artifacts")
+
+    @runner.agent("quick_task")
+    def handle(job: agentry.Job) -> str:
+        if job.prompt == "not mine":
+            raise agentry.JobRejected("not my kind of task")
+        job.artifact("report", ["part one"], name="report")
+        job.artifact("report", [" part two", {"data": {"k": 1}}], append=True, last_chunk=True)
+        job.artifact("logo", [b"hi"])
+        return "done"
+
+    with serving(runner):
+        worker = runner_client.spawn("quick_task", "write the artifacts", wait=True)
+        declined = runner_client.spawn("quick_task", "not mine", wait=True)
+    assert worker.state == pb2.WORKER_STATE_COMPLETED, worker.error
+    assert worker.result == "done"
+    assert [a.artifact_id for a in worker.artifacts] == ["report", "logo"]
+    report = worker.artifacts[0]
+    assert report.name == "report"
+    assert [p.WhichOneof("content") for p in report.parts] == ["text", "text", "data_json"]
+    assert report.parts[1].text == " part two"
+    assert json.loads(report.parts[2].data_json) == {"k": 1}
+    assert worker.artifacts[1].parts[0].file.bytes == b"hi"
+    assert declined.state == pb2.WORKER_STATE_FAILED
+    assert declined.rejected
+    assert declined.error == "rejected: not my kind of task"
+
+
 def test_a_dict_result_is_sent_as_json(
     runner_server: Server, runner_client: agentry.Client
 ) -> None:

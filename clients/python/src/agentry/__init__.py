@@ -18,7 +18,7 @@ from . import pb2, pb2_grpc
 from ._util import TERMINAL_STATES, short_name
 from .client import Client
 from .errors import AgentryError
-from .runner import Cancelled, Job, JobFailed, Runner
+from .runner import Cancelled, Job, JobFailed, JobRejected, Runner
 
 try:
     __version__ = version("agentry")
@@ -32,6 +32,7 @@ __all__ = [
     "Client",
     "Job",
     "JobFailed",
+    "JobRejected",
     "Runner",
     "pb2",
     "pb2_grpc",

@@ -9,6 +9,7 @@ stream drops it reconnects and resumes its workers by their lease tokens.
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import datetime
 import inspect
@@ -71,6 +72,15 @@ class JobFailed(Exception):
         super().__init__(error)
         self.error = error
         self.exit_code = exit_code
+
+
+class JobRejected(Exception):
+    """Raise from a handler to decline the task: the worker fails with ``rejected: <reason>``
+    and is marked ``rejected`` (an A2A client sees ``REJECTED``)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class Job:
@@ -233,6 +243,45 @@ class Job:
             )
         )
         self._runner._send_progress(self, message)
+
+    def artifact(
+        self,
+        artifact_id: str,
+        parts: list[Any],
+        *,
+        name: str = "",
+        description: str = "",
+        append: bool = False,
+        last_chunk: bool = False,
+    ) -> None:
+        """Hand back an artifact, or a chunk of one (docs §13.1); ``Worker.artifacts`` shows
+        them assembled and an A2A client gets each as an artifact update.
+
+        Args:
+            artifact_id: Unique within the worker (not ``"result"``: that is the result).
+            parts: Each a ``str`` (a text part), ``bytes`` (an inline file), or a dict in the
+                chunk's own form (``{"text": …}``, ``{"data": …}``, ``{"file": {…}}``).
+            append: Add these parts to the artifact instead of replacing it.
+            last_chunk: The artifact is complete.
+        """
+        shaped: list[dict[str, Any]] = []
+        for part in parts:
+            if isinstance(part, str):
+                shaped.append({"text": part})
+            elif isinstance(part, bytes):
+                shaped.append({"file": {"bytes": base64.b64encode(part).decode("ascii")}})
+            else:
+                shaped.append(part)
+        chunk: dict[str, Any] = {"artifact_id": artifact_id, "parts": shaped}
+        if name:
+            chunk["name"] = name
+        if description:
+            chunk["description"] = description
+        if append:
+            chunk["append"] = True
+        if last_chunk:
+            chunk["last_chunk"] = True
+        self.progress("", kind="artifact", data=chunk)
 
     def wait_running(self, timeout: float = 5.0) -> bool:
         """Wait until agentry has made the worker ``running``; True when it is.
@@ -772,6 +821,8 @@ class Runner:
             finished.completed.result = _result_text(value)
         except Cancelled:
             finished.canceled.SetInParent()
+        except JobRejected as err:
+            finished.rejected.reason = _cut(err.reason)
         except JobFailed as err:
             finished.failed.error = _cut(err.error)
             if err.exit_code is not None:
