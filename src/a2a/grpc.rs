@@ -1,9 +1,10 @@
 //! The A2A gRPC binding `lf.a2a.v1.A2AService` (docs/a2a.md §13.2), on agentry's gRPC port. The
 //! agent is the request's `tenant` (the card's gRPC interface names it; empty =
 //! `a2a.default_agent`). Each call is the JSON-RPC binding's operation: the request is read as
-//! its ProtoJSON (through the descriptor, `prost-reflect`), run by [`super::ops`] in the 1.0
-//! dialect, and the answer written back as the response message, so the three bindings cannot
-//! drift apart. Errors carry `google.rpc.ErrorInfo` with domain `a2a-protocol.org`.
+//! its ProtoJSON (through the descriptor, `prost-reflect`), run by the shared operations (`ops`)
+//! in the 1.0 dialect, and the answer written back as the response message, so the three
+//! bindings cannot drift apart. Errors carry `google.rpc.ErrorInfo` with domain
+//! `a2a-protocol.org`.
 
 use std::{collections::HashMap, pin::Pin, sync::LazyLock};
 

@@ -42,6 +42,8 @@ pub struct A2a {
     default_agent: Option<String>,
     /// Where the gRPC port is dialled (the card's gRPC interface).
     grpc_url: String,
+    /// Rendered cards by persona content and base URL: a card changes only with its file.
+    cards: moka::sync::Cache<(String, String), Bytes>,
 }
 
 impl A2a {
@@ -58,6 +60,7 @@ impl A2a {
             tokens,
             default_agent,
             grpc_url,
+            cards: moka::sync::Cache::new(1024),
         }
     }
 
@@ -282,9 +285,19 @@ async fn card_reply(s: &A2a, agent: &str, headers: &HeaderMap) -> Result<Respons
         }
         return Ok(resp);
     }
-    let body = card_json(&def, &base_url(headers), &s.grpc_url, s.tokens.is_some());
-    let mut resp = axum::Json(body).into_response();
+    let base = base_url(headers);
+    // Who may see it was checked above; its bytes depend only on the file and the base URL.
+    let body = s
+        .cards
+        .get_with((def.content_sha256.clone(), base.clone()), || {
+            Bytes::from(card_json(&def, &base, &s.grpc_url, s.tokens.is_some()).to_string())
+        });
+    let mut resp = body.into_response();
     let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     if let Ok(v) = HeaderValue::from_str(&etag) {
         h.insert(header::ETAG, v);
     }
