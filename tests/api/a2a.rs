@@ -1026,11 +1026,8 @@ async fn a2a_sdk_js_client() {
     .await;
 }
 
-/// A runner's artifacts (docs §13.1): chunks appended in order, a file, the result last;
-/// `GetWorker` shows them assembled, an A2A stream sends each chunk as it comes, `GetTask`
-/// shows them in the A2A shape; a bad chunk is refused naming what was wrong.
-#[tokio::test]
-async fn a_runners_artifacts_are_assembled_and_streamed() {
+/// A server whose agent `reporter` runs on a runner, and that runner, connected.
+async fn reporter_server() -> (A2aServer, crate::runners::Runner) {
     use crate::runners::{Runner, hello};
     let a = a2a_server(|c| {
         c.executor
@@ -1045,7 +1042,16 @@ async fn a_runners_artifacts_are_assembled_and_streamed() {
         );
     })
     .await;
-    let mut runner = Runner::connect(&a.s, hello("r1", &["reporter"], 1)).await;
+    let runner = Runner::connect(&a.s, hello("r1", &["reporter"], 1)).await;
+    (a, runner)
+}
+
+/// A runner's artifacts (docs §13.1): chunks appended in order, a file, the result last;
+/// `GetWorker` shows them assembled, an A2A stream sends each chunk as it comes, `GetTask`
+/// shows them in the A2A shape; a bad chunk is refused naming what was wrong.
+#[tokio::test]
+async fn a_runners_artifacts_are_assembled_and_streamed() {
+    let (a, mut runner) = reporter_server().await;
     let stream = a
         .http
         .post(format!("{}/a2a/reporter", a.base))
@@ -1187,21 +1193,7 @@ async fn a_runners_artifacts_are_assembled_and_streamed() {
 
 #[tokio::test]
 async fn a_runner_may_decline_a_task() {
-    use crate::runners::{Runner, hello};
-    let a = a2a_server(|c| {
-        c.executor
-            .by_agent
-            .insert("reporter".into(), agentry::config::ExecutorKind::Runner);
-        let dir = c.home.clone().unwrap().join(".claude/agents");
-        persona(
-            &dir,
-            "reporter.md",
-            "name: reporter\ndescription: reports",
-            "Report.",
-        );
-    })
-    .await;
-    let mut runner = Runner::connect(&a.s, hello("r1", &["reporter"], 1)).await;
+    let (a, mut runner) = reporter_server().await;
     let mut m = v03_message("rej-1", "paint the fence");
     m["configuration"] = json!({"blocking": false});
     let sent = a.rpc("reporter", None, "message/send", m).await;
