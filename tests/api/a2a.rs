@@ -146,6 +146,19 @@ impl A2aServer {
         resp.json().await.unwrap()
     }
 
+    /// `GET url` of the HTTP+JSON binding in A2A 1.0, its JSON body.
+    pub async fn v1_get(&self, url: &str) -> Value {
+        self.http
+            .get(url)
+            .header("A2A-Version", "1.0")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     /// The events of an SSE reply, each `data:` line as JSON.
     pub async fn sse(&self, resp: reqwest::Response) -> Vec<Value> {
         assert_eq!(
@@ -671,28 +684,10 @@ async fn the_http_json_binding_answers_the_same() {
     let task = &sent["task"];
     assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{sent}");
     let id = task["id"].as_str().unwrap();
-    let got: Value = a
-        .http
-        .get(format!("{url}/tasks/{id}"))
-        .header("A2A-Version", "1.0")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let got = a.v1_get(&format!("{url}/tasks/{id}")).await;
     assert_eq!(got["artifacts"][0]["parts"][0]["text"], "echo: rest\n");
     let ctx = task["contextId"].as_str().unwrap();
-    let listed: Value = a
-        .http
-        .get(format!("{url}/tasks?contextId={ctx}"))
-        .header("A2A-Version", "1.0")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed = a.v1_get(&format!("{url}/tasks?contextId={ctx}")).await;
     assert_eq!(listed["tasks"][0]["id"], id);
 
     let missing = a

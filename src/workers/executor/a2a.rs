@@ -785,11 +785,18 @@ impl Run<'_> {
                 .filter(|t| !t.is_empty() && t.len() <= 256)
                 .map(str::to_owned)
         };
-        if let Some(t) = text(task) {
-            s.task = Some(t);
+        let (task, context) = (text(task), text(context));
+        let changed =
+            (task.is_some() && task != s.task) || (context.is_some() && context != s.context);
+        if !changed {
+            // Every event names the task: the session is recorded once per change, not per event.
+            return;
         }
-        if let Some(c) = text(context) {
-            s.context = Some(c);
+        if task.is_some() {
+            s.task = task;
+        }
+        if context.is_some() {
+            s.context = context;
         }
         self.remember(s);
     }
