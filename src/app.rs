@@ -170,7 +170,7 @@ impl App {
 
     /// Which workers the caller may see (docs/operations.md §8.2): all without authentication
     /// or for an operator, else only its own principal's. A worker token it sends must be live.
-    async fn visibility(&self, id: &Identity) -> Result<Visibility, Error> {
+    pub async fn visibility(&self, id: &Identity) -> Result<Visibility, Error> {
         self.lineage(id).await?;
         Ok(
             if !id.authenticated || self.operators.contains(&id.principal) {

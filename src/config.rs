@@ -354,12 +354,25 @@ pub enum IsolationKind {
     Worktree,
 }
 
-/// `http`: the HTTP listener (docs/a2a.md §13.2).
+/// `http`: the HTTP listener (docs/a2a.md §13.2, docs/console.md §14.4).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpConfig {
-    /// `host:port` of the HTTP listener (A2A); unset = off (default).
+    /// `host:port` of the HTTP listener (A2A, the console); unset = off (default).
     pub listen: Option<String>,
+}
+
+impl HttpConfig {
+    /// The address to bind: `listen` as given, or for `:port` loopback without authentication
+    /// (`authenticated` false) and every address with it.
+    pub fn bind_address(&self, authenticated: bool) -> Option<String> {
+        let listen = self.listen.as_deref()?;
+        Some(match listen.strip_prefix(':') {
+            Some(port) if authenticated => format!("0.0.0.0:{port}"),
+            Some(port) => format!("127.0.0.1:{port}"),
+            None => listen.to_owned(),
+        })
+    }
 }
 
 /// `a2a`: agentry as an A2A server and client (docs/a2a.md §13.5).

@@ -28,6 +28,7 @@ pub mod auth;
 pub mod check;
 pub mod config;
 pub mod confine;
+pub mod console;
 pub mod discovery;
 pub mod grpc;
 pub mod paging;

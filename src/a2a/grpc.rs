@@ -29,7 +29,7 @@ static POOL: LazyLock<DescriptorPool> = LazyLock::new(|| {
 });
 
 /// A message as its ProtoJSON (camelCase names, enum names, defaults left out).
-fn to_json<M: prost::Message>(m: &M, name: &str) -> Result<Value, Status> {
+pub(crate) fn to_json<M: prost::Message>(m: &M, name: &str) -> Result<Value, Status> {
     let desc = POOL
         .get_message_by_name(name)
         .ok_or_else(|| Status::internal(format!("no descriptor for {name}")))?;

@@ -272,6 +272,12 @@ impl Registry {
         self.inner.generation()
     }
 
+    /// Changes whenever the watcher (or a reload) may have made a snapshot stale; `None`
+    /// without a watcher (a registry built for one check), when nothing announces a change.
+    pub fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.inner.watcher.as_ref().map(watch::Watcher::changes)
+    }
+
     /// Builds a snapshot once without caching or watching (for `agentry check`).
     pub fn build_once(&self, workspace: Option<&Path>) -> Snapshot {
         build(

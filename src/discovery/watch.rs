@@ -51,13 +51,16 @@ pub(super) struct Watcher {
     os: Mutex<notify::RecommendedWatcher>,
     interest: Arc<Mutex<Interest>>,
     generation: Arc<AtomicU64>,
+    /// The generation, for those who wait for a change (the console's catalog, docs §14.3).
+    changes: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Watcher {
     pub(super) fn new() -> notify::Result<Self> {
         let interest: Arc<Mutex<Interest>> = Arc::default();
         let generation = Arc::new(AtomicU64::new(1));
-        let (i, g) = (interest.clone(), generation.clone());
+        let changes = Arc::new(tokio::sync::watch::Sender::new(1));
+        let (i, g, c) = (interest.clone(), generation.clone(), changes.clone());
         let os = notify::RecommendedWatcher::new(
             move |res: notify::Result<notify::Event>| {
                 let relevant = match &res {
@@ -83,7 +86,7 @@ impl Watcher {
                     Err(_) => true,
                 };
                 if relevant {
-                    g.fetch_add(1, Ordering::SeqCst);
+                    c.send_replace(g.fetch_add(1, Ordering::SeqCst) + 1);
                 }
             },
             notify::Config::default().with_follow_symlinks(false),
@@ -92,6 +95,7 @@ impl Watcher {
             os: Mutex::new(os),
             interest,
             generation,
+            changes,
         })
     }
 
@@ -100,7 +104,13 @@ impl Watcher {
     }
 
     pub(super) fn bump(&self) {
-        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.changes
+            .send_replace(self.generation.fetch_add(1, Ordering::SeqCst) + 1);
+    }
+
+    /// Follows the generation: changes whenever a snapshot may have become stale.
+    pub(super) fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// Registers interest and OS watches for one snapshot's directories, before they are read, so

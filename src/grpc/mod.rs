@@ -257,12 +257,15 @@ pub async fn run_announced(
         cfg.a2a.default_agent.clone(),
         dial.clone(),
     );
-    let http = match &cfg.http.listen {
+    // The console (docs/console.md §14) shares the listener.
+    let http = match cfg.http.bind_address(tokens.is_some()) {
         Some(addr) => {
             let l = tokio::net::TcpListener::bind(addr.as_str())
                 .await
                 .map_err(|e| anyhow::anyhow!("http.listen {addr}: cannot listen: {e}"))?;
-            Some((l, a2a.clone().router()))
+            let loopback = l.local_addr()?.ip().is_loopback();
+            let console = crate::console::Console::new(app.clone(), tokens.clone(), loopback);
+            Some((l, a2a.clone().router().merge(console.router())))
         }
         None => None,
     };
@@ -360,7 +363,7 @@ pub async fn run_announced(
         if cfg.auth.tokens_file.is_none() && !addr.ip().is_loopback() {
             tracing::warn!(%addr, "the HTTP listener is not on loopback and authentication is off: anyone who reaches it runs agents as anonymous");
         }
-        tracing::info!(%addr, "http listening (A2A)");
+        tracing::info!(%addr, "http listening (A2A, console at /console)");
         let stopping = stopping.clone();
         tokio::spawn(async move {
             if let Err(e) =

@@ -6,6 +6,7 @@ mod a2a_remote;
 mod binary;
 mod check;
 mod commands;
+mod console;
 mod conversations;
 mod deploy;
 mod dialects;

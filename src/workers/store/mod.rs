@@ -292,6 +292,33 @@ pub trait SharedStore: Send + Sync {
 
     /// Takes (deletes and returns, in order) the messages sent to this replica.
     async fn take_relays(&self) -> Result<Vec<Relayed>, StoreError>;
+
+    /// The replicas whose lease has not expired, by start, each with (at most
+    /// [`REPLICA_WORKERS_SHOWN`] of) the open workers it runs: the console's view (docs §14.1).
+    async fn replicas(&self) -> Result<Vec<ReplicaInfo>, StoreError>;
+}
+
+/// How many of a replica's open workers [`SharedStore::replicas`] names.
+pub const REPLICA_WORKERS_SHOWN: i64 = 200;
+
+/// One live replica as [`SharedStore::replicas`] reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaInfo {
+    /// Its id in the shared store.
+    pub id: String,
+    /// `replica.name`.
+    pub name: String,
+    /// When it started, its lease was last renewed and when that lease expires, in unix ms
+    /// (the database's clock).
+    pub started_ms: i64,
+    /// See `started_ms`.
+    pub renewed_ms: i64,
+    /// See `started_ms`.
+    pub expires_ms: i64,
+    /// How many open workers it runs.
+    pub open_workers: i64,
+    /// Their ids, oldest first, at most [`REPLICA_WORKERS_SHOWN`].
+    pub workers: Vec<String>,
 }
 
 /// A message sent to a worker (docs §12).

@@ -460,6 +460,7 @@ impl Supervisor {
             },
         );
         drop(creation);
+        self.announce(&created);
         let _ = events.send(created);
         self.metrics.worker_state(None, "pending");
         tracing::info!(worker = %new_id, agent = %req.agent, depth = record.spec.depth, parent = ?record.spec.parent_id.as_ref().map(WorkerId::as_str), "worker created");

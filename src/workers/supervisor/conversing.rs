@@ -461,6 +461,7 @@ impl Supervisor {
                 mail: mail.clone(),
             },
         );
+        self.announce(&created);
         let _ = events.send(created);
         if !how.resumed {
             self.metrics.worker_state(None, "pending");

@@ -51,6 +51,9 @@ const RECENT_CACHE_BYTES: u64 = 256 << 20;
 /// without reading the store again.
 const REMOTE_TOKEN_TTL: Duration = Duration::from_secs(1);
 
+/// How many events a follower of all workers ([`Supervisor::activity`]) may fall behind.
+pub const ACTIVITY_BUFFER: usize = 4096;
+
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
     SystemTime::now()
@@ -475,6 +478,9 @@ pub struct Supervisor {
     /// a remote worker's calls do not each read the database. Entries live one second, which
     /// bounds how long a token stays usable here after its worker ended elsewhere.
     remote_tokens: moka::sync::Cache<String, Arc<CallingWorker>>,
+    /// Every event this replica commits, for whoever follows all workers at once (the
+    /// console, docs §14.3); sent only while someone listens.
+    activity: broadcast::Sender<Arc<WorkerEvent>>,
 }
 
 impl Supervisor {
@@ -508,6 +514,7 @@ impl Supervisor {
             finish_orphan_worktrees(store.as_ref(), &orphans).await;
         }
         let sup = Arc::new(Self {
+            activity: broadcast::channel(ACTIVITY_BUFFER).0,
             remote_tokens: moka::sync::Cache::builder()
                 .max_capacity(10_000)
                 .time_to_live(REMOTE_TOKEN_TTL)
@@ -738,6 +745,20 @@ impl Supervisor {
     /// worker).
     pub fn notices(&self) -> Option<broadcast::Receiver<super::store::Notice>> {
         self.shared.as_ref().map(|shared| shared.notices())
+    }
+
+    /// Follows every event this replica commits, of every worker (docs §14.3). A receiver
+    /// that falls [`ACTIVITY_BUFFER`] events behind is told it lagged and must read again.
+    pub fn activity(&self) -> broadcast::Receiver<Arc<WorkerEvent>> {
+        self.activity.subscribe()
+    }
+
+    /// Publishes `ev` to the followers of [`Supervisor::activity`], if there are any (no copy
+    /// is made otherwise).
+    pub(super) fn announce(&self, ev: &WorkerEvent) {
+        if self.activity.receiver_count() > 0 {
+            let _ = self.activity.send(Arc::new(ev.clone()));
+        }
     }
 
     /// Subscribes to a worker's events. Returns the receiver (None when the worker is already

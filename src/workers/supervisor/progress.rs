@@ -56,6 +56,7 @@ impl Supervisor {
             }
             l.events.clone()
         };
+        self.announce(&ev);
         let _ = events.send(ev.clone());
         Ok(ev)
     }

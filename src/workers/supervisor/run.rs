@@ -305,6 +305,7 @@ impl Supervisor {
                         .worker_state(Some(l.record.state.as_str()), rec.state.as_str());
                     l.record = rec.clone();
                 }
+                self.announce(&ev);
                 let _ = events.send(ev);
                 Ok(rec)
             }

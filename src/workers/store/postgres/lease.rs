@@ -252,3 +252,41 @@ pub(super) async fn stop_requests(
         })
         .collect()
 }
+
+/// The live replicas with their open workers (`SharedStore::replicas`).
+pub(super) async fn replicas(
+    client: &Client,
+) -> Result<Vec<crate::workers::store::ReplicaInfo>, StoreError> {
+    use crate::workers::store::{REPLICA_WORKERS_SHOWN, ReplicaInfo};
+    let ms = |col: &str| format!("(extract(epoch FROM r.{col}) * 1000)::BIGINT");
+    let sql = format!(
+        "SELECT r.id, r.name, {}, {}, {},
+                (SELECT count(*) FROM workers w
+                  WHERE w.replica_id = r.id AND w.state IN ('pending', 'running')),
+                ARRAY(SELECT w.id FROM workers w
+                       WHERE w.replica_id = r.id AND w.state IN ('pending', 'running')
+                       ORDER BY w.create_time_ms, w.id LIMIT $1)
+           FROM replicas r
+          WHERE r.expires_at > now()
+          ORDER BY r.started_at, r.id",
+        ms("started_at"),
+        ms("renewed_at"),
+        ms("expires_at")
+    );
+    let rows = client
+        .query(&sql, &[&REPLICA_WORKERS_SHOWN])
+        .await
+        .pg("list replicas")?;
+    Ok(rows
+        .iter()
+        .map(|row| ReplicaInfo {
+            id: row.get(0),
+            name: row.get(1),
+            started_ms: row.get(2),
+            renewed_ms: row.get(3),
+            expires_ms: row.get(4),
+            open_workers: row.get(5),
+            workers: row.get(6),
+        })
+        .collect())
+}

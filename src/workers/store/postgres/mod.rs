@@ -695,6 +695,11 @@ impl SharedStore for PostgresStore {
         holds::prune(&client).await
     }
 
+    async fn replicas(&self) -> Result<Vec<crate::workers::store::ReplicaInfo>, StoreError> {
+        let client = self.client().await?;
+        lease::replicas(&client).await
+    }
+
     async fn publish_runner_wait(&self, wait: &RunnerWait) -> Result<(), StoreError> {
         let client = self.client().await?;
         runners::publish_wait(&client, wait).await
