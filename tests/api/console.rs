@@ -114,6 +114,39 @@ async fn get_as(s: &TestServer, token: &str, id: &str) -> pb::Worker {
         .unwrap()
 }
 
+/// A server-sent event stream being read.
+pub(crate) struct Sse(pub reqwest::Response, pub String);
+
+impl Sse {
+    /// The next named event and its JSON data, within 5 s.
+    pub(crate) async fn next(&mut self) -> (String, Value) {
+        loop {
+            if let Some(end) = self.1.find("\n\n") {
+                let block: String = self.1.drain(..end + 2).collect();
+                let mut name = String::new();
+                let mut data = String::new();
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("event:") {
+                        name = v.trim().to_owned();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if !name.is_empty() {
+                    return (name, serde_json::from_str(&data).unwrap());
+                }
+                continue;
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(5), self.0.chunk())
+                .await
+                .expect("an event in time")
+                .unwrap()
+                .expect("the stream goes on");
+            self.1.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+    }
+}
+
 /// Waits until `token`'s principal sees worker `id` in `state`.
 async fn wait_state_as(
     s: &TestServer,
@@ -554,47 +587,21 @@ async fn the_console_api_authenticates_and_refuses_cross_site_actions() {
 async fn the_tree_stream_sends_changes_and_the_watch_resumes() {
     let (s, base) = console_server().await;
     let http = reqwest::Client::new();
-    let mut tree = http
+    let tree = http
         .get(format!("{base}/console/api/tree"))
         .header("authorization", "Bearer alice-secret")
         .send()
         .await
         .unwrap();
     assert_eq!(tree.status(), 200);
-    let mut buf = String::new();
-    let mut next_event = async || -> (String, Value) {
-        loop {
-            if let Some(end) = buf.find("\n\n") {
-                let block: String = buf.drain(..end + 2).collect();
-                let mut name = String::new();
-                let mut data = String::new();
-                for line in block.lines() {
-                    if let Some(v) = line.strip_prefix("event:") {
-                        name = v.trim().to_owned();
-                    } else if let Some(v) = line.strip_prefix("data:") {
-                        data.push_str(v.trim_start());
-                    }
-                }
-                if !name.is_empty() {
-                    return (name, serde_json::from_str(&data).unwrap());
-                }
-                continue;
-            }
-            let chunk = tokio::time::timeout(Duration::from_secs(5), tree.chunk())
-                .await
-                .expect("an event in time")
-                .unwrap()
-                .expect("the stream goes on");
-            buf.push_str(std::str::from_utf8(&chunk).unwrap());
-        }
-    };
-    let (name, snap) = next_event().await;
+    let mut tree = Sse(tree, String::new());
+    let (name, snap) = tree.next().await;
     assert_eq!(name, "snapshot");
     assert_eq!(snap["workers"], json!([]));
     assert_eq!(snap["truncated"], false);
     let _bobs = spawn_as(&s, "bob-secret", spawn_req("helper", "bob's", false)).await;
     let mine = spawn_as(&s, "alice-secret", spawn_req("helper", "alice's", false)).await;
-    let (name, burst) = next_event().await;
+    let (name, burst) = tree.next().await;
     assert_eq!(name, "workers");
     let ids: Vec<&str> = burst["workers"]
         .as_array()
@@ -633,7 +640,7 @@ async fn the_tree_stream_sends_changes_and_the_watch_resumes() {
         .map(str::trim);
     assert_eq!(first_id, Some("2"), "{watch}");
     assert!(watch.contains("event: end"), "{watch}");
-    let (name, burst) = next_event().await;
+    let (name, burst) = tree.next().await;
     assert_eq!(name, "workers");
     assert_eq!(
         burst["workers"][0]["state"], "WORKER_STATE_KILLED",
@@ -648,4 +655,87 @@ async fn the_tree_stream_sends_changes_and_the_watch_resumes() {
         .await
         .unwrap();
     assert_eq!(r.status(), 404);
+}
+
+/// Without authentication (docs §14.4): on loopback the page needs no login but its actions
+/// still need the session's CSRF value; `:port` binds loopback; on another address the console
+/// refuses, naming the setting.
+#[tokio::test]
+async fn without_authentication_the_console_is_for_loopback_only() {
+    let port = free_port();
+    let s = start_with(|c| {
+        fast(c);
+        c.http.listen = Some(format!(":{port}"));
+    })
+    .await;
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    let session = eventually(
+        "the HTTP listener on loopback",
+        Duration::from_secs(10),
+        || {
+            let (http, base) = (http.clone(), base.clone());
+            async move {
+                http.get(format!("{base}/console/api/session"))
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+        },
+    )
+    .await;
+    assert_eq!(session.status(), 200);
+    let cookie = session.headers()["set-cookie"].to_str().unwrap();
+    let cookie = cookie.split(';').next().unwrap().to_owned();
+    let body: Value = session.json().await.unwrap();
+    assert_eq!(
+        (
+            body["principal"].as_str(),
+            body["operator"].as_bool(),
+            body["auth"].as_bool()
+        ),
+        (Some("anonymous"), Some(true), Some(false))
+    );
+    let w = crate::workers::spawn(&s, spawn_req("task", "stop me", false))
+        .await
+        .unwrap()
+        .worker
+        .unwrap();
+    let stop = |csrf: Option<&str>| {
+        let mut r = http
+            .post(format!("{base}/console/api/workers/{}/stop", w.id))
+            .json(&json!({"reason": "done"}));
+        if let Some(c) = csrf {
+            r = r.header("cookie", &cookie).header("x-agentry-csrf", c);
+        }
+        r.send()
+    };
+    // No session: any page on the machine could post this.
+    let r = stop(None).await.unwrap();
+    assert_eq!(r.status(), 403);
+    let r = stop(Some(body["csrf"].as_str().unwrap())).await.unwrap();
+    assert_eq!(r.status(), 200);
+
+    // Every address, no authentication: refused.
+    let open = free_port();
+    let _s2 = start_with(|c| c.http.listen = Some(format!("0.0.0.0:{open}"))).await;
+    let r = eventually(
+        "the HTTP listener on every address",
+        Duration::from_secs(10),
+        || {
+            let http = http.clone();
+            async move {
+                http.get(format!("http://127.0.0.1:{open}/console/api/tree"))
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+        },
+    )
+    .await;
+    assert_eq!(r.status(), 403);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"]["message"],
+        "the console needs authentication (auth.tokens_file) when the HTTP listener is not on loopback"
+    );
 }

@@ -1709,3 +1709,73 @@ async fn replicas_an_inbox_and_a_transcript_survive_kill_9_on_postgresql() {
     );
     drop(a);
 }
+
+/// The console on replica B (docs §14.1, §14.3): its tree stream shows a worker that runs on A
+/// as it starts (through the store's notices), and its replicas view names both replicas with
+/// the worker A runs.
+#[tokio::test]
+async fn replicas_the_console_on_b_follows_a_worker_of_a_and_lists_both_replicas() {
+    use crate::console::{Sse, free_port};
+    use serde_json::Value;
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let listen = |port: u16| format!("http: {{listen: '127.0.0.1:{port}'}}\n");
+    let a = start_replica(dir.path(), "a", &db.url, &listen(free_port())).await;
+    let port_b = free_port();
+    let b = start_replica(dir.path(), "b", &db.url, &listen(port_b)).await;
+    let base = format!("http://127.0.0.1:{port_b}");
+    let http = reqwest::Client::new();
+    let tree = http
+        .get(format!("{base}/console/api/tree"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tree.status(), 200);
+    let mut tree = Sse(tree, String::new());
+    let (name, snap) = tree.next().await;
+    assert_eq!(
+        (name.as_str(), &snap["workers"]),
+        ("snapshot", &serde_json::json!([]))
+    );
+
+    let w = spawn(&a.client, "long job", false).await.worker.unwrap();
+    let mut running = false;
+    for _ in 0..10 {
+        let (name, burst) = tree.next().await;
+        assert_eq!(name, "workers");
+        let mine = burst["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["id"] == w.id.as_str())
+            .cloned()
+            .unwrap_or(Value::Null);
+        if mine["state"] == "WORKER_STATE_RUNNING" {
+            running = true;
+            break;
+        }
+    }
+    assert!(running, "B's console never showed A's worker running");
+
+    let replicas: Value = http
+        .get(format!("{base}/console/api/replicas"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(replicas["shared"], true, "{replicas}");
+    let list = replicas["replicas"].as_array().unwrap();
+    let names: Vec<&str> = list.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["a", "b"], "{replicas}");
+    assert_eq!(list[0]["workers"], serde_json::json!([w.id]), "{replicas}");
+    assert_eq!(
+        (list[0]["self"].as_bool(), list[1]["self"].as_bool()),
+        (Some(false), Some(true))
+    );
+    drop((a, b));
+    drop(db);
+}
