@@ -10,7 +10,7 @@
 //!    ≤ 100 ms per burst.
 //!
 //! Run with `cargo bench --bench console` (`AGENTRY_BENCH_QUICK=1`: 100 workers, 10 streams,
-//! 3 bursts). The browser part needs `AGENTRY_TEST_CHROMEDRIVER` (chromedriver's path) and says
+//! 3 bursts; `AGENTRY_BENCH_STREAMS=N` for another number of consoles). The browser part needs `AGENTRY_TEST_CHROMEDRIVER` (chromedriver's path) and says
 //! so when it is not set.
 
 #[path = "../tests/support/browser.rs"]
@@ -49,6 +49,13 @@ fn main() {
             burst: 100,
         }
     };
+    let mut size = size;
+    if let Some(n) = std::env::var("AGENTRY_BENCH_STREAMS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        size.streams = n;
+    }
     let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -95,6 +102,9 @@ impl Server {
         .unwrap();
         let log = std::fs::File::create(dir.path().join("agentry.log")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_agentry"))
+            // Freed pages go back to the kernel at once, so the resident set follows what is
+            // held rather than what the allocator keeps for later.
+            .env("MIMALLOC_PURGE_DELAY", "0")
             .args(["serve", "--config"])
             .arg(&config)
             .stdin(Stdio::null())
@@ -200,82 +210,118 @@ async fn first_event(resp: &mut reqwest::Response) {
     panic!("the stream ended before its first event");
 }
 
+/// What [`growth`] opens.
+#[derive(Clone, Copy)]
+enum Stream {
+    Watch,
+    Tree,
+    Catalog,
+}
+
+/// Per stream of `n` open streams of `kind`, each having received its first event, on a fresh
+/// server holding `workers` workers (one stream first and closed, so what every stream shares
+/// is not counted per stream): the resident-set growth while they are open, and what closing
+/// them gives back (the growth also holds what the allocator kept of transient buffers, such as
+/// a snapshot's text; what closing frees is what the streams themselves held).
+async fn growth(kind: Stream, n: usize, workers: usize) -> (f64, f64) {
+    let s = Server::start(workers).await;
+    let ids = s.pending().await;
+    let open = |i: usize| {
+        let (mut grpc, base, id) = (s.grpc.clone(), s.base.clone(), ids[i % ids.len()].clone());
+        async move {
+            match kind {
+                Stream::Watch => {
+                    let mut st = grpc
+                        .watch_worker(pb::WatchWorkerRequest {
+                            worker_id: id,
+                            after_sequence: 0,
+                        })
+                        .await
+                        .unwrap()
+                        .into_inner();
+                    st.message().await.unwrap().expect("the snapshot event");
+                    Box::new(st) as Box<dyn Send>
+                }
+                Stream::Tree | Stream::Catalog => {
+                    let path = if matches!(kind, Stream::Tree) {
+                        "tree"
+                    } else {
+                        "agents"
+                    };
+                    // Each on its own connection, as each browser has.
+                    let mut r = reqwest::Client::new()
+                        .get(format!("{base}/console/api/{path}"))
+                        .send()
+                        .await
+                        .unwrap();
+                    first_event(&mut r).await;
+                    Box::new(r) as Box<dyn Send>
+                }
+            }
+        }
+    };
+    drop(open(0).await);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = s.rss_kib();
+    let mut held = Vec::with_capacity(n);
+    for i in 0..n {
+        held.push(open(i).await);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = s.rss_kib();
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let closed = s.rss_kib();
+    let per = |kib: u64| kib as f64 / n as f64;
+    (
+        per(after.saturating_sub(before)),
+        per(after.saturating_sub(closed)),
+    )
+}
+
 async fn run(size: &Size) {
     println!(
         "console benchmark: {} workers, {} streams, {} bursts of {}",
         size.workers, size.streams, size.bursts, size.burst
     );
 
-    // 1. WatchWorker streams, on a server of their own.
-    let watch_kib = {
-        let s = Server::start(size.workers).await;
-        let ids = s.pending().await;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let before = s.rss_kib();
-        let mut streams = Vec::new();
-        for id in ids.iter().take(size.streams) {
-            let mut st = s
-                .grpc
-                .clone()
-                .watch_worker(pb::WatchWorkerRequest {
-                    worker_id: id.clone(),
-                    after_sequence: 0,
-                })
-                .await
-                .unwrap()
-                .into_inner();
-            st.message().await.unwrap().expect("the snapshot event");
-            streams.push(st);
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let after = s.rss_kib();
-        drop(streams);
-        (after.saturating_sub(before)) as f64 / size.streams as f64
+    // 1. Memory: each kind of stream on a server process of its own, holding the same workers.
+    let watch = growth(Stream::Watch, size.workers, size.workers).await;
+    let tree = growth(Stream::Tree, size.streams, size.workers).await;
+    let catalog = growth(Stream::Catalog, size.streams, size.workers).await;
+    println!(
+        "memory per open stream, {} workers held: the server's resident-set growth while open / freed when closed",
+        size.workers
+    );
+    let row = |what: String, (grown, freed): (f64, f64)| {
+        println!("  {what:<50} {grown:7.1} KiB / {freed:7.1} KiB");
     };
+    row(
+        format!(
+            "WatchWorker stream (gRPC, {} on one connection)",
+            size.workers
+        ),
+        watch,
+    );
+    row(
+        format!("console tree stream ({} connections)", size.streams),
+        tree,
+    );
+    row(
+        format!("console catalog stream ({} connections)", size.streams),
+        catalog,
+    );
+    row(
+        "one console (tree + catalog)".into(),
+        (tree.0 + catalog.0, tree.1 + catalog.1),
+    );
+    println!(
+        "  a console holds {:.1}× a WatchWorker stream (freed when closed)",
+        (tree.1 + catalog.1) / watch.1.max(0.1)
+    );
 
-    // 2. Consoles (tree + catalog streams, each on its own connection as a browser's).
+    // 2. The page, on a server of its own.
     let s = Server::start(size.workers).await;
-    let console_kib = {
-        let http = reqwest::Client::new();
-        // One console first, so what every console shares (the page's first catalog, the
-        // listener's lazies) is not counted per console.
-        let mut warm = http
-            .get(format!("{}/console/api/tree", s.base))
-            .send()
-            .await
-            .unwrap();
-        first_event(&mut warm).await;
-        drop(warm);
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let before = s.rss_kib();
-        let mut streams = Vec::new();
-        for _ in 0..size.streams {
-            for path in ["tree", "agents"] {
-                let mut r = reqwest::Client::new()
-                    .get(format!("{}/console/api/{path}", s.base))
-                    .send()
-                    .await
-                    .unwrap();
-                first_event(&mut r).await;
-                streams.push(r);
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let after = s.rss_kib();
-        drop(streams);
-        (after.saturating_sub(before)) as f64 / size.streams as f64
-    };
-    println!(
-        "memory per open stream, {} open, the server's resident set growth / {}",
-        size.streams, size.streams
-    );
-    println!("  WatchWorker stream (gRPC)        {watch_kib:8.1} KiB   (floor)");
-    println!(
-        "  console (tree + catalog streams) {console_kib:8.1} KiB   {:.1}× a watch",
-        console_kib / watch_kib.max(0.1)
-    );
-
-    // 3. The page in headless Chromium.
     let Ok(driver) = std::env::var("AGENTRY_TEST_CHROMEDRIVER") else {
         println!(
             "the browser rows are skipped: AGENTRY_TEST_CHROMEDRIVER (chromedriver's path) is not set"

@@ -1126,4 +1126,18 @@ mod tests {
         let e = load_str("command_dirs: [{path: /a, deep: true}]\n", &[]).unwrap_err();
         assert!(e.to_string().contains("deep"), "{e}");
     }
+
+    #[test]
+    fn an_http_listen_without_a_host_is_loopback_unless_authenticated() {
+        let c = HttpConfig {
+            listen: Some(":8080".into()),
+        };
+        assert_eq!(c.bind_address(false).as_deref(), Some("127.0.0.1:8080"));
+        assert_eq!(c.bind_address(true).as_deref(), Some("0.0.0.0:8080"));
+        let given = HttpConfig {
+            listen: Some("10.0.0.1:80".into()),
+        };
+        assert_eq!(given.bind_address(false).as_deref(), Some("10.0.0.1:80"));
+        assert_eq!(HttpConfig::default().bind_address(true), None);
+    }
 }

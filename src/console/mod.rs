@@ -40,6 +40,8 @@ const MAX_SESSIONS: u64 = 10_000;
 const MAX_TOKEN_BYTES: usize = 4096;
 /// How many workers' last progress lines are kept (newest first out).
 const MAX_LINES: u64 = 100_000;
+/// How many tree snapshots are built at once.
+const SNAPSHOTS_AT_ONCE: usize = 4;
 /// A progress line is cut to this many bytes.
 const MAX_LINE_BYTES: usize = 240;
 
@@ -62,6 +64,8 @@ pub struct Console {
     open: bool,
     /// The last progress line of each worker (docs §14.1), fed by every event of this replica.
     lines: moka::sync::Cache<WorkerId, Arc<str>>,
+    /// Tree snapshots built at once (each holds up to `limit` workers).
+    snapshots: tokio::sync::Semaphore,
 }
 
 impl Console {
@@ -78,6 +82,7 @@ impl Console {
                 .time_to_idle(SESSION_IDLE)
                 .build(),
             lines: moka::sync::Cache::new(MAX_LINES),
+            snapshots: tokio::sync::Semaphore::new(SNAPSHOTS_AT_ONCE),
             app,
         });
         streams::follow_lines(&console);
@@ -595,4 +600,103 @@ async fn replicas(State(c): State<Arc<Console>>, headers: HeaderMap) -> Result<R
     Ok(no_store(
         Json(json!({"shared": true, "replicas": replicas})).into_response(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn the_session_cookie_is_found_among_others() {
+        let h = headers(&[("cookie", "a=1; agentry_console=abc; b=2")]);
+        assert_eq!(cookie(&h), Some("abc"));
+        let h = headers(&[("cookie", "a=1"), ("cookie", "agentry_console=xyz")]);
+        assert_eq!(cookie(&h), Some("xyz"));
+        assert_eq!(cookie(&headers(&[("cookie", "agentry_console=")])), None);
+        assert_eq!(cookie(&headers(&[("cookie", "agentry_consolex=1")])), None);
+    }
+
+    #[test]
+    fn an_action_needs_the_csrf_value_and_its_own_origin() {
+        let s = Session {
+            token: None,
+            csrf: "c1".into(),
+        };
+        let ok = headers(&[(CSRF_HEADER, "c1"), ("host", "127.0.0.1:8080")]);
+        assert!(same_site(&ok, &s).is_ok());
+        let same_origin = headers(&[
+            (CSRF_HEADER, "c1"),
+            ("host", "127.0.0.1:8080"),
+            ("origin", "http://127.0.0.1:8080"),
+        ]);
+        assert!(same_site(&same_origin, &s).is_ok());
+        for bad in [
+            headers(&[("host", "127.0.0.1:8080")]),
+            headers(&[(CSRF_HEADER, "c2"), ("host", "127.0.0.1:8080")]),
+            headers(&[
+                (CSRF_HEADER, "c1"),
+                ("host", "127.0.0.1:8080"),
+                ("origin", "http://127.0.0.1:9090"),
+            ]),
+        ] {
+            let e = same_site(&bad, &s).unwrap_err();
+            assert_eq!(
+                (e.code, e.message.as_str()),
+                (Code::PermissionDenied, "cross-site request refused")
+            );
+        }
+    }
+
+    #[test]
+    fn a_bearer_header_is_bounded_and_must_be_bearer() {
+        assert_eq!(
+            bearer(&headers(&[("authorization", "Bearer t1")])).unwrap(),
+            Some("t1")
+        );
+        assert_eq!(bearer(&HeaderMap::new()).unwrap(), None);
+        assert!(bearer(&headers(&[("authorization", "Basic dXNlcg==")])).is_err());
+        let long = format!("Bearer {}", "x".repeat(MAX_TOKEN_BYTES + 1));
+        assert!(bearer(&headers(&[("authorization", &long)])).is_err());
+    }
+
+    #[test]
+    fn errors_carry_the_grpc_code_name_and_its_http_status() {
+        let e = ApiError::from(tonic::Status::not_found("worker x not found"));
+        assert_eq!(e.http_status(), StatusCode::NOT_FOUND);
+        assert_eq!(
+            e.body(),
+            json!({"error": {"code": "NOT_FOUND", "message": "worker x not found"}})
+        );
+        let e = ApiError::new(Code::Unauthenticated, "missing bearer token");
+        let resp = e.into_response();
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+        assert!(resp.headers().contains_key(header::WWW_AUTHENTICATE));
+    }
+
+    #[test]
+    fn an_action_body_must_be_a_json_object() {
+        let json_type = headers(&[("content-type", "application/json; charset=utf-8")]);
+        assert!(json_body(&json_type, &Bytes::from_static(b"{\"a\":1}")).is_ok());
+        let form = headers(&[("content-type", "application/x-www-form-urlencoded")]);
+        assert_eq!(
+            json_body(&form, &Bytes::from_static(b"a=1"))
+                .unwrap_err()
+                .message,
+            "the body must be application/json"
+        );
+        assert_eq!(
+            json_body(&json_type, &Bytes::from_static(b"[1]"))
+                .unwrap_err()
+                .message,
+            "the body must be a JSON object"
+        );
+    }
 }

@@ -17,6 +17,7 @@ use axum::{
 use futures_util::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use sha2::Digest;
 use tokio::sync::{broadcast, mpsc};
 use tonic::Code;
 
@@ -234,18 +235,28 @@ fn lines_of<'a>(c: &Console, workers: impl IntoIterator<Item = &'a WorkerRecord>
     Value::Object(lines)
 }
 
-/// One message of the tree stream: `workers` with their progress lines.
+/// One message of the tree stream, as JSON text: `workers` with their progress lines. Written
+/// worker by worker, so a large tree is never held as a JSON value tree besides its text.
 fn tree_message(
     workers: &[WorkerRecord],
-    lines: Value,
+    lines: &Value,
     truncated: Option<bool>,
-) -> Result<Value, ApiError> {
-    let items = workers.iter().map(summary).collect::<Result<Vec<_>, _>>()?;
-    let mut m = json!({"workers": items, "lastProgress": lines});
-    if let Some(t) = truncated {
-        m["truncated"] = Value::Bool(t);
+) -> Result<String, ApiError> {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(64 + workers.len() * 512);
+    out.push_str("{\"workers\":[");
+    for (i, w) in workers.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{}", summary(w)?);
     }
-    Ok(m)
+    let _ = write!(out, "],\"lastProgress\":{lines}");
+    if let Some(t) = truncated {
+        let _ = write!(out, ",\"truncated\":{t}");
+    }
+    out.push('}');
+    Ok(out)
 }
 
 /// What one wake-up of the tree stream brought.
@@ -275,20 +286,26 @@ async fn follow_tree(
         // Subscribe first, then read: nothing falls between the snapshot and the changes.
         let mut activity = sup.activity();
         let mut notices = sup.notices();
+        // A few snapshots at a time: a hundred consoles reconnecting at once after a restart
+        // must not each hold a whole tree in memory together.
+        let Ok(permit) = c.snapshots.acquire().await else {
+            return;
+        };
         let msg = match snapshot(&c, &caller, limit).await {
             Ok((workers, truncated)) => {
                 let lines = lines_of(&c, &workers);
-                tree_message(&workers, lines, Some(truncated))
+                tree_message(&workers, &lines, Some(truncated))
             }
             Err(e) => Err(e),
         };
         let sent = match msg {
-            Ok(m) => tx.send(event("snapshot", &m)).await,
+            Ok(m) => tx.send(Event::default().event("snapshot").data(m)).await,
             Err(e) => {
                 let _ = tx.send(error_event(&e)).await;
                 return;
             }
         };
+        drop(permit);
         if sent.is_err() {
             return;
         }
@@ -331,14 +348,18 @@ async fn follow_tree(
                 workers.push(rec);
             }
             workers.sort_by_key(|w| (w.spec.create_time_ms, w.id.to_string()));
-            let msg = match tree_message(&workers, Value::Object(lines), None) {
+            let msg = match tree_message(&workers, &Value::Object(lines), None) {
                 Ok(m) => m,
                 Err(e) => {
                     let _ = tx.send(error_event(&e)).await;
                     return;
                 }
             };
-            if tx.send(event("workers", &msg)).await.is_err() {
+            if tx
+                .send(Event::default().event("workers").data(msg))
+                .await
+                .is_err()
+            {
                 return;
             }
         }
@@ -435,7 +456,13 @@ pub(super) async fn watch(
     let mut events = c.svc.watch_worker(caller.request(req)).await?.into_inner();
     let (tx, rx) = mpsc::channel(8);
     tokio::spawn(async move {
-        while let Some(item) = events.next().await {
+        loop {
+            // A browser that went away ends the watch at once, not at the worker's next event.
+            let item = tokio::select! {
+                () = tx.closed() => return,
+                item = events.next() => item,
+            };
+            let Some(item) = item else { break };
             let ev = match item {
                 Ok(ev) => match proto_json(&ev, "agentry.v1.WatchWorkerResponse") {
                     Ok(v) => event("event", &v).id(ev.sequence.to_string()),
@@ -466,8 +493,14 @@ pub(super) async fn agents(
     let shutdown = c.app.supervisor.shutdown_token();
     let (tx, rx) = mpsc::channel(2);
     tokio::spawn(async move {
-        let mut last = first;
-        if tx.send(event("agents", &last)).await.is_err() {
+        // Only the digest of what was sent is kept: a catalog is large, a stream is not.
+        let digest = |v: &str| -> [u8; 32] { sha2::Sha256::digest(v.as_bytes()).into() };
+        let mut last = digest(&first);
+        if tx
+            .send(Event::default().event("agents").data(first))
+            .await
+            .is_err()
+        {
             return;
         }
         let Some(changes) = changes.as_mut() else {
@@ -486,9 +519,14 @@ pub(super) async fn agents(
                     return;
                 }
             };
-            if next != last {
-                last = next;
-                if tx.send(event("agents", &last)).await.is_err() {
+            let d = digest(&next);
+            if d != last {
+                last = d;
+                if tx
+                    .send(Event::default().event("agents").data(next))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }
@@ -497,8 +535,8 @@ pub(super) async fn agents(
     Ok(sse(rx))
 }
 
-/// Every page of `ListAgents` (view full, with shadowed definitions) as one JSON value.
-async fn catalog(c: &Console, caller: &Caller, workspace: &str) -> Result<Value, ApiError> {
+/// Every page of `ListAgents` (view full, with shadowed definitions) as one JSON text.
+async fn catalog(c: &Console, caller: &Caller, workspace: &str) -> Result<String, ApiError> {
     let mut all = pb::ListAgentsResponse::default();
     let mut token = String::new();
     loop {
@@ -522,5 +560,5 @@ async fn catalog(c: &Console, caller: &Caller, workspace: &str) -> Result<Value,
         }
         token = page.next_page_token;
     }
-    proto_json(&all, "agentry.v1.ListAgentsResponse")
+    Ok(proto_json(&all, "agentry.v1.ListAgentsResponse")?.to_string())
 }
