@@ -98,17 +98,7 @@ else:
     .await;
     let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::new();
-    eventually("the HTTP listener", Duration::from_secs(10), || {
-        let (http, base) = (http.clone(), base.clone());
-        async move {
-            http.get(format!("{base}/.well-known/agent-card.json"))
-                .send()
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        }
-    })
-    .await;
+    http_answer(&http, &format!("{base}/.well-known/agent-card.json")).await;
     A2aServer { s, base, http }
 }
 

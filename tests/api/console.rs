@@ -66,18 +66,7 @@ async fn console_server() -> (TestServer, String) {
     })
     .await;
     let base = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::new();
-    eventually("the HTTP listener", Duration::from_secs(10), || {
-        let (http, base) = (http.clone(), base.clone());
-        async move {
-            http.get(format!("{base}/console"))
-                .send()
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        }
-    })
-    .await;
+    http_answer(&reqwest::Client::new(), &format!("{base}/console")).await;
     (s, base)
 }
 
@@ -173,7 +162,7 @@ async fn wait_state_as(
 /// within a second, a child under its parent; another principal's never do; the watch shows a
 /// worker's events; a stop from the page kills the worker (gRPC says so) and the page shows it;
 /// a message from the page reaches the runner; a broken persona file shows its diagnostic and
-/// goes when it is fixed; a screenshot is saved.
+/// goes when it is fixed; the tree and the watch work from the keyboard; a screenshot is saved.
 #[tokio::test]
 async fn the_console_in_a_real_browser() {
     // The server first: it installs the TLS crypto provider reqwest needs.
@@ -339,6 +328,41 @@ async fn the_console_in_a_real_browser() {
     assert_eq!(get_as(&s, "bob-secret", &bobs.id).await.caller, "bob");
 
     browser.screenshot(&screenshot_path()).await;
+
+    // Without a mouse: from the lead's row, down to its child, Enter opens the child's watch,
+    // Escape closes it and gives the focus back to the row.
+    browser
+        .js(
+            &format!("document.querySelector('{row}').focus()"),
+            json!([]),
+        )
+        .await;
+    browser.keys(&["\u{E015}"]).await;
+    browser
+        .until(
+            "the focus on the child",
+            Duration::from_secs(2),
+            &format!(
+                "return document.activeElement.dataset.workerId === '{}'",
+                child.id
+            ),
+        )
+        .await;
+    browser.click("#watch-close").await;
+    browser
+        .js(
+            &format!("document.querySelector('{child_row}').focus()"),
+            json!([]),
+        )
+        .await;
+    browser.keys(&["\u{E007}"]).await;
+    browser
+        .until("Enter opens the watch", Duration::from_secs(2), &format!("return !document.getElementById('watch').hidden && document.getElementById('watch-title').textContent.includes('{}')", child.id))
+        .await;
+    browser.keys(&["\u{E00C}"]).await;
+    browser
+        .until("Escape closes it, the focus back on the row", Duration::from_secs(2), &format!("return document.getElementById('watch').hidden && document.activeElement.dataset.workerId === '{}'", child.id))
+        .await;
 
     // The agents view: the broken file's diagnostic with its file; a fix makes it go.
     browser.click(".tab[data-view=\"agents\"]").await;
@@ -670,20 +694,7 @@ async fn without_authentication_the_console_is_for_loopback_only() {
     .await;
     let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::new();
-    let session = eventually(
-        "the HTTP listener on loopback",
-        Duration::from_secs(10),
-        || {
-            let (http, base) = (http.clone(), base.clone());
-            async move {
-                http.get(format!("{base}/console/api/session"))
-                    .send()
-                    .await
-                    .map_err(|e| e.to_string())
-            }
-        },
-    )
-    .await;
+    let session = http_answer(&http, &format!("{base}/console/api/session")).await;
     assert_eq!(session.status(), 200);
     let cookie = session.headers()["set-cookie"].to_str().unwrap();
     let cookie = cookie.split(';').next().unwrap().to_owned();
@@ -719,20 +730,7 @@ async fn without_authentication_the_console_is_for_loopback_only() {
     // Every address, no authentication: refused.
     let open = free_port();
     let _s2 = start_with(|c| c.http.listen = Some(format!("0.0.0.0:{open}"))).await;
-    let r = eventually(
-        "the HTTP listener on every address",
-        Duration::from_secs(10),
-        || {
-            let http = http.clone();
-            async move {
-                http.get(format!("http://127.0.0.1:{open}/console/api/tree"))
-                    .send()
-                    .await
-                    .map_err(|e| e.to_string())
-            }
-        },
-    )
-    .await;
+    let r = http_answer(&http, &format!("http://127.0.0.1:{open}/console/api/tree")).await;
     assert_eq!(r.status(), 403);
     assert_eq!(
         r.json::<Value>().await.unwrap()["error"]["message"],

@@ -254,6 +254,20 @@ where
     }
 }
 
+/// The first answer of `url` once the HTTP listener behind it accepts (within 10 s), whatever
+/// its status.
+pub async fn http_answer(http: &reqwest::Client, url: &str) -> reqwest::Response {
+    eventually(
+        &format!("an answer of {url}"),
+        Duration::from_secs(10),
+        || {
+            let r = http.get(url).send();
+            async move { r.await.map_err(|e| e.to_string()) }
+        },
+    )
+    .await
+}
+
 /// Asserts a status: code, exact message, ErrorInfo reason.
 #[track_caller]
 pub fn assert_status(s: &tonic::Status, code: tonic::Code, reason: &str, message: &str) {

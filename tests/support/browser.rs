@@ -148,6 +148,25 @@ impl Browser {
             .await;
     }
 
+    /// Presses `keys` (WebDriver key values, e.g. "\u{E015}" for the down arrow) in the focused
+    /// element, one after the other.
+    pub async fn keys(&self, keys: &[&str]) {
+        let actions: Vec<Value> = keys
+            .iter()
+            .flat_map(|k| {
+                [
+                    json!({"type": "keyDown", "value": k}),
+                    json!({"type": "keyUp", "value": k}),
+                ]
+            })
+            .collect();
+        self.post(
+            "/actions",
+            json!({"actions": [{"type": "key", "id": "keyboard", "actions": actions}]}),
+        )
+        .await;
+    }
+
     /// Saves a PNG of the window at `path`.
     pub async fn screenshot(&self, path: &Path) {
         use base64::Engine;
