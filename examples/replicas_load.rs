@@ -54,6 +54,10 @@ use tonic::transport::Channel;
 
 type Client = AgentRegistryServiceClient<Channel>;
 
+#[path = "../benches/support/instant_runner.rs"]
+mod instant_runner;
+use instant_runner::instant_runner;
+
 const CLIENTS: usize = 8;
 
 struct Running {
@@ -303,62 +307,6 @@ async fn measure(setup: &str, url: Option<&str>, n: usize, dur: Duration, worker
         p99: pct(&delays, 0.99),
         samples: delays.len(),
     }
-}
-
-/// A runner on `addr` with `slots` slots that accepts and completes every assignment at once.
-async fn instant_runner(addr: SocketAddr, slots: u32) -> JoinHandle<()> {
-    use pb::{connect_request::Msg as In, connect_response::Msg as Out};
-    let ch = Channel::from_shared(format!("http://{addr}"))
-        .expect("uri")
-        .connect()
-        .await
-        .expect("connect the runner");
-    let (tx, rx) = tokio::sync::mpsc::channel(256);
-    tx.send(pb::ConnectRequest {
-        msg: Some(In::Hello(pb::RunnerHello {
-            name: "bench-runner".into(),
-            agents: vec!["*".into()],
-            slots,
-            ..Default::default()
-        })),
-    })
-    .await
-    .expect("hello");
-    let mut stream = pb::runner_service_client::RunnerServiceClient::new(ch)
-        .connect(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .expect("runner stream")
-        .into_inner();
-    tokio::spawn(async move {
-        while let Some(Ok(m)) = stream.next().await {
-            if let Some(Out::Assignment(a)) = m.msg {
-                let (id, lease) = (a.worker_id, a.lease_token);
-                let accepted = In::Accepted(pb::RunnerAccepted {
-                    worker_id: id.clone(),
-                    lease_token: lease.clone(),
-                });
-                let finished = In::Finished(pb::RunnerFinished {
-                    worker_id: id,
-                    lease_token: lease,
-                    session_ref: String::new(),
-                    outcome: Some(pb::runner_finished::Outcome::Completed(
-                        pb::runner_finished::Completed {
-                            result: "ok".into(),
-                        },
-                    )),
-                });
-                for msg in [accepted, finished] {
-                    if tx
-                        .send(pb::ConnectRequest { msg: Some(msg) })
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-            }
-        }
-    })
 }
 
 /// Completed runner workers per second through `servers[0]`, and the p50, p90 and mean of one

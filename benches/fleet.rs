@@ -1,0 +1,509 @@
+//! The fleet on one PostgreSQL database (docs/replicas.md, "Capacity"), measured on a small
+//! machine by making each replica a small machine of its own: every replica is an `agentry
+//! serve` process started inside a cgroup of its own whose CPU quota is `--quota` cores (default
+//! 0.25), and its workers (`/bin/true`) inherit the group. PostgreSQL and the load (this process,
+//! tonic clients, uncapped) are outside every group, so the replicas — not the box — are the
+//! bottleneck, and adding one must add its share.
+//!
+//! 1. **Background spawns**: 1, 2 and 4 replicas, each on a fresh database; 4 clients per
+//!    replica send `SpawnWorker{wait: false}` with distinct prompts back to back for `--seconds`
+//!    (default 10); the rate is every accepted spawn over the time until the last row is closed
+//!    (completed workers per second, not accepted ones). Targets: 2 replicas ≥ 1.8× one, 4
+//!    replicas ≥ 3.2× one.
+//! 2. **The database's CPU per spawn**: the CPU time (user + system, from `/proc`) of every
+//!    PostgreSQL process — the backends, and through the postmaster's `cutime`/`cstime` the ones
+//!    that exited — over the same run, divided by the spawns; and from it the ceiling of one
+//!    database core in spawns per second. Target: ≤ 0.3 ms per spawn.
+//! 3. **Runner workers across replicas**: two capped replicas, a runner (in this process) on the
+//!    second; 8 clients send `SpawnWorker{wait: true}` to the second (the runner's own replica)
+//!    and then to the first (the worker crosses through the store). Target: across ≥ 0.8× the
+//!    same-replica rate.
+//!
+//! `AGENTRY_TEST_POSTGRES_URL=postgres://… cargo bench --bench fleet -- [--quota 0.25]
+//! [--seconds 10] [--quick]`. Needs root and a writable cgroup `cpu` controller (v1
+//! `/sys/fs/cgroup/cpu`, or v2 `cpu.max`); without one, or without the database URL, it says so
+//! and measures nothing.
+
+#[path = "support/instant_runner.rs"]
+mod instant_runner;
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use agentry::{
+    grpc::pb::{self, agent_registry_service_client::AgentRegistryServiceClient},
+    workers::store::testdb::TestDb,
+};
+use tonic::transport::Channel;
+
+type Client = AgentRegistryServiceClient<Channel>;
+
+/// Clients per replica for the background spawns.
+const CLIENTS_PER_REPLICA: usize = 4;
+/// Clients of the runner rows.
+const RUNNER_CLIENTS: usize = 8;
+/// The cgroup's period, in microseconds.
+const PERIOD_US: u64 = 100_000;
+/// `/proc/<pid>/stat` times are in clock ticks of 1/100 s on Linux (`USER_HZ`).
+const TICK_MS: f64 = 10.0;
+
+struct Options {
+    quota: f64,
+    seconds: u64,
+}
+
+fn options() -> Options {
+    let mut o = Options {
+        quota: 0.25,
+        seconds: 10,
+    };
+    let args: Vec<String> = std::env::args().collect();
+    for (i, a) in args.iter().enumerate() {
+        let next = || args.get(i + 1).and_then(|v| v.parse().ok());
+        match a.as_str() {
+            "--quota" => o.quota = next().expect("--quota takes cores, e.g. 0.25"),
+            "--seconds" => o.seconds = next().map(|s: f64| s as u64).expect("--seconds N"),
+            "--quick" => o.seconds = 2,
+            _ => {}
+        }
+    }
+    if std::env::var_os("AGENTRY_BENCH_QUICK").is_some() {
+        o.seconds = 2;
+    }
+    o
+}
+
+/// Where CPU groups can be made: the v1 `cpu` hierarchy, or a v2 hierarchy with `cpu`.
+#[derive(Clone)]
+struct Cgroups {
+    root: PathBuf,
+    v2: bool,
+}
+
+impl Cgroups {
+    /// The writable CPU controller of this machine, or why there is none.
+    fn find() -> Result<Cgroups, String> {
+        let v1 = Path::new("/sys/fs/cgroup/cpu");
+        let v2 = Path::new("/sys/fs/cgroup");
+        let (base, v2) = if v1.join("cpu.cfs_quota_us").exists() {
+            (v1.to_path_buf(), false)
+        } else if std::fs::read_to_string(v2.join("cgroup.controllers"))
+            .is_ok_and(|c| c.split_whitespace().any(|c| c == "cpu"))
+        {
+            (v2.to_path_buf(), true)
+        } else {
+            return Err("no cgroup cpu controller (v1 /sys/fs/cgroup/cpu or v2 cpu.max)".into());
+        };
+        let root = base.join(format!("agentry-fleet-{}", std::process::id()));
+        std::fs::create_dir(&root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
+        if v2 {
+            std::fs::write(root.join("cgroup.subtree_control"), "+cpu")
+                .map_err(|e| format!("cannot enable cpu under {}: {e}", root.display()))?;
+        }
+        Ok(Cgroups { root, v2 })
+    }
+
+    /// A group `name` capped at `cores`; its `cgroup.procs`.
+    fn group(&self, name: &str, cores: f64) -> PathBuf {
+        let dir = self.root.join(name);
+        let _ = std::fs::create_dir(&dir);
+        let quota = (cores * PERIOD_US as f64) as u64;
+        if self.v2 {
+            std::fs::write(dir.join("cpu.max"), format!("{quota} {PERIOD_US}")).unwrap();
+        } else {
+            std::fs::write(dir.join("cpu.cfs_period_us"), PERIOD_US.to_string()).unwrap();
+            std::fs::write(dir.join("cpu.cfs_quota_us"), quota.to_string()).unwrap();
+        }
+        dir.join("cgroup.procs")
+    }
+
+    /// Removes the groups (their processes are gone).
+    fn remove(&self) {
+        if let Ok(dirs) = std::fs::read_dir(&self.root) {
+            for d in dirs.flatten() {
+                if d.path().is_dir() {
+                    let _ = std::fs::remove_dir(d.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(&self.root);
+    }
+}
+
+/// One capped replica process.
+struct Replica {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Replica {
+    /// Starts replica `name` on `url` inside a group capped at `cores`: the shell puts itself in
+    /// the group, then becomes the server, so the server and every worker it forks are in it.
+    fn start(cg: &Cgroups, dir: &Path, name: &str, url: &str, cores: f64, runner: bool) -> Self {
+        let procs = cg.group(name, cores);
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let home = dir.join(name);
+        std::fs::create_dir_all(&home).unwrap();
+        let config = dir.join(format!("{name}.yaml"));
+        std::fs::write(
+            &config,
+            format!(
+                "listen: 127.0.0.1:{port}\nhome: {home}\nstore: {{url: '{url}'}}\n\
+                 replica: {{name: {name}, lease: 15s}}\n\
+                 executor: {{command: [/bin/true]{kind}}}\n\
+                 limits: {{max_running: 64, max_pending: 1000000}}\n",
+                home = home.display(),
+                kind = if runner { ", kind: runner" } else { "" },
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "echo $$ > {procs} && exec {bin} serve --config {config}",
+                procs = procs.display(),
+                bin = env!("CARGO_BIN_EXE_agentry"),
+                config = config.display(),
+            ))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start a replica");
+        Replica {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        }
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        // SIGTERM: a graceful stop, so no orphaned rows are left for the next set-up.
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let _ = self.child.wait();
+    }
+}
+
+async fn connect(addr: SocketAddr) -> Client {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(ch) = Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+        {
+            let mut c = Client::new(ch);
+            if c.list_agents(pb::ListAgentsRequest::default())
+                .await
+                .is_ok()
+            {
+                return c;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replica on {addr} did not come up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn spawn_req(prompt: String, wait: bool) -> pb::SpawnWorkerRequest {
+    pb::SpawnWorkerRequest {
+        agent: "quick_task".to_owned(),
+        description: "fleet".to_owned(),
+        prompt,
+        wait,
+        ..Default::default()
+    }
+}
+
+/// CPU time of every PostgreSQL process so far, in ms: each one's own, and what the processes
+/// that exited left in their parent's `cutime`/`cstime`.
+fn postgres_cpu_ms() -> f64 {
+    let mut ticks = 0u64;
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        if !head.ends_with("(postgres") {
+            continue;
+        }
+        // After the name: state ppid … utime(14) stime(15) cutime(16) cstime(17), counted
+        // from the state as field 3.
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        for i in [11, 12, 13, 14] {
+            ticks += f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        }
+    }
+    ticks as f64 * TICK_MS
+}
+
+/// Whether `c` still sees an open worker (one row read, so the probe costs the database little).
+async fn any_open(c: &mut Client) -> bool {
+    c.list_workers(pb::ListWorkersRequest {
+        states: vec![
+            pb::WorkerState::Pending as i32,
+            pb::WorkerState::Running as i32,
+        ],
+        page_size: 1,
+        ..Default::default()
+    })
+    .await
+    .map_or(true, |r| !r.into_inner().workers.is_empty())
+}
+
+/// The database's own counters (`pg_stat_database`): commits, rows inserted, updated, deleted.
+async fn db_counters(url: &str) -> [i64; 4] {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to the test database");
+    let conn = tokio::spawn(conn);
+    let row = client
+        .query_one(
+            "SELECT xact_commit, tup_inserted, tup_updated, tup_deleted
+               FROM pg_stat_database WHERE datname = current_database()",
+            &[],
+        )
+        .await
+        .expect("pg_stat_database");
+    drop(client);
+    let _ = conn.await;
+    [row.get(0), row.get(1), row.get(2), row.get(3)]
+}
+
+/// What one background-spawn run gave: completed workers per second, database CPU per spawn.
+struct SpawnRow {
+    per_s: f64,
+    db_ms: f64,
+    spawns: usize,
+    /// Commits and rows inserted, updated, deleted in the database over the run.
+    counters: [i64; 4],
+}
+
+/// `n` capped replicas on a fresh database under background spawns.
+async fn spawns(cg: &Cgroups, n: usize, o: &Options) -> SpawnRow {
+    let db = TestDb::create().await.expect("a test database");
+    let dir = tempfile::tempdir().unwrap();
+    let replicas: Vec<Replica> = (0..n)
+        .map(|i| Replica::start(cg, dir.path(), &format!("r{i}"), &db.url, o.quota, false))
+        .collect();
+    let mut clients = Vec::new();
+    for i in 0..n * CLIENTS_PER_REPLICA {
+        clients.push(connect(replicas[i % n].addr).await);
+    }
+    let dur = Duration::from_secs(o.seconds);
+    let counted = db_counters(&db.url).await;
+    let cpu_before = postgres_cpu_ms();
+    let started = Instant::now();
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut c)| {
+            tokio::spawn(async move {
+                let mut accepted = 0usize;
+                let mut k = 0usize;
+                while started.elapsed() < dur {
+                    k += 1;
+                    if c.spawn_worker(spawn_req(format!("fleet {i} {k}"), false))
+                        .await
+                        .is_ok()
+                    {
+                        accepted += 1;
+                    }
+                }
+                accepted
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap();
+    }
+    let mut probe = connect(replicas[0].addr).await;
+    while any_open(&mut probe).await && started.elapsed() < dur * 20 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let elapsed = started.elapsed();
+    let cpu = postgres_cpu_ms() - cpu_before;
+    // Backends publish their counters at most every second.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after = db_counters(&db.url).await;
+    let counters = std::array::from_fn(|i| after[i] - counted[i]);
+    drop(replicas);
+    drop(db);
+    SpawnRow {
+        per_s: total as f64 / elapsed.as_secs_f64(),
+        db_ms: cpu / total.max(1) as f64,
+        spawns: total,
+        counters,
+    }
+}
+
+/// Completed runner workers per second through `spawn_on`, the runner on replica 1 of two.
+async fn runner_rate(replicas: &[Replica], spawn_on: usize, o: &Options) -> f64 {
+    let mut warm = connect(replicas[spawn_on].addr).await;
+    warm.spawn_worker(spawn_req(format!("warm-up {spawn_on}"), true))
+        .await
+        .expect("a warm-up spawn");
+    let dur = Duration::from_secs(o.seconds);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..RUNNER_CLIENTS {
+        let mut c = connect(replicas[spawn_on].addr).await;
+        tasks.push(tokio::spawn(async move {
+            let mut done = 0usize;
+            let mut k = 0usize;
+            while started.elapsed() < dur {
+                k += 1;
+                let r = c
+                    .spawn_worker(spawn_req(format!("runner {spawn_on} {i} {k}"), true))
+                    .await;
+                if r.is_ok_and(|r| {
+                    r.get_ref()
+                        .worker
+                        .as_ref()
+                        .is_some_and(|w| w.state == pb::WorkerState::Completed as i32)
+                }) {
+                    done += 1;
+                }
+            }
+            done
+        }));
+    }
+    let mut done = 0;
+    for t in tasks {
+        done += t.await.unwrap();
+    }
+    done as f64 / started.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let o = options();
+    let Ok(_) = std::env::var("AGENTRY_TEST_POSTGRES_URL") else {
+        println!("fleet benchmark skipped: AGENTRY_TEST_POSTGRES_URL is not set");
+        return;
+    };
+    let cg = match Cgroups::find() {
+        Ok(cg) => cg,
+        Err(why) => {
+            println!(
+                "fleet benchmark skipped: {why} (it needs root and a writable cgroup cpu controller)"
+            );
+            return;
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(run(&cg, &o));
+    cg.remove();
+}
+
+async fn run(cg: &Cgroups, o: &Options) {
+    println!(
+        "fleet on one PostgreSQL database: each replica in its own cgroup capped at {} core, workers /bin/true, {} s of load per row",
+        o.quota, o.seconds
+    );
+    let mut rows = Vec::new();
+    for n in [1, 2, 4] {
+        let r = spawns(cg, n, o).await;
+        rows.push((n, r));
+    }
+    let one = rows[0].1.per_s;
+    println!("completed background spawns per second ({CLIENTS_PER_REPLICA} clients per replica)");
+    for (n, r) in &rows {
+        let target = match n {
+            2 => format!(
+                "target ≥ 1.8×: {}",
+                if r.per_s / one >= 1.8 {
+                    "met"
+                } else {
+                    "NOT met"
+                }
+            ),
+            4 => format!(
+                "target ≥ 3.2×: {}",
+                if r.per_s / one >= 3.2 {
+                    "met"
+                } else {
+                    "NOT met"
+                }
+            ),
+            _ => "(floor)".to_owned(),
+        };
+        println!(
+            "  {n} replica{}  {:8.1}/s  {:5.2}× one   {target}",
+            if *n == 1 { " " } else { "s" },
+            r.per_s,
+            r.per_s / one
+        );
+    }
+    println!("the database's CPU per spawn (every PostgreSQL process, user + system)");
+    for (n, r) in &rows {
+        println!(
+            "  {n} replica{}  {:6.3} ms over {} spawns → one database core carries ≈ {:6.0} spawns/s   target ≤ 0.3 ms: {}",
+            if *n == 1 { " " } else { "s" },
+            r.db_ms,
+            r.spawns,
+            1000.0 / r.db_ms.max(0.001),
+            if r.db_ms <= 0.3 { "met" } else { "NOT met" }
+        );
+    }
+
+    println!("what the database did per spawn (pg_stat_database over the same run)");
+    for (n, r) in &rows {
+        let per = |i: usize| r.counters[i] as f64 / r.spawns.max(1) as f64;
+        println!(
+            "  {n} replica{}  {:5.2} commits, {:5.2} rows inserted, {:5.2} updated, {:5.2} deleted",
+            if *n == 1 { " " } else { "s" },
+            per(0),
+            per(1),
+            per(2),
+            per(3)
+        );
+    }
+
+    let db = TestDb::create().await.expect("a test database");
+    let dir = tempfile::tempdir().unwrap();
+    let replicas: Vec<Replica> = (0..2)
+        .map(|i| Replica::start(cg, dir.path(), &format!("q{i}"), &db.url, o.quota, true))
+        .collect();
+    for r in &replicas {
+        connect(r.addr).await;
+    }
+    let runner = instant_runner::instant_runner(replicas[1].addr, RUNNER_CLIENTS as u32).await;
+    let same = runner_rate(&replicas, 1, o).await;
+    let across = runner_rate(&replicas, 0, o).await;
+    runner.abort();
+    println!(
+        "runner workers, 2 capped replicas, the runner on the second ({RUNNER_CLIENTS} clients, SpawnWorker(wait))"
+    );
+    println!("  spawned on the runner's replica   {same:8.1}/s   (floor)");
+    println!(
+        "  spawned on the other replica      {across:8.1}/s   {:.2}×   target ≥ 0.8×: {}",
+        across / same.max(0.001),
+        if across / same.max(0.001) >= 0.8 {
+            "met"
+        } else {
+            "NOT met"
+        }
+    );
+    drop(replicas);
+    drop(db);
+}
