@@ -720,6 +720,44 @@ fn hostile(iters: usize) {
         );
         rows.push((label, text.len(), med, peak));
     }
+    // The floor of the YAML row, in the same run: the parser alone on the same frontmatter
+    // (serde_yaml into its `Value`), nothing of agentry's around it.
+    let front = yaml
+        .strip_prefix("---\n")
+        .and_then(|t| t.split_once("\n---\n"))
+        .map(|(f, _)| f)
+        .expect("a frontmatter block");
+    let mut floor: Vec<Duration> = (0..iters.max(3))
+        .map(|_| {
+            let t = Instant::now();
+            let v: serde_yaml::Value =
+                std::hint::black_box(serde_yaml::from_str(front).expect("valid YAML"));
+            let took = t.elapsed();
+            drop(v);
+            took
+        })
+        .collect();
+    floor.sort();
+    let floor = median(&floor);
+    println!(
+        "\nthe YAML parser alone on the same frontmatter (serde_yaml::from_str::<Value>): median {:.2} ms",
+        ms(floor)
+    );
+    let yaml_row = rows
+        .iter()
+        .find(|r| r.0 == "100,000 keys (YAML)")
+        .map(|r| r.2)
+        .expect("the YAML row");
+    print_row(
+        [
+            "the YAML path's own share of a 100,000-key persona (its time beyond the parser's)",
+            &format!("{:.1} ms", ms(yaml_row.saturating_sub(floor))),
+            &format!("{:.1} ms (serde_yaml alone)", ms(floor)),
+            &format!("{:.2}×", yaml_row.as_secs_f64() / floor.as_secs_f64()),
+            "—",
+        ],
+        true,
+    );
     for (label, bytes, med, peak) in rows {
         print_row(
             [
