@@ -293,6 +293,10 @@ struct SpawnRow {
     spawns: usize,
     /// Commits and rows inserted, updated, deleted in the database over the run.
     counters: [i64; 4],
+    /// The database's CPU per second with the replicas idle, in ms.
+    idle_ms_per_s: f64,
+    /// How long the run took, until the last row closed.
+    elapsed: Duration,
 }
 
 /// `n` capped replicas on a fresh database under background spawns.
@@ -307,6 +311,12 @@ async fn spawns(cg: &Cgroups, n: usize, o: &Options) -> SpawnRow {
         clients.push(connect(replicas[i % n].addr).await);
     }
     let dur = Duration::from_secs(o.seconds);
+    // What the database spends with the replicas up and no load (lease renewals, the sweeper's
+    // and the stop requests' polls): the fixed part of its cost.
+    let idle_from = postgres_cpu_ms();
+    let idle_for = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle_ms_per_s = (postgres_cpu_ms() - idle_from) / idle_for.elapsed().as_secs_f64();
     let counted = db_counters(&db.url).await;
     let cpu_before = postgres_cpu_ms();
     let started = Instant::now();
@@ -351,6 +361,8 @@ async fn spawns(cg: &Cgroups, n: usize, o: &Options) -> SpawnRow {
         db_ms: cpu / total.max(1) as f64,
         spawns: total,
         counters,
+        idle_ms_per_s,
+        elapsed,
     }
 }
 
@@ -466,6 +478,19 @@ async fn run(cg: &Cgroups, o: &Options) {
         );
     }
 
+    println!(
+        "the database's fixed cost: its CPU with the replicas up and idle, and that share of a spawn's"
+    );
+    for (n, r) in &rows {
+        let fixed = r.idle_ms_per_s * r.elapsed.as_secs_f64() / r.spawns.max(1) as f64;
+        println!(
+            "  {n} replica{}  {:6.1} ms of CPU per second idle → {:6.3} ms of each spawn's {:.3} ms",
+            if *n == 1 { " " } else { "s" },
+            r.idle_ms_per_s,
+            fixed,
+            r.db_ms
+        );
+    }
     println!("what the database did per spawn (pg_stat_database over the same run)");
     for (n, r) in &rows {
         let per = |i: usize| r.counters[i] as f64 / r.spawns.max(1) as f64;
