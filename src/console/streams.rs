@@ -487,11 +487,18 @@ pub(super) async fn agents(
 ) -> Result<Response, ApiError> {
     let caller = c.caller(&headers, false)?;
     let workspace = q.workspace.unwrap_or_default();
-    // The first listing answers the request itself, so a refused workspace is an HTTP error.
-    let first = catalog(&c, &caller, &workspace).await?;
     let mut changes = c.app.registry.changes();
     let shutdown = c.app.supervisor.shutdown_token();
     let (tx, rx) = mpsc::channel(2);
+    // A refused workspace is the stream's `failure` event, which a browser's EventSource can
+    // read (an HTTP error it could not).
+    let first = match catalog(&c, &caller, &workspace).await {
+        Ok(first) => first,
+        Err(e) => {
+            let _ = tx.send(error_event(&e)).await;
+            return Ok(sse(rx));
+        }
+    };
     tokio::spawn(async move {
         // Only the digest of what was sent is kept: a catalog is large, a stream is not.
         let digest = |v: &str| -> [u8; 32] { sha2::Sha256::digest(v.as_bytes()).into() };

@@ -385,6 +385,12 @@ async fn the_console_in_a_real_browser() {
     browser
         .until("the diagnostic gone after the fix (hot reload)", Duration::from_secs(10), "return ![...document.querySelectorAll('#diagnostics li')].some(li => li.textContent.includes('broken.md')) && !!document.querySelector('#agents tr[data-agent=\"broken\"]')")
         .await;
+    // Another workspace's catalog: a refused one says why, in the page.
+    browser.type_into("#workspace", "relative/path").await;
+    browser.click("#workspace-form button").await;
+    browser
+        .until("the refused workspace named", Duration::from_secs(5), "return document.getElementById('agents-meta').textContent.startsWith('INVALID_ARGUMENT')")
+        .await;
     browser.close().await;
 }
 

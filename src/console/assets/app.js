@@ -512,15 +512,23 @@ async function act(path, body, done) {
 
 // ---- agents -----------------------------------------------------------------------------
 
-function connectAgents() {
-  const source = new EventSource(`${API}/agents`);
+function connectAgents(workspace) {
+  if (state.agents) state.agents.close();
+  const query = workspace ? `?workspace=${encodeURIComponent(workspace)}` : "";
+  const source = new EventSource(`${API}/agents${query}`);
   state.agents = source;
   source.addEventListener("agents", (ev) => renderAgents(JSON.parse(ev.data)));
   source.addEventListener("failure", (ev) => {
     const body = JSON.parse(ev.data);
-    $("agents-meta").textContent = body.error ? body.error.message : "catalog stream failed";
+    $("agents-meta").textContent = body.error ? `${body.error.code}: ${body.error.message}` : "catalog stream failed";
+    source.close();
   });
 }
+
+$("workspace-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  connectAgents($("workspace").value.trim());
+});
 
 const HONOURED = [
   ["tools", (a) => a.tools && `tools: ${(a.tools.values || []).join(", ") || "(none)"}`],
