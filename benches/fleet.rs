@@ -44,8 +44,11 @@ type Client = AgentRegistryServiceClient<Channel>;
 
 /// Clients per replica for the background spawns.
 const CLIENTS_PER_REPLICA: usize = 4;
-/// Clients of the runner rows.
-const RUNNER_CLIENTS: usize = 8;
+/// Clients of the runner rows: as many as the runner's slots (a closed loop, latency-bound), and
+/// four times that (enough calls in flight that the capped replicas' CPU bounds the rate).
+const RUNNER_CLIENTS: [usize; 2] = [8, 32];
+/// The runner's slots.
+const RUNNER_SLOTS: u32 = 32;
 /// The cgroup's period, in microseconds.
 const PERIOD_US: u64 = 100_000;
 /// `/proc/<pid>/stat` times are in clock ticks of 1/100 s on Linux (`USER_HZ`).
@@ -253,6 +256,18 @@ fn postgres_cpu_ms() -> f64 {
     ticks as f64 * TICK_MS
 }
 
+/// CPU time (user + system) of process `pid` so far, in ms.
+fn process_cpu_ms(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|&i| f.get(i).and_then(|v| v.parse::<u64>().ok()))
+        .sum();
+    ticks as f64 * TICK_MS
+}
+
 /// Whether `c` still sees an open worker (one row read, so the probe costs the database little).
 async fn any_open(c: &mut Client) -> bool {
     c.list_workers(pb::ListWorkersRequest {
@@ -366,16 +381,24 @@ async fn spawns(cg: &Cgroups, n: usize, o: &Options) -> SpawnRow {
     }
 }
 
-/// Completed runner workers per second through `spawn_on`, the runner on replica 1 of two.
-async fn runner_rate(replicas: &[Replica], spawn_on: usize, o: &Options) -> f64 {
+/// Completed runner workers per second through `spawn_on`, the runner on replica 1 of two, and
+/// each replica's CPU per completed worker (ms).
+async fn runner_rate(
+    replicas: &[Replica],
+    spawn_on: usize,
+    clients: usize,
+    o: &Options,
+) -> (f64, [f64; 2]) {
     let mut warm = connect(replicas[spawn_on].addr).await;
     warm.spawn_worker(spawn_req(format!("warm-up {spawn_on}"), true))
         .await
         .expect("a warm-up spawn");
     let dur = Duration::from_secs(o.seconds);
+    let cpu = || [0, 1].map(|i| process_cpu_ms(replicas[i].child.id()));
+    let cpu_before = cpu();
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for i in 0..RUNNER_CLIENTS {
+    for i in 0..clients {
         let mut c = connect(replicas[spawn_on].addr).await;
         tasks.push(tokio::spawn(async move {
             let mut done = 0usize;
@@ -383,7 +406,10 @@ async fn runner_rate(replicas: &[Replica], spawn_on: usize, o: &Options) -> f64 
             while started.elapsed() < dur {
                 k += 1;
                 let r = c
-                    .spawn_worker(spawn_req(format!("runner {spawn_on} {i} {k}"), true))
+                    .spawn_worker(spawn_req(
+                        format!("runner {spawn_on} {clients} {i} {k}"),
+                        true,
+                    ))
                     .await;
                 if r.is_ok_and(|r| {
                     r.get_ref()
@@ -401,7 +427,12 @@ async fn runner_rate(replicas: &[Replica], spawn_on: usize, o: &Options) -> f64 
     for t in tasks {
         done += t.await.unwrap();
     }
-    done as f64 / started.elapsed().as_secs_f64()
+    let rate = done as f64 / started.elapsed().as_secs_f64();
+    let after = cpu();
+    (
+        rate,
+        [0, 1].map(|i| (after[i] - cpu_before[i]) / done.max(1) as f64),
+    )
 }
 
 fn main() {
@@ -512,23 +543,26 @@ async fn run(cg: &Cgroups, o: &Options) {
     for r in &replicas {
         connect(r.addr).await;
     }
-    let runner = instant_runner::instant_runner(replicas[1].addr, RUNNER_CLIENTS as u32).await;
-    let same = runner_rate(&replicas, 1, o).await;
-    let across = runner_rate(&replicas, 0, o).await;
+    let runner = instant_runner::instant_runner(replicas[1].addr, RUNNER_SLOTS).await;
+    println!(
+        "runner workers, 2 capped replicas, the runner ({RUNNER_SLOTS} slots) on the second, SpawnWorker(wait)"
+    );
+    for clients in RUNNER_CLIENTS {
+        let (same, same_cpu) = runner_rate(&replicas, 1, clients, o).await;
+        let (across, across_cpu) = runner_rate(&replicas, 0, clients, o).await;
+        let ratio = across / same.max(0.001);
+        println!(
+            "  {clients:2} clients, spawned on the runner's replica   {same:8.1}/s   (floor)   CPU per worker: spawner {:.3} ms, runner's {:.3} ms",
+            same_cpu[1], same_cpu[0]
+        );
+        println!(
+            "  {clients:2} clients, spawned on the other replica      {across:8.1}/s   {ratio:.2}×   target ≥ 0.8×: {}   CPU per worker: spawner {:.3} ms, runner's {:.3} ms",
+            if ratio >= 0.8 { "met" } else { "NOT met" },
+            across_cpu[0],
+            across_cpu[1]
+        );
+    }
     runner.abort();
-    println!(
-        "runner workers, 2 capped replicas, the runner on the second ({RUNNER_CLIENTS} clients, SpawnWorker(wait))"
-    );
-    println!("  spawned on the runner's replica   {same:8.1}/s   (floor)");
-    println!(
-        "  spawned on the other replica      {across:8.1}/s   {:.2}×   target ≥ 0.8×: {}",
-        across / same.max(0.001),
-        if across / same.max(0.001) >= 0.8 {
-            "met"
-        } else {
-            "NOT met"
-        }
-    );
     drop(replicas);
     drop(db);
 }
