@@ -359,9 +359,14 @@ fn same_site(headers: &HeaderMap, s: &Session) -> Result<(), ApiError> {
         return Err(cross_site());
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
+        // The page's own origin: its host is the one the request was sent to. Either scheme,
+        // so a console behind a TLS-terminating proxy (https://host, forwarded as http) works.
         let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
-        let ours = host.map(|h| format!("http://{h}"));
-        if origin.to_str().ok() != ours.as_deref() {
+        let origin_host = origin.to_str().ok().and_then(|o| {
+            o.strip_prefix("http://")
+                .or_else(|| o.strip_prefix("https://"))
+        });
+        if host.is_none() || origin_host != host {
             return Err(cross_site());
         }
     }
@@ -638,6 +643,12 @@ mod tests {
             ("origin", "http://127.0.0.1:8080"),
         ]);
         assert!(same_site(&same_origin, &s).is_ok());
+        let behind_tls = headers(&[
+            (CSRF_HEADER, "c1"),
+            ("host", "console.example"),
+            ("origin", "https://console.example"),
+        ]);
+        assert!(same_site(&behind_tls, &s).is_ok());
         for bad in [
             headers(&[("host", "127.0.0.1:8080")]),
             headers(&[(CSRF_HEADER, "c2"), ("host", "127.0.0.1:8080")]),
@@ -645,6 +656,11 @@ mod tests {
                 (CSRF_HEADER, "c1"),
                 ("host", "127.0.0.1:8080"),
                 ("origin", "http://127.0.0.1:9090"),
+            ]),
+            headers(&[
+                (CSRF_HEADER, "c1"),
+                ("host", "127.0.0.1:8080"),
+                ("origin", "null"),
             ]),
         ] {
             let e = same_site(&bad, &s).unwrap_err();
