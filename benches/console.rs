@@ -15,6 +15,8 @@
 
 #[path = "../tests/support/browser.rs"]
 mod browser;
+#[path = "support/missing.rs"]
+mod missing;
 
 use std::{
     process::{Child, Command, Stdio},
@@ -323,9 +325,7 @@ async fn run(size: &Size) {
     // 2. The page, on a server of its own.
     let s = Server::start(size.workers).await;
     let Ok(driver) = std::env::var("AGENTRY_TEST_CHROMEDRIVER") else {
-        println!(
-            "the browser rows are skipped: AGENTRY_TEST_CHROMEDRIVER (chromedriver's path) is not set"
-        );
+        missing::missing("the browser rows need AGENTRY_TEST_CHROMEDRIVER (chromedriver's path)");
         return;
     };
     let chromium =

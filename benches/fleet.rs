@@ -22,10 +22,12 @@
 //! `AGENTRY_TEST_POSTGRES_URL=postgres://… cargo bench --bench fleet -- [--quota 0.25]
 //! [--seconds 10] [--quick]`. Needs root and a writable cgroup `cpu` controller (v1
 //! `/sys/fs/cgroup/cpu`, or v2 `cpu.max`); without one, or without the database URL, it says so
-//! and measures nothing.
+//! and measures nothing — and fails under `CI=true`.
 
 #[path = "support/instant_runner.rs"]
 mod instant_runner;
+#[path = "support/missing.rs"]
+mod missing;
 
 use std::{
     net::SocketAddr,
@@ -438,15 +440,15 @@ async fn runner_rate(
 fn main() {
     let o = options();
     let Ok(_) = std::env::var("AGENTRY_TEST_POSTGRES_URL") else {
-        println!("fleet benchmark skipped: AGENTRY_TEST_POSTGRES_URL is not set");
+        missing::missing("the fleet benchmark needs AGENTRY_TEST_POSTGRES_URL");
         return;
     };
     let cg = match Cgroups::find() {
         Ok(cg) => cg,
         Err(why) => {
-            println!(
-                "fleet benchmark skipped: {why} (it needs root and a writable cgroup cpu controller)"
-            );
+            missing::missing(&format!(
+                "the fleet benchmark needs root and a writable cgroup cpu controller: {why}"
+            ));
             return;
         }
     };
