@@ -24,8 +24,8 @@
 //! `/sys/fs/cgroup/cpu`, or v2 `cpu.max`); without one, or without the database URL, it says so
 //! and measures nothing — and fails under `CI=true`.
 
-#[path = "support/instant_runner.rs"]
-mod instant_runner;
+#[path = "support/load.rs"]
+mod load;
 #[path = "support/missing.rs"]
 mod missing;
 
@@ -40,6 +40,7 @@ use agentry::{
     grpc::pb::{self, agent_registry_service_client::AgentRegistryServiceClient},
     workers::store::testdb::TestDb,
 };
+use load::connect;
 use tonic::transport::Channel;
 
 type Client = AgentRegistryServiceClient<Channel>;
@@ -197,30 +198,6 @@ impl Drop for Replica {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
         let _ = self.child.wait();
-    }
-}
-
-async fn connect(addr: SocketAddr) -> Client {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(ch) = Channel::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect()
-            .await
-        {
-            let mut c = Client::new(ch);
-            if c.list_agents(pb::ListAgentsRequest::default())
-                .await
-                .is_ok()
-            {
-                return c;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "replica on {addr} did not come up"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -545,7 +522,7 @@ async fn run(cg: &Cgroups, o: &Options) {
     for r in &replicas {
         connect(r.addr).await;
     }
-    let runner = instant_runner::instant_runner(replicas[1].addr, RUNNER_SLOTS).await;
+    let runner = load::instant_runner(replicas[1].addr, RUNNER_SLOTS).await;
     println!(
         "runner workers, 2 capped replicas, the runner ({RUNNER_SLOTS} slots) on the second, SpawnWorker(wait)"
     );

@@ -54,9 +54,9 @@ use tonic::transport::Channel;
 
 type Client = AgentRegistryServiceClient<Channel>;
 
-#[path = "../benches/support/instant_runner.rs"]
-mod instant_runner;
-use instant_runner::instant_runner;
+#[path = "../benches/support/load.rs"]
+mod load;
+use load::{connect, instant_runner};
 
 const CLIENTS: usize = 8;
 
@@ -110,30 +110,6 @@ fn config(root: &Path, name: &str, url: Option<&str>, command: &[&str]) -> Confi
     };
     cfg.executor.command = command.iter().map(|s| (*s).to_owned()).collect();
     cfg
-}
-
-async fn connect(addr: SocketAddr) -> Client {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(ch) = Channel::from_shared(format!("http://{addr}"))
-            .expect("uri")
-            .connect()
-            .await
-        {
-            let mut c = Client::new(ch);
-            if c.list_agents(pb::ListAgentsRequest::default())
-                .await
-                .is_ok()
-            {
-                return c;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "server on {addr} did not come up"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 fn spawn_req(prompt: String) -> pb::SpawnWorkerRequest {

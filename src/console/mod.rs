@@ -166,12 +166,13 @@ impl Console {
         Ok(Caller::new(principal, Some(session)))
     }
 
-    /// Whether `principal` is an operator (everyone is, without authentication).
-    fn is_operator(&self, caller: &Caller) -> bool {
-        match &caller.principal {
-            None => true,
-            Some(Principal(p)) => self.app.operators.iter().any(|o| **o == **p),
-        }
+    /// Whether `caller` sees every worker (an operator, or no authentication), as the gRPC
+    /// API decides it.
+    async fn sees_all(&self, caller: &Caller) -> Result<bool, ApiError> {
+        Ok(matches!(
+            self.app.visibility(&caller.identity()).await?,
+            crate::workers::supervisor::Visibility::All
+        ))
     }
 
     /// A new session for `token`, with the `Set-Cookie` header that carries it.
@@ -189,14 +190,25 @@ impl Console {
         )
     }
 
-    /// What `GET /console/api/session` answers for `caller`.
-    fn describe(&self, caller: &Caller, csrf: Option<&str>) -> Value {
-        json!({
+    /// What `GET /console/api/session` answers for `caller`, with the cookie of a session
+    /// opened for it, if one was.
+    async fn describe(
+        &self,
+        caller: &Caller,
+        csrf: Option<&str>,
+        cookie: Option<HeaderValue>,
+    ) -> Result<Response, ApiError> {
+        let mut resp = Json(json!({
             "principal": caller.identity().principal,
-            "operator": self.is_operator(caller),
+            "operator": self.sees_all(caller).await?,
             "auth": self.tokens.is_some(),
             "csrf": csrf.unwrap_or(""),
-        })
+        }))
+        .into_response();
+        if let Some(cookie) = cookie {
+            resp.headers_mut().insert(header::SET_COOKIE, cookie);
+        }
+        Ok(no_store(resp))
     }
 }
 
@@ -456,57 +468,51 @@ fn proto_json<M: prost::Message>(m: &M, name: &str) -> Result<Value, ApiError> {
     crate::a2a::grpc::to_json(m, name).map_err(ApiError::from)
 }
 
+/// An RPC's response as the action's answer.
+fn proto_reply<M: prost::Message>(m: &M, name: &str) -> Result<Response, ApiError> {
+    Ok(no_store(Json(proto_json(m, name)?).into_response()))
+}
+
 /// `GET /console/api/session`: who is calling. Without authentication a browser without a
 /// session gets one here (its actions need the CSRF value).
-async fn session(State(c): State<Arc<Console>>, headers: HeaderMap) -> Response {
-    let caller = match c.caller(&headers, false) {
-        Ok(caller) => caller,
-        Err(e) => return e.into_response(),
-    };
+async fn session(State(c): State<Arc<Console>>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let caller = c.caller(&headers, false)?;
     match (&caller.session, &c.tokens) {
-        (Some(s), _) => no_store(Json(c.describe(&caller, Some(&s.csrf))).into_response()),
+        (Some(s), _) => c.describe(&caller, Some(&s.csrf), None).await,
         (None, None) if bearer(&headers).ok().flatten().is_none() => {
             let (s, cookie) = c.open_session(None);
-            let mut resp = Json(c.describe(&caller, Some(&s.csrf))).into_response();
-            resp.headers_mut().insert(header::SET_COOKIE, cookie);
-            no_store(resp)
+            c.describe(&caller, Some(&s.csrf), Some(cookie)).await
         }
-        _ => no_store(Json(c.describe(&caller, None)).into_response()),
+        _ => c.describe(&caller, None, None).await,
     }
 }
 
 /// `POST /console/api/session` `{"token": …}`: logs in with a bearer token.
-async fn login(State(c): State<Arc<Console>>, headers: HeaderMap, body: Bytes) -> Response {
-    let result = (|| {
-        if !c.open {
-            c.caller(&headers, false)?;
-        }
-        let body = json_body(&headers, &body)?;
-        let token = string_field(&body, "token")?;
-        let token = token.trim();
-        let (caller, token) = match &c.tokens {
-            Some(tokens) => {
-                if token.is_empty() {
-                    return Err(ApiError::new(Code::Unauthenticated, "missing bearer token"));
-                }
-                let p = tokens
-                    .principal(token)
-                    .ok_or_else(|| ApiError::new(Code::Unauthenticated, "unknown bearer token"))?;
-                (Caller::new(Some(p), None), Some(token.to_owned()))
-            }
-            None => (Caller::new(None, None), None),
-        };
-        Ok((caller, token))
-    })();
-    match result {
-        Ok((caller, token)) => {
-            let (s, cookie) = c.open_session(token);
-            let mut resp = Json(c.describe(&caller, Some(&s.csrf))).into_response();
-            resp.headers_mut().insert(header::SET_COOKIE, cookie);
-            no_store(resp)
-        }
-        Err(e) => e.into_response(),
+async fn login(
+    State(c): State<Arc<Console>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    if !c.open {
+        c.caller(&headers, false)?;
     }
+    let body = json_body(&headers, &body)?;
+    let token = string_field(&body, "token")?;
+    let token = token.trim();
+    let (caller, token) = match &c.tokens {
+        Some(tokens) => {
+            if token.is_empty() {
+                return Err(ApiError::new(Code::Unauthenticated, "missing bearer token"));
+            }
+            let p = tokens
+                .principal(token)
+                .ok_or_else(|| ApiError::new(Code::Unauthenticated, "unknown bearer token"))?;
+            (Caller::new(Some(p), None), Some(token.to_owned()))
+        }
+        None => (Caller::new(None, None), None),
+    };
+    let (s, cookie) = c.open_session(token);
+    c.describe(&caller, Some(&s.csrf), Some(cookie)).await
 }
 
 /// `DELETE /console/api/session`: logs out.
@@ -541,9 +547,7 @@ async fn stop(
         reason: string_field(&body, "reason")?,
     };
     let resp = c.svc.stop_worker(caller.request(req)).await?.into_inner();
-    Ok(no_store(
-        Json(proto_json(&resp, "agentry.v1.StopWorkerResponse")?).into_response(),
-    ))
+    proto_reply(&resp, "agentry.v1.StopWorkerResponse")
 }
 
 /// `POST /console/api/workers/{id}/message` `{"text": …}`: `SendWorkerMessage`.
@@ -565,22 +569,18 @@ async fn message(
         .send_worker_message(caller.request(req))
         .await?
         .into_inner();
-    Ok(no_store(
-        Json(proto_json(&resp, "agentry.v1.SendWorkerMessageResponse")?).into_response(),
-    ))
+    proto_reply(&resp, "agentry.v1.SendWorkerMessageResponse")
 }
 
 /// `GET /console/api/replicas`: the live replicas and what each runs (operators; docs §14.1).
 async fn replicas(State(c): State<Arc<Console>>, headers: HeaderMap) -> Result<Response, ApiError> {
     let caller = c.caller(&headers, false)?;
-    if !c.is_operator(&caller) {
-        return Err(ApiError::new(
-            Code::PermissionDenied,
-            format!(
-                "the replicas view is for operators (auth.operators); principal {:?} is not one",
-                caller.identity().principal
-            ),
-        ));
+    if !c.sees_all(&caller).await? {
+        return Err(crate::app::Error::OperatorsOnly(
+            "the replicas view",
+            caller.identity().principal,
+        )
+        .into());
     }
     let Some(shared) = c.app.supervisor.shared_store() else {
         return Ok(no_store(

@@ -36,15 +36,6 @@ pub(crate) struct A2aServer {
     pub http: reqwest::Client,
 }
 
-/// A free loopback port for the HTTP listener.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The exec agent `echo` answers `echo: <prompt>`; a prompt with `sleep` runs 30 s first.
 pub(crate) async fn a2a_server(tweak: impl FnOnce(&mut agentry::config::Config)) -> A2aServer {
     let port = free_port();

@@ -27,15 +27,6 @@ async fn browser() -> Option<Browser> {
     Some(Browser::start(&driver, &chromium).await)
 }
 
-/// A free TCP port on loopback.
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Where the test leaves its screenshot (the README shows a copy).
 fn screenshot_path() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console.png")
@@ -577,6 +568,11 @@ async fn the_console_api_authenticates_and_refuses_cross_site_actions() {
         .await
         .unwrap();
     assert_eq!(r.status(), 403);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"],
+        json!({"code": "PERMISSION_DENIED",
+               "message": "the replicas view is for operators (auth.operators); principal \"alice\" is not one"})
+    );
     let r = http
         .get(format!("{base}/console/api/replicas"))
         .header("authorization", "Bearer ops-secret")
@@ -675,6 +671,44 @@ async fn the_tree_stream_sends_changes_and_the_watch_resumes() {
     assert_eq!(
         burst["workers"][0]["state"], "WORKER_STATE_KILLED",
         "{burst}"
+    );
+
+    // The snapshot's bound: the open workers first, `truncated` past `limit`; a bad limit named.
+    let open = spawn_as(
+        &s,
+        "alice-secret",
+        spawn_req("helper", "alice's second", false),
+    )
+    .await;
+    let bounded = http
+        .get(format!("{base}/console/api/tree?limit=1"))
+        .header("authorization", "Bearer alice-secret")
+        .send()
+        .await
+        .unwrap();
+    let (name, snap) = Sse(bounded, String::new()).next().await;
+    assert_eq!(name, "snapshot");
+    let ids: Vec<&str> = snap["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        (ids, &snap["truncated"]),
+        (vec![open.id.as_str()], &json!(true)),
+        "{snap}"
+    );
+    let r = http
+        .get(format!("{base}/console/api/tree?limit=0"))
+        .header("authorization", "Bearer alice-secret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert_eq!(
+        r.json::<Value>().await.unwrap(),
+        json!({"error": {"code": "INVALID_ARGUMENT", "message": "limit: must be 1..=5000, not 0"}})
     );
 
     // Bob's watch of alice's worker: 404 as gRPC's NOT_FOUND.

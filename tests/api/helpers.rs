@@ -254,6 +254,15 @@ where
     }
 }
 
+/// A free TCP port on loopback (for a listener the server binds itself, such as `http.listen`).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// The first answer of `url` once the HTTP listener behind it accepts (within 10 s), whatever
 /// its status.
 pub async fn http_answer(http: &reqwest::Client, url: &str) -> reqwest::Response {

@@ -1715,7 +1715,7 @@ async fn replicas_an_inbox_and_a_transcript_survive_kill_9_on_postgresql() {
 /// the worker A runs.
 #[tokio::test]
 async fn replicas_the_console_on_b_follows_a_worker_of_a_and_lists_both_replicas() {
-    use crate::console::{Sse, free_port};
+    use crate::{console::Sse, helpers::free_port};
     use serde_json::Value;
     let Some(db) = TestDb::create().await else {
         return;

@@ -1,12 +1,41 @@
-//! A runner that accepts and completes every assignment at once: the load side of the runner
-//! rows (examples/replicas_load.rs, benches/fleet.rs), shared by `#[path]`.
+//! The load side of the replica benchmarks (examples/replicas_load.rs, benches/fleet.rs),
+//! shared by `#[path]`: a client that waits for its replica to answer, and a runner that accepts
+//! and completes every assignment at once.
 
-use std::net::SocketAddr;
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
 
-use agentry::grpc::pb;
+use agentry::grpc::pb::{self, agent_registry_service_client::AgentRegistryServiceClient};
 use tokio::task::JoinHandle;
 use tokio_stream::StreamExt;
 use tonic::transport::Channel;
+
+/// A client of the replica on `addr`, once it answers `ListAgents` (within 60 s).
+pub async fn connect(addr: SocketAddr) -> AgentRegistryServiceClient<Channel> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(ch) = Channel::from_shared(format!("http://{addr}"))
+            .expect("uri")
+            .connect()
+            .await
+        {
+            let mut c = AgentRegistryServiceClient::new(ch);
+            if c.list_agents(pb::ListAgentsRequest::default())
+                .await
+                .is_ok()
+            {
+                return c;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replica on {addr} did not come up"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
 
 /// A runner on `addr` with `slots` slots that accepts and completes every assignment at once.
 pub async fn instant_runner(addr: SocketAddr, slots: u32) -> JoinHandle<()> {
