@@ -60,12 +60,20 @@ const TICK_MS: f64 = 10.0;
 struct Options {
     quota: f64,
     seconds: u64,
+    /// The replica counts of the background-spawn rows (`--replicas 1,2,4`).
+    replicas: Vec<usize>,
+    /// Which parts run (`--only spawns` or `--only runners`; both by default).
+    spawns: bool,
+    runners: bool,
 }
 
 fn options() -> Options {
     let mut o = Options {
         quota: 0.25,
         seconds: 10,
+        replicas: vec![1, 2, 4],
+        spawns: true,
+        runners: true,
     };
     let args: Vec<String> = std::env::args().collect();
     for (i, a) in args.iter().enumerate() {
@@ -74,6 +82,18 @@ fn options() -> Options {
             "--quota" => o.quota = next().expect("--quota takes cores, e.g. 0.25"),
             "--seconds" => o.seconds = next().map(|s: f64| s as u64).expect("--seconds N"),
             "--quick" => o.seconds = 2,
+            "--replicas" => {
+                o.replicas = args
+                    .get(i + 1)
+                    .map(|v| v.split(',').filter_map(|n| n.parse().ok()).collect())
+                    .filter(|v: &Vec<usize>| !v.is_empty() && !v.contains(&0))
+                    .expect("--replicas takes counts, e.g. 1,2,4")
+            }
+            "--only" => match args.get(i + 1).map(String::as_str) {
+                Some("spawns") => o.runners = false,
+                Some("runners") => o.spawns = false,
+                _ => panic!("--only takes spawns or runners"),
+            },
             _ => {}
         }
     }
@@ -442,12 +462,22 @@ async fn run(cg: &Cgroups, o: &Options) {
         "fleet on one PostgreSQL database: each replica in its own cgroup capped at {} core, workers /bin/true, {} s of load per row",
         o.quota, o.seconds
     );
+    if o.spawns {
+        spawn_rows(cg, o).await;
+    }
+    if o.runners {
+        runner_rows(cg, o).await;
+    }
+}
+
+/// The background-spawn rows: rate and its ratios, the database's cost per spawn.
+async fn spawn_rows(cg: &Cgroups, o: &Options) {
     let mut rows = Vec::new();
-    for n in [1, 2, 4] {
+    for &n in &o.replicas {
         let r = spawns(cg, n, o).await;
         rows.push((n, r));
     }
-    let one = rows[0].1.per_s;
+    let one = rows[0].1.per_s / rows[0].0 as f64;
     println!("completed background spawns per second ({CLIENTS_PER_REPLICA} clients per replica)");
     for (n, r) in &rows {
         let target = match n {
@@ -514,6 +544,10 @@ async fn run(cg: &Cgroups, o: &Options) {
         );
     }
 
+}
+
+/// The runner rows: workers spawned on the runner's replica and on the other one.
+async fn runner_rows(cg: &Cgroups, o: &Options) {
     let db = TestDb::create().await.expect("a test database");
     let dir = tempfile::tempdir().unwrap();
     let replicas: Vec<Replica> = (0..2)

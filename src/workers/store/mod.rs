@@ -56,6 +56,21 @@ pub trait WorkerStore: Send + Sync + 'static {
     /// an error.
     async fn create(&self, rec: &WorkerRecord) -> Result<WorkerEvent, StoreError>;
 
+    /// [`create`](Self::create) of a worker that must first win the dedupe claim `claim`
+    /// (the key and how long the claim lasts) in a store shared by replicas (docs §9): the
+    /// claim and the row are written together (on PostgreSQL one statement, one commit), and a
+    /// claim another live worker holds is [`StoreError::DedupeHeld`] with nothing written. A
+    /// store of one process has no claims of its own (the process's dedupe cache is the only
+    /// one) and creates.
+    async fn create_claimed(
+        &self,
+        rec: &WorkerRecord,
+        claim: Option<(&str, Duration)>,
+    ) -> Result<WorkerEvent, StoreError> {
+        let _ = claim;
+        self.create(rec).await
+    }
+
     /// Applies a lifecycle event: reads the row, asks the transition function, and writes the
     /// new state (with `patch`, the times, the next sequence and, when terminal, no token) and
     /// its event in one transaction. A terminal worker absorbing a repeated stop is
@@ -80,6 +95,24 @@ pub trait WorkerStore: Send + Sync + 'static {
         now_ms: i64,
     ) -> Result<Applied, StoreError> {
         self.apply(&known.id, event, patch, now_ms).await
+    }
+
+    /// Two lifecycle events of one worker, `first` then `then` (each an event, its patch and
+    /// its time), as [`apply_from`](Self::apply_from) twice: what a run whose start was not
+    /// written yet when it ended records (docs/workers.md §6.3, "a short run's writes"). A
+    /// backend may write both events with one row update and one commit; the events, their
+    /// sequences and their times are the same either way. Returns what each did, in order.
+    async fn apply_pair_from(
+        &self,
+        known: &WorkerRecord,
+        first: (Event, Patch, i64),
+        then: (Event, Patch, i64),
+    ) -> Result<[Applied; 2], StoreError> {
+        let a = self.apply_from(known, first.0, first.1, first.2).await?;
+        let b = self
+            .apply_from(a.worker(), then.0, then.1, then.2)
+            .await?;
+        Ok([a, b])
     }
 
     /// The worker as stored, if it exists.
@@ -598,6 +631,13 @@ pub enum StoreError {
         request_id: String,
         /// The worker created with it first.
         existing: WorkerId,
+    },
+    /// Another worker holds the dedupe claim a [`WorkerStore::create_claimed`] asked for;
+    /// nothing was written.
+    #[error("an identical dispatch holds the dedupe claim: worker {holder}")]
+    DedupeHeld {
+        /// The worker that holds the claim.
+        holder: WorkerId,
     },
     /// PostgreSQL (or its connection pool) failed; `context` says what the store was doing.
     #[error("worker store: {context}: {message}")]

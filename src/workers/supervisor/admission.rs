@@ -21,6 +21,7 @@ use crate::{
         executor::{Assignment, Job},
         model::{SpawnSpec, WorkerId, WorkerRecord, WorkerState, generate_token, hash_token},
         spec::WorkerSpec,
+        store::StoreError,
         worktree,
     },
 };
@@ -231,12 +232,18 @@ impl Supervisor {
         } else {
             None
         };
-        let started = self
+        match self
             .create(
                 id, &req, &purpose, lineage, def, eff, new_id, key, pending, worktree,
             )
-            .await?;
-        Ok(Admitted::Started(started))
+            .await?
+        {
+            Created::Started(started) => Ok(Admitted::Started(started)),
+            Created::Held(rec) => {
+                let age = Self::age(&rec);
+                Ok(Admitted::Reused(self.reused(rec, age, &req).await?))
+            }
+        }
     }
 
     /// Gives up this dispatch's dedupe claim on `key` (its worker will not be created).
@@ -293,25 +300,16 @@ impl Supervisor {
                 return Ok(Some(reused));
             }
         }
-        // Without a shared store, the in-process claim above is the only one.
-        let holder = match &self.shared {
-            Some(shared) => shared
-                .claim_dedupe(&key.to_string(), new_id, self.settings.dedupe_ttl)
-                .await
-                .inspect_err(|_| self.dedupe.forget(key, new_id.as_str()))?,
-            None => None,
-        };
-        let Some(holder) = holder else {
-            return Ok(None);
-        };
-        self.dedupe.forget(key, new_id.as_str());
-        let Some(rec) = self.wait_for_row(&holder).await? else {
-            return Ok(None);
-        };
-        let age = Duration::from_millis(
+        // The in-process claim above is the only one of a store of one process; a shared
+        // store's claim is taken with the row (`create`), one statement and one commit.
+        Ok(None)
+    }
+
+    /// How long ago `rec` was created.
+    fn age(rec: &WorkerRecord) -> Duration {
+        Duration::from_millis(
             u64::try_from(now_ms().saturating_sub(rec.spec.create_time_ms)).unwrap_or(0),
-        );
-        self.reused(rec, age, req).await.map(Some)
+        )
     }
 
     /// The worker this process's dedupe cache already points `key` at, if it may be reused: a
@@ -377,7 +375,9 @@ impl Supervisor {
         })
     }
 
-    /// Writes the row, makes the worker live and starts its run task.
+    /// Writes the row (with its dedupe claim, in a shared store), makes the worker live and
+    /// starts its run task; or, when an identical dispatch of another replica holds the
+    /// claim, gives up this one for that worker.
     #[allow(clippy::too_many_arguments)]
     async fn create(
         self: &Arc<Self>,
@@ -391,7 +391,7 @@ impl Supervisor {
         key: Option<DedupeKey>,
         pending: tokio::sync::OwnedSemaphorePermit,
         worktree: Option<worktree::Worktree>,
-    ) -> Result<Started, WorkerError> {
+    ) -> Result<Created, WorkerError> {
         let token = generate_token();
         let created_at = now_ms();
         let workspace = match &worktree {
@@ -426,7 +426,41 @@ impl Supervisor {
             id: new_id.clone(),
             tx: created_tx,
         };
-        let created = match self.store.create(&record).await {
+        let claim = key
+            .filter(|_| self.shared.is_some())
+            .map(|k| k.to_string());
+        let mut created = self
+            .store
+            .create_claimed(
+                &record,
+                claim.as_deref().map(|k| (k, self.settings.dedupe_ttl)),
+            )
+            .await;
+        if let Err(StoreError::DedupeHeld { holder }) = &created {
+            // An identical dispatch of another replica won the key at the same moment (docs
+            // §9): its worker answers this one. Its row was written with its claim; should it
+            // be gone all the same, this one runs after all.
+            match self.wait_for_row(holder).await {
+                Ok(Some(rec)) => {
+                    if let Some(key) = key {
+                        self.dedupe.forget(key, new_id.as_str());
+                    }
+                    if let Some(w) = worktree {
+                        worktree::finish(w).await;
+                    }
+                    return Ok(Created::Held(rec));
+                }
+                Ok(None) => created = self.store.create(&record).await,
+                Err(e) => {
+                    self.forget_claim(key, &new_id).await;
+                    if let Some(w) = worktree {
+                        worktree::finish(w).await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let created = match created {
             Ok(ev) => ev,
             Err(e) => {
                 self.forget_claim(key, &new_id).await;
@@ -514,11 +548,11 @@ impl Supervisor {
             self.clone().drive(ctx, job),
             span,
         ));
-        Ok(Started {
+        Ok(Created::Started(Started {
             record,
             done: done_rx,
             hold,
-        })
+        }))
     }
 
     /// How long the run may take: the request's, the agent's and the executor's bound for a
@@ -794,4 +828,11 @@ pub(super) struct Conversing {
     pub(super) mail: Arc<crate::workers::executor::Mailbox>,
     /// The worker and session reference a runner continuation reloads.
     pub(super) runner_resume: Option<(String, String)>,
+}
+
+/// What [`Supervisor::create`] did: started the worker, or found the dedupe claim held by
+/// another replica's worker, which answers the dispatch instead.
+enum Created {
+    Started(Started),
+    Held(WorkerRecord),
 }

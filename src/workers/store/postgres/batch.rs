@@ -48,6 +48,17 @@ pub(super) struct TransitionWrite {
     pub expected_token: Option<String>,
     /// The event's snapshot (JSON).
     pub snapshot: String,
+    /// An event written just before `event` by the same row update (a start held back until
+    /// the run ended, `WorkerStore::apply_pair_from`): its sequence is the one before.
+    pub earlier: Option<Earlier>,
+}
+
+/// The first event of a pair written by one row update: its state, time and snapshot.
+#[derive(Debug)]
+pub(super) struct Earlier {
+    pub state: &'static str,
+    pub time_ms: i64,
+    pub snapshot: String,
 }
 
 /// A new worker as it is written (in `pending` at sequence 1): its creation event, its
@@ -57,6 +68,9 @@ pub(super) struct CreateWrite {
     pub event: WorkerEvent,
     pub effective: String,
     pub snapshot: String,
+    /// The dedupe claim the row needs (its key and time to live in ms): the row goes in only
+    /// if the claim is won, in the same statement (`WorkerStore::create_claimed`).
+    pub claim: Option<(String, i64)>,
 }
 
 /// A dedupe claim: `key` for `worker_id` until `ttl_ms` from now on the database clock.
@@ -72,6 +86,26 @@ fn column<'a, W, T>(writes: &'a [W], f: impl Fn(&'a W) -> T) -> Vec<T> {
     writes.iter().map(f).collect()
 }
 
+/// When a dedupe claim already there may be taken over (the row lock taken by `ON CONFLICT`
+/// makes concurrent claimers queue, so exactly one wins): it expired, its worker failed or was
+/// killed, or its worker never appeared after `$secs` seconds (its replica died between the
+/// claim and the row). The worker of a claim is looked up by its id (a scalar subquery, which
+/// the planner cannot turn into a hash of every worker). `$secs` is the statement's parameter
+/// of [`CLAIM_WITHOUT_ROW_SECS`].
+macro_rules! claim_taken_over_when {
+    ($secs:literal) => {
+        concat!(
+            "dedupe_claims.expires_at <= now()
+         OR (SELECT w.state FROM workers w WHERE w.id = dedupe_claims.worker_id)
+            IN ('failed', 'killed')
+         OR ((SELECT w.state FROM workers w WHERE w.id = dedupe_claims.worker_id) IS NULL
+             AND dedupe_claims.claimed_at < now() - ",
+            $secs,
+            "::DOUBLE PRECISION * interval '1 second')"
+        )
+    };
+}
+
 /// Transitions, each a compare-and-set on its row's sequence and token, with their events
 /// and notifications (`worker:sequence:origin`), in one statement. Returns the ordinal (from
 /// 1) of every transition written.
@@ -80,12 +114,13 @@ const TRANSITIONS_SQL: &str = "WITH i AS (
                               $6::text[], $7::text[], $8::text[], $9::integer[], $10::text[],
                               $11::bigint[], $12::text[], $13::text[], $14::bigint[], $15::text[],
                               $16::bigint[], $17::text[], $18::text[], $19::text[],
-                              $21::boolean[])
+                              $21::boolean[], $22::text[], $23::bigint[], $24::text[])
              WITH ORDINALITY AS i(id, state, sequence, start_time_ms, close_time_ms, result,
                                   structured_result, error, exit_code, token_hash,
                                   last_activity_ms, usage, worktree, expected_sequence,
                                   expected_token, time_ms, snapshot, question, session_ref,
-                                  rejected, ord)
+                                  rejected, earlier_state, earlier_time_ms, earlier_snapshot,
+                                  ord)
      ), g AS (
          UPDATE workers w
             SET state = i.state, sequence = i.sequence, start_time_ms = i.start_time_ms,
@@ -101,10 +136,13 @@ const TRANSITIONS_SQL: &str = "WITH i AS (
           WHERE w.id = i.id AND w.sequence = i.expected_sequence
             AND w.token_hash IS NOT DISTINCT FROM i.expected_token
          RETURNING w.id, i.sequence AS seq, i.state AS st, i.time_ms AS at, i.snapshot AS snap,
-                   i.ord
+                   i.earlier_state AS e_st, i.earlier_time_ms AS e_at,
+                   i.earlier_snapshot AS e_snap, i.ord
      ), e AS (
          INSERT INTO worker_events (worker_id, sequence, state, time_ms, snapshot, progress)
          SELECT id, seq, st, at, snap, NULL FROM g
+         UNION ALL
+         SELECT id, seq - 1, e_st, e_at, e_snap, NULL FROM g WHERE e_st IS NOT NULL
          RETURNING worker_id, sequence
      )
      SELECT g.ord, pg_notify('agentry_events', e.worker_id || ':' || e.sequence || ':' || $20::text)
@@ -136,7 +174,10 @@ async fn write_transitions(
     let question = column(writes, |w| w.event.worker.question.as_deref());
     let session_ref = column(writes, |w| w.event.worker.session_ref.as_deref());
     let rejected = column(writes, |w| w.event.worker.rejected);
-    let params: [&(dyn ToSql + Sync); 21] = [
+    let earlier_state = column(writes, |w| w.earlier.as_ref().map(|e| e.state));
+    let earlier_time = column(writes, |w| w.earlier.as_ref().map(|e| e.time_ms));
+    let earlier_snapshot = column(writes, |w| w.earlier.as_ref().map(|e| e.snapshot.as_str()));
+    let params: [&(dyn ToSql + Sync); 24] = [
         &id,
         &state,
         &sequence,
@@ -158,6 +199,9 @@ async fn write_transitions(
         &session_ref,
         &origin,
         &rejected,
+        &earlier_state,
+        &earlier_time,
+        &earlier_snapshot,
     ];
     let statement = c.prepare_cached(TRANSITIONS_SQL).await?;
     let moved: HashSet<i64> = c
@@ -173,16 +217,29 @@ async fn write_transitions(
 }
 
 /// New workers, each with its creation event and notification, in one statement; a row that
-/// conflicts with one already there (its id, or its caller's `request_id`) is skipped, not an
-/// error. Returns the ids written.
-const CREATES_SQL: &str = "WITH i AS (
+/// conflicts with one already there (its id, or its caller's `request_id`), or whose dedupe
+/// claim another worker holds, is skipped, not an error. The claims are taken as
+/// [`CLAIMS_SQL`] takes them, in the same statement. Returns the ids written.
+const CREATES_SQL: &str = concat!(
+    "WITH i AS (
          SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
                               $6::text[], $7::bigint[], $8::bigint[], $9::text[], $10::text[],
                               $11::text[], $12::text[], $13::bigint[], $14::text[], $15::text[],
-                              $17::text[], $18::text[])
+                              $17::text[], $18::text[], $19::text[], $20::bigint[])
              AS i(id, agent, description, prompt, workspace, parent_id, depth, create_time_ms,
                   caller_scope, request_id, token_hash, effective, last_activity_ms, worktree,
-                  snapshot, context_id, a2a_message)
+                  snapshot, context_id, a2a_message, claim_key, claim_ttl_ms)
+     ), c AS (
+         INSERT INTO dedupe_claims (key, worker_id, expires_at)
+         SELECT claim_key, id, now() + claim_ttl_ms * interval '1 millisecond'
+           FROM i WHERE claim_key IS NOT NULL
+         ON CONFLICT (key) DO UPDATE
+            SET worker_id = EXCLUDED.worker_id, claimed_at = now(),
+                expires_at = EXCLUDED.expires_at
+          WHERE ",
+    claim_taken_over_when!("$21"),
+    "
+         RETURNING key
      ), g AS (
          INSERT INTO workers (id, agent, description, prompt, workspace, parent_id, depth, state,
                               sequence, create_time_ms, caller_scope, request_id, token_hash,
@@ -192,6 +249,7 @@ const CREATES_SQL: &str = "WITH i AS (
                 create_time_ms, caller_scope, request_id, token_hash, effective,
                 last_activity_ms, worktree, $16::text, context_id, a2a_message
            FROM i
+          WHERE i.claim_key IS NULL OR i.claim_key IN (SELECT key FROM c)
          ON CONFLICT DO NOTHING
          RETURNING id
      ), e AS (
@@ -199,7 +257,8 @@ const CREATES_SQL: &str = "WITH i AS (
          SELECT i.id, 1, 'pending', i.create_time_ms, i.snapshot, NULL FROM i JOIN g ON g.id = i.id
          RETURNING worker_id
      )
-     SELECT worker_id, pg_notify('agentry_events', worker_id || ':1:' || $16::text) FROM e";
+     SELECT worker_id, pg_notify('agentry_events', worker_id || ':1:' || $16::text) FROM e"
+);
 
 /// Writes `writes` as one statement on `c`: whether each row went in.
 async fn write_creates(
@@ -226,7 +285,9 @@ async fn write_creates(
     let snapshot = column(writes, |w| w.snapshot.as_str());
     let context = column(writes, |w| w.event.worker.spec.context_id.as_deref());
     let a2a_message = column(writes, |w| w.event.worker.spec.a2a_message.as_deref());
-    let params: [&(dyn ToSql + Sync); 18] = [
+    let claim_key = column(writes, |w| w.claim.as_ref().map(|(k, _)| k.as_str()));
+    let claim_ttl = column(writes, |w| w.claim.as_ref().map(|(_, ttl)| *ttl));
+    let params: [&(dyn ToSql + Sync); 21] = [
         &id,
         &agent,
         &description,
@@ -245,6 +306,9 @@ async fn write_creates(
         &origin,
         &context,
         &a2a_message,
+        &claim_key,
+        &claim_ttl,
+        &CLAIM_WITHOUT_ROW_SECS,
     ];
     let statement = c.prepare_cached(CREATES_SQL).await?;
     let written: HashSet<String> = c
@@ -261,18 +325,17 @@ async fn write_creates(
 /// `$4` seconds); the row lock taken by `ON CONFLICT` makes concurrent claimers queue, so
 /// exactly one wins. Returns the keys won. The worker of a claim is looked up by its id (a
 /// scalar subquery, which the planner cannot turn into a hash of every worker).
-const CLAIMS_SQL: &str = "INSERT INTO dedupe_claims (key, worker_id, expires_at)
+const CLAIMS_SQL: &str = concat!(
+    "INSERT INTO dedupe_claims (key, worker_id, expires_at)
      SELECT key, worker_id, now() + ttl_ms * interval '1 millisecond'
        FROM unnest($1::text[], $2::text[], $3::bigint[]) AS i(key, worker_id, ttl_ms)
      ON CONFLICT (key) DO UPDATE
         SET worker_id = EXCLUDED.worker_id, claimed_at = now(),
             expires_at = EXCLUDED.expires_at
-      WHERE dedupe_claims.expires_at <= now()
-         OR (SELECT w.state FROM workers w WHERE w.id = dedupe_claims.worker_id)
-            IN ('failed', 'killed')
-         OR ((SELECT w.state FROM workers w WHERE w.id = dedupe_claims.worker_id) IS NULL
-             AND dedupe_claims.claimed_at < now() - $4::DOUBLE PRECISION * interval '1 second')
-     RETURNING key";
+      WHERE ",
+    claim_taken_over_when!("$4"),
+    " RETURNING key"
+);
 
 /// A dedupe claim whose worker row has not appeared after this long is taken over: its replica
 /// died between the claim and the row.

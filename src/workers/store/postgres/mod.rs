@@ -50,7 +50,10 @@ use context::{PgContext, pool_error_text};
 pub use lease::ReplicaSettings;
 use lease::{Host, lease_ms, take_over_predecessors};
 use notices::{NOTICE_BUFFER, listen};
-use rows::{EventRow, PROGRESS_SQL, create_write, latest_event, select_worker, transition_write};
+use rows::{
+    EventRow, PROGRESS_SQL, create_write, latest_event, pair_write, select_worker,
+    transition_write,
+};
 
 mod batch;
 mod cached;
@@ -65,6 +68,9 @@ mod runners;
 mod schema;
 #[cfg(test)]
 mod tests;
+
+/// How many times a create tries for a dedupe claim that keeps being released under it.
+const CLAIM_ATTEMPTS: usize = 3;
 
 /// Connections in the pool.
 const POOL_SIZE: usize = 16;
@@ -286,18 +292,47 @@ impl PostgresStore {
     /// not go in met one with its id — on a retry, the attempt before committed (ids are random,
     /// so nobody else has this one) — or one with its caller's `request_id`: the unique index
     /// decides a `request_id` race between replicas.
+    ///
+    /// With a dedupe `claim` (key, time to live), the row goes in only if the claim is won in
+    /// the same statement; a claim another worker holds is [`StoreError::DedupeHeld`]. `None`:
+    /// the claim was lost and then released before its holder could be read, so the caller
+    /// tries again.
     async fn create_once(
         &self,
         event: &WorkerEvent,
+        claim: Option<(&str, Duration)>,
         retry: bool,
-    ) -> Result<WorkerEvent, StoreError> {
+    ) -> Result<Option<WorkerEvent>, StoreError> {
         let w = &event.worker;
-        if self.creates.write(create_write(event)?).await? {
-            return Ok(event.clone());
+        let mut write = create_write(event)?;
+        write.claim = claim.map(|(key, ttl)| (key.to_owned(), lease_ms(ttl)));
+        if self.creates.write(write).await? {
+            return Ok(Some(event.clone()));
         }
         if retry && self.get(&w.id).await?.is_some() {
-            return Ok(event.clone());
+            return Ok(Some(event.clone()));
         }
+        if let Some((key, _)) = claim {
+            let holder = {
+                let client = self.client().await?;
+                dedupe::holder(&client, key, &w.id).await?
+            };
+            if let Some(holder) = holder {
+                return Err(StoreError::DedupeHeld { holder });
+            }
+            // This worker won the claim and its row conflicted (its caller's `request_id`,
+            // named), or the claim was released in between: then the caller tries again.
+            return match self.created_conflict(w).await {
+                Err(StoreError::Postgres { .. }) => Ok(None),
+                other => other.map(Some),
+            };
+        }
+        self.created_conflict(w).await.map(Some)
+    }
+
+    /// Why the row of `w` did not go in: its caller's `request_id` is taken (by a row that is
+    /// named), or a row with its id is there.
+    async fn created_conflict(&self, w: &WorkerRecord) -> Result<WorkerEvent, StoreError> {
         if let Some(request_id) = &w.spec.request_id
             && let Some(existing) = self
                 .find_by_request_id(&w.spec.caller_scope, request_id)
@@ -458,9 +493,32 @@ fn new_pool(config: tokio_postgres::Config, size: usize, shown: &str) -> Result<
 #[async_trait::async_trait]
 impl WorkerStore for PostgresStore {
     async fn create(&self, rec: &WorkerRecord) -> Result<WorkerEvent, StoreError> {
+        self.create_claimed(rec, None).await
+    }
+
+    async fn create_claimed(
+        &self,
+        rec: &WorkerRecord,
+        claim: Option<(&str, Duration)>,
+    ) -> Result<WorkerEvent, StoreError> {
         let event = creation_event(rec);
-        self.retrying("create worker", |n| self.create_once(&event, n > 0))
-            .await
+        // A claim released between losing it and reading its holder is tried again, a few
+        // times: each time another dispatch took it and let it go at that very moment.
+        for _ in 0..CLAIM_ATTEMPTS {
+            let created = self
+                .retrying("create worker", |n| self.create_once(&event, claim, n > 0))
+                .await?;
+            if let Some(created) = created {
+                return Ok(created);
+            }
+        }
+        Err(StoreError::Postgres {
+            context: "insert worker".to_owned(),
+            message: format!(
+                "worker {}: its dedupe claim was lost and released {CLAIM_ATTEMPTS} times in a row",
+                rec.id
+            ),
+        })
     }
 
     async fn apply(
@@ -487,6 +545,45 @@ impl WorkerStore for PostgresStore {
             self.apply_once(&known.id, Some(known), event, patch.clone(), now_ms, n > 0)
         })
         .await
+    }
+
+    async fn apply_pair_from(
+        &self,
+        known: &WorkerRecord,
+        first: (Event, Patch, i64),
+        then: (Event, Patch, i64),
+    ) -> Result<[Applied; 2], StoreError> {
+        // Decided on `known` and written as one compare-and-set: one row update, both events,
+        // one commit. A row that moved, or a decision other than two moves, goes the long way.
+        if let Ok(Some(mid)) = advance(known, first.0, first.1.clone(), first.2)
+            && let Ok(Some(next)) = advance(&mid, then.0, then.1.clone(), then.2)
+        {
+            let (write, earlier) = pair_write(known, mid, first.2, next, then.2)?;
+            let last = write.event.clone();
+            match self.transitions.write(write).await {
+                Ok(true) => return Ok([Applied::Moved(earlier), Applied::Moved(last)]),
+                Ok(false) => {}
+                // The answer to a commit can be lost with the connection: the row says
+                // whether the pair went in (it is where the pair took it), else it is written
+                // the long way.
+                Err(StoreError::Lost { .. }) => {
+                    let now = self
+                        .retrying("read worker", |_| self.get(&known.id))
+                        .await?;
+                    if now.is_some_and(|r| {
+                        r.sequence == last.sequence && r.last_activity_ms == last.time_ms
+                    }) {
+                        return Ok([Applied::Moved(earlier), Applied::Moved(last)]);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let a = self.apply_from(known, first.0, first.1, first.2).await?;
+        let b = self
+            .apply_from(a.worker(), then.0, then.1, then.2)
+            .await?;
+        Ok([a, b])
     }
 
     async fn get(&self, id: &WorkerId) -> Result<Option<WorkerRecord>, StoreError> {

@@ -230,6 +230,59 @@ async fn a_dedupe_claim_is_won_once_across_replicas() {
 }
 
 #[tokio::test]
+async fn a_claimed_create_writes_its_row_only_with_its_claim() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let a = open(&db, "a").await;
+    let b = open(&db, "b").await;
+    let ttl = Duration::from_secs(60);
+    let (wa, wb) = (
+        suite::record(None, 1_000),
+        suite::record(None, 1_000),
+    );
+    let (ra, rb) = tokio::join!(
+        a.create_claimed(&wa, Some(("key", ttl))),
+        b.create_claimed(&wb, Some(("key", ttl)))
+    );
+    let (winner, loser) = match (ra, rb) {
+        (Ok(ev), Err(StoreError::DedupeHeld { holder })) => {
+            assert_eq!(holder, wa.id);
+            (ev.worker, &wb)
+        }
+        (Err(StoreError::DedupeHeld { holder }), Ok(ev)) => {
+            assert_eq!(holder, wb.id);
+            (ev.worker, &wa)
+        }
+        other => panic!("exactly one claimed create must win: {other:?}"),
+    };
+    assert_eq!(a.get(&loser.id).await.unwrap(), None, "the loser wrote nothing");
+    assert_eq!(b.get(&winner.id).await.unwrap().unwrap().id, winner.id);
+    // Another key, or none, is not held by it.
+    a.create_claimed(&suite::record(None, 1_100), Some(("other", ttl)))
+        .await
+        .unwrap();
+    a.create_claimed(&suite::record(None, 1_100), None)
+        .await
+        .unwrap();
+    // A failed worker's claim is taken over by the next claimed create.
+    a.apply(&winner.id, Event::Fail, Patch::default(), 2_000)
+        .await
+        .unwrap();
+    let next = suite::record(None, 3_000);
+    let created = b.create_claimed(&next, Some(("key", ttl))).await.unwrap();
+    assert_eq!(created.worker.id, next.id);
+    let err = a
+        .create_claimed(&suite::record(None, 3_100), Some(("key", ttl)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::DedupeHeld { holder } if *holder == next.id),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_newer_schema_is_refused_naming_both_versions() {
     let Some(db) = TestDb::create().await else {
         return;
