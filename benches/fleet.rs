@@ -87,7 +87,7 @@ fn options() -> Options {
                     .get(i + 1)
                     .map(|v| v.split(',').filter_map(|n| n.parse().ok()).collect())
                     .filter(|v: &Vec<usize>| !v.is_empty() && !v.contains(&0))
-                    .expect("--replicas takes counts, e.g. 1,2,4")
+                    .expect("--replicas takes counts, e.g. 1,2,4");
             }
             "--only" => match args.get(i + 1).map(String::as_str) {
                 Some("spawns") => o.runners = false,
@@ -543,7 +543,6 @@ async fn spawn_rows(cg: &Cgroups, o: &Options) {
             per(3)
         );
     }
-
 }
 
 /// The runner rows: workers spawned on the runner's replica and on the other one.

@@ -97,24 +97,6 @@ pub trait WorkerStore: Send + Sync + 'static {
         self.apply(&known.id, event, patch, now_ms).await
     }
 
-    /// Two lifecycle events of one worker, `first` then `then` (each an event, its patch and
-    /// its time), as [`apply_from`](Self::apply_from) twice: what a run whose start was not
-    /// written yet when it ended records (docs/workers.md §6.3, "a short run's writes"). A
-    /// backend may write both events with one row update and one commit; the events, their
-    /// sequences and their times are the same either way. Returns what each did, in order.
-    async fn apply_pair_from(
-        &self,
-        known: &WorkerRecord,
-        first: (Event, Patch, i64),
-        then: (Event, Patch, i64),
-    ) -> Result<[Applied; 2], StoreError> {
-        let a = self.apply_from(known, first.0, first.1, first.2).await?;
-        let b = self
-            .apply_from(a.worker(), then.0, then.1, then.2)
-            .await?;
-        Ok([a, b])
-    }
-
     /// The worker as stored, if it exists.
     async fn get(&self, id: &WorkerId) -> Result<Option<WorkerRecord>, StoreError>;
 

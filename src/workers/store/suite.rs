@@ -154,12 +154,6 @@ macro_rules! store_suite {
                 $open.await else { return };
             $crate::workers::store::suite::writes_made_together_each_get_their_own_answer(&*store).await;
         }
-        #[tokio::test]
-        async fn a_pair_of_events_is_two_events_and_one_outcome() {
-            let Some((_guard, store)): Option<(_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>)> =
-                $open.await else { return };
-            $crate::workers::store::suite::a_pair_of_events_is_two_events_and_one_outcome(&*store).await;
-        }
     };
 }
 pub(crate) use store_suite;
@@ -1052,79 +1046,6 @@ pub(crate) async fn a_transition_from_a_stale_record_is_decided_on_the_row(
             (4, WorkerState::Completed)
         ]
     );
-}
-
-/// A start and an ending recorded together (`apply_pair_from`): two events with their own
-/// sequences, states and times, the row where the second left it — from a known record as
-/// from a stale one (decided on the row), and a refused second event refused as alone.
-pub(crate) async fn a_pair_of_events_is_two_events_and_one_outcome(store: &dyn WorkerStore) {
-    let pending = create(store, None, 1_000).await;
-    let [start, end] = store
-        .apply_pair_from(
-            &pending,
-            (Event::Start, Patch::default(), 1_100),
-            (
-                Event::Complete,
-                Patch {
-                    result: Some("done".to_owned()),
-                    ..Patch::default()
-                },
-                1_200,
-            ),
-        )
-        .await
-        .unwrap()
-        .map(moved);
-    assert_eq!(
-        (start.sequence, start.state, start.time_ms),
-        (2, WorkerState::Running, 1_100)
-    );
-    assert_eq!(
-        (end.sequence, end.state, end.time_ms),
-        (3, WorkerState::Completed, 1_200)
-    );
-    let row = store.get(&pending.id).await.unwrap().unwrap();
-    assert_eq!(row, end.worker);
-    assert_eq!(
-        (row.start_time_ms, row.close_time_ms, row.result.as_deref()),
-        (Some(1_100), Some(1_200), Some("done"))
-    );
-    assert_eq!(row.token_hash, None, "terminal: the token is gone");
-    let events = store.events_after(&pending.id, 0).await.unwrap();
-    let seen: Vec<(u64, WorkerState, i64)> = events
-        .iter()
-        .map(|e| (e.sequence, e.state, e.time_ms))
-        .collect();
-    assert_eq!(
-        seen,
-        [
-            (1, WorkerState::Pending, 1_000),
-            (2, WorkerState::Running, 1_100),
-            (3, WorkerState::Completed, 1_200)
-        ]
-    );
-    assert_eq!(events[1].worker.start_time_ms, Some(1_100));
-    assert_eq!(events[1].worker.close_time_ms, None, "running, not closed");
-    // From a stale record: the row had started meanwhile, so the pair is decided on the row,
-    // where a second start is refused.
-    let other = create(store, None, 2_000).await;
-    moved(
-        store
-            .apply_from(&other, Event::Start, Patch::default(), 2_100)
-            .await
-            .unwrap(),
-    );
-    let err = store
-        .apply_pair_from(
-            &other,
-            (Event::Start, Patch::default(), 2_200),
-            (Event::Complete, Patch::default(), 2_300),
-        )
-        .await
-        .unwrap_err();
-    assert!(matches!(err, StoreError::Illegal(_)), "{err:?}");
-    let row = store.get(&other.id).await.unwrap().unwrap();
-    assert_eq!((row.sequence, row.state), (2, WorkerState::Running));
 }
 
 /// Many creates and transitions at once (a backend may write them in one statement): each

@@ -426,9 +426,7 @@ impl Supervisor {
             id: new_id.clone(),
             tx: created_tx,
         };
-        let claim = key
-            .filter(|_| self.shared.is_some())
-            .map(|k| k.to_string());
+        let claim = key.filter(|_| self.shared.is_some()).map(|k| k.to_string());
         let mut created = self
             .store
             .create_claimed(

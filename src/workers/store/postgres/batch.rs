@@ -48,17 +48,6 @@ pub(super) struct TransitionWrite {
     pub expected_token: Option<String>,
     /// The event's snapshot (JSON).
     pub snapshot: String,
-    /// An event written just before `event` by the same row update (a start held back until
-    /// the run ended, `WorkerStore::apply_pair_from`): its sequence is the one before.
-    pub earlier: Option<Earlier>,
-}
-
-/// The first event of a pair written by one row update: its state, time and snapshot.
-#[derive(Debug)]
-pub(super) struct Earlier {
-    pub state: &'static str,
-    pub time_ms: i64,
-    pub snapshot: String,
 }
 
 /// A new worker as it is written (in `pending` at sequence 1): its creation event, its
@@ -114,13 +103,12 @@ const TRANSITIONS_SQL: &str = "WITH i AS (
                               $6::text[], $7::text[], $8::text[], $9::integer[], $10::text[],
                               $11::bigint[], $12::text[], $13::text[], $14::bigint[], $15::text[],
                               $16::bigint[], $17::text[], $18::text[], $19::text[],
-                              $21::boolean[], $22::text[], $23::bigint[], $24::text[])
+                              $21::boolean[])
              WITH ORDINALITY AS i(id, state, sequence, start_time_ms, close_time_ms, result,
                                   structured_result, error, exit_code, token_hash,
                                   last_activity_ms, usage, worktree, expected_sequence,
                                   expected_token, time_ms, snapshot, question, session_ref,
-                                  rejected, earlier_state, earlier_time_ms, earlier_snapshot,
-                                  ord)
+                                  rejected, ord)
      ), g AS (
          UPDATE workers w
             SET state = i.state, sequence = i.sequence, start_time_ms = i.start_time_ms,
@@ -136,13 +124,10 @@ const TRANSITIONS_SQL: &str = "WITH i AS (
           WHERE w.id = i.id AND w.sequence = i.expected_sequence
             AND w.token_hash IS NOT DISTINCT FROM i.expected_token
          RETURNING w.id, i.sequence AS seq, i.state AS st, i.time_ms AS at, i.snapshot AS snap,
-                   i.earlier_state AS e_st, i.earlier_time_ms AS e_at,
-                   i.earlier_snapshot AS e_snap, i.ord
+                   i.ord
      ), e AS (
          INSERT INTO worker_events (worker_id, sequence, state, time_ms, snapshot, progress)
          SELECT id, seq, st, at, snap, NULL FROM g
-         UNION ALL
-         SELECT id, seq - 1, e_st, e_at, e_snap, NULL FROM g WHERE e_st IS NOT NULL
          RETURNING worker_id, sequence
      )
      SELECT g.ord, pg_notify('agentry_events', e.worker_id || ':' || e.sequence || ':' || $20::text)
@@ -174,10 +159,7 @@ async fn write_transitions(
     let question = column(writes, |w| w.event.worker.question.as_deref());
     let session_ref = column(writes, |w| w.event.worker.session_ref.as_deref());
     let rejected = column(writes, |w| w.event.worker.rejected);
-    let earlier_state = column(writes, |w| w.earlier.as_ref().map(|e| e.state));
-    let earlier_time = column(writes, |w| w.earlier.as_ref().map(|e| e.time_ms));
-    let earlier_snapshot = column(writes, |w| w.earlier.as_ref().map(|e| e.snapshot.as_str()));
-    let params: [&(dyn ToSql + Sync); 24] = [
+    let params: [&(dyn ToSql + Sync); 21] = [
         &id,
         &state,
         &sequence,
@@ -199,9 +181,6 @@ async fn write_transitions(
         &session_ref,
         &origin,
         &rejected,
-        &earlier_state,
-        &earlier_time,
-        &earlier_snapshot,
     ];
     let statement = c.prepare_cached(TRANSITIONS_SQL).await?;
     let moved: HashSet<i64> = c

@@ -50,10 +50,7 @@ use context::{PgContext, pool_error_text};
 pub use lease::ReplicaSettings;
 use lease::{Host, lease_ms, take_over_predecessors};
 use notices::{NOTICE_BUFFER, listen};
-use rows::{
-    EventRow, PROGRESS_SQL, create_write, latest_event, pair_write, select_worker,
-    transition_write,
-};
+use rows::{EventRow, PROGRESS_SQL, create_write, latest_event, select_worker, transition_write};
 
 mod batch;
 mod cached;
@@ -545,45 +542,6 @@ impl WorkerStore for PostgresStore {
             self.apply_once(&known.id, Some(known), event, patch.clone(), now_ms, n > 0)
         })
         .await
-    }
-
-    async fn apply_pair_from(
-        &self,
-        known: &WorkerRecord,
-        first: (Event, Patch, i64),
-        then: (Event, Patch, i64),
-    ) -> Result<[Applied; 2], StoreError> {
-        // Decided on `known` and written as one compare-and-set: one row update, both events,
-        // one commit. A row that moved, or a decision other than two moves, goes the long way.
-        if let Ok(Some(mid)) = advance(known, first.0, first.1.clone(), first.2)
-            && let Ok(Some(next)) = advance(&mid, then.0, then.1.clone(), then.2)
-        {
-            let (write, earlier) = pair_write(known, mid, first.2, next, then.2)?;
-            let last = write.event.clone();
-            match self.transitions.write(write).await {
-                Ok(true) => return Ok([Applied::Moved(earlier), Applied::Moved(last)]),
-                Ok(false) => {}
-                // The answer to a commit can be lost with the connection: the row says
-                // whether the pair went in (it is where the pair took it), else it is written
-                // the long way.
-                Err(StoreError::Lost { .. }) => {
-                    let now = self
-                        .retrying("read worker", |_| self.get(&known.id))
-                        .await?;
-                    if now.is_some_and(|r| {
-                        r.sequence == last.sequence && r.last_activity_ms == last.time_ms
-                    }) {
-                        return Ok([Applied::Moved(earlier), Applied::Moved(last)]);
-                    }
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        let a = self.apply_from(known, first.0, first.1, first.2).await?;
-        let b = self
-            .apply_from(a.worker(), then.0, then.1, then.2)
-            .await?;
-        Ok([a, b])
     }
 
     async fn get(&self, id: &WorkerId) -> Result<Option<WorkerRecord>, StoreError> {

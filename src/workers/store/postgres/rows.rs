@@ -10,7 +10,7 @@ use deadpool_postgres::{Client, GenericClient};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{IsolationLevel, Row};
 
-use super::batch::{CreateWrite, Earlier, TransitionWrite, write_transition_in};
+use super::batch::{CreateWrite, TransitionWrite, write_transition_in};
 use super::cached::{query_cached, query_opt_cached};
 use super::context::PgContext;
 use crate::workers::lifecycle::Event;
@@ -286,7 +286,6 @@ pub(super) fn transition_write(
         snapshot: snapshot_of(&next)?,
         expected_sequence: to_sql_sequence(current.sequence),
         expected_token: current.token_hash.clone(),
-        earlier: None,
         event: WorkerEvent {
             worker_id: next.id.clone(),
             sequence: next.sequence,
@@ -296,33 +295,6 @@ pub(super) fn transition_write(
             progress: None,
         },
     })
-}
-
-/// Two events of one worker written by one row update: `mid` (at `mid_ms`) over `current`,
-/// then `next` (at `now_ms`) over `mid` (`WorkerStore::apply_pair_from`). Returns the write
-/// and the first event.
-pub(super) fn pair_write(
-    current: &WorkerRecord,
-    mid: WorkerRecord,
-    mid_ms: i64,
-    next: WorkerRecord,
-    now_ms: i64,
-) -> Result<(TransitionWrite, WorkerEvent), StoreError> {
-    let mut write = transition_write(current, next, now_ms)?;
-    write.earlier = Some(Earlier {
-        state: mid.state.as_str(),
-        time_ms: mid_ms,
-        snapshot: snapshot_of(&mid)?,
-    });
-    let earlier = WorkerEvent {
-        worker_id: mid.id.clone(),
-        sequence: mid.sequence,
-        state: mid.state,
-        time_ms: mid_ms,
-        worker: mid,
-        progress: None,
-    };
-    Ok((write, earlier))
 }
 
 /// The transition inside the caller's transaction, with the row locked: the same rules as

@@ -160,6 +160,12 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "ALTER TABLE workers ADD COLUMN rejected BOOLEAN NOT NULL DEFAULT false;",
     // 12: the A2A message that started a worker, for its spec (docs §13.3).
     "ALTER TABLE workers ADD COLUMN a2a_message TEXT;",
+    // 13: no foreign-key checks on the hot inserts (docs §9, "Schema"): an event is only ever
+    // written by the statement that writes or moves its worker's row, a worker names the
+    // replica that created it, and neither table loses rows, so each check was a lookup per
+    // event and per worker that could never fail.
+    r#"ALTER TABLE worker_events DROP CONSTRAINT IF EXISTS worker_events_worker_id_fkey;
+    ALTER TABLE workers DROP CONSTRAINT IF EXISTS workers_replica_id_fkey;"#,
 ];
 
 /// Brings the schema up to date under the migration advisory lock, or refuses a newer one.

@@ -237,10 +237,7 @@ async fn a_claimed_create_writes_its_row_only_with_its_claim() {
     let a = open(&db, "a").await;
     let b = open(&db, "b").await;
     let ttl = Duration::from_secs(60);
-    let (wa, wb) = (
-        suite::record(None, 1_000),
-        suite::record(None, 1_000),
-    );
+    let (wa, wb) = (suite::record(None, 1_000), suite::record(None, 1_000));
     let (ra, rb) = tokio::join!(
         a.create_claimed(&wa, Some(("key", ttl))),
         b.create_claimed(&wb, Some(("key", ttl)))
@@ -256,7 +253,11 @@ async fn a_claimed_create_writes_its_row_only_with_its_claim() {
         }
         other => panic!("exactly one claimed create must win: {other:?}"),
     };
-    assert_eq!(a.get(&loser.id).await.unwrap(), None, "the loser wrote nothing");
+    assert_eq!(
+        a.get(&loser.id).await.unwrap(),
+        None,
+        "the loser wrote nothing"
+    );
     assert_eq!(b.get(&winner.id).await.unwrap().unwrap().id, winner.id);
     // Another key, or none, is not held by it.
     a.create_claimed(&suite::record(None, 1_100), Some(("other", ttl)))
