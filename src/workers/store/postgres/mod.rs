@@ -72,9 +72,8 @@ const CLAIM_ATTEMPTS: usize = 3;
 /// Connections in the pool.
 const POOL_SIZE: usize = 16;
 
-/// Connections of the batch writers (`batch`): at most two batches of each of three kinds
-/// at once.
-const BATCH_POOL_SIZE: usize = 6;
+/// Connections of the batch writers (`batch`): one batch of each of three kinds at once.
+const BATCH_POOL_SIZE: usize = 3;
 
 /// How the batch writers' connections plan: index lookups of the rows named, never a scan of
 /// a whole table (an `unnest` of parameters looks like ten rows to the planner, and the tables
