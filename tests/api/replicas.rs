@@ -311,6 +311,38 @@ async fn replicas_an_identical_dispatch_to_a_and_b_at_once_runs_once() {
     assert_eq!(runs.lines().count(), 1, "{runs}");
 }
 
+/// A worker that gets a git worktree claims its dedupe key before its checkout (docs §9,
+/// Dedupe): identical isolated dispatches to both replicas still run once.
+#[tokio::test]
+async fn replicas_an_identical_isolated_dispatch_to_a_and_b_at_once_runs_once() {
+    let Some(p) = pair("").await else { return };
+    let repo = crate::worktrees::repo(p.dir.path());
+    let isolated = |prompt: &str| pb::SpawnWorkerRequest {
+        agent: "task".into(),
+        prompt: prompt.into(),
+        workspace: repo.display().to_string(),
+        isolation: pb::Isolation::Worktree as i32,
+        wait: true,
+        ..Default::default()
+    };
+    let (mut a, mut b) = (p.a.client.clone(), p.b.client.clone());
+    let (ra, rb) = tokio::join!(
+        a.spawn_worker(isolated("slowish isolated")),
+        b.spawn_worker(isolated("slowish  isolated"))
+    );
+    let (ra, rb) = (ra.unwrap().into_inner(), rb.unwrap().into_inner());
+    let (wa, wb) = (ra.worker.unwrap(), rb.worker.unwrap());
+    assert_eq!(wa.id, wb.id, "one worker serves both");
+    assert_eq!((wa.state, wb.state), (COMPLETED, COMPLETED));
+    assert_eq!(
+        u8::from(ra.deduplicated) + u8::from(rb.deduplicated),
+        1,
+        "exactly one of them was deduplicated"
+    );
+    let runs = std::fs::read_to_string(p.dir.path().join("runs")).unwrap();
+    assert_eq!(runs.lines().count(), 1, "{runs}");
+}
+
 #[tokio::test]
 async fn replicas_a_worker_token_issued_by_a_authenticates_on_b() {
     let Some(db) = TestDb::create().await else {

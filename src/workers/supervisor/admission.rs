@@ -156,11 +156,23 @@ impl Supervisor {
             ))
         })?;
         let new_id = WorkerId::generate();
+        // A git worktree of its own (docs/workers.md §6.10), made before the row so that a
+        // workspace that cannot have one refuses the spawn.
+        let isolate = matches!(purpose, Purpose::Spawn)
+            && req
+                .isolation
+                .or(def.persona.worktree)
+                .unwrap_or(self.settings.worktree_default);
+        // A shared store's claim normally goes with the row (one statement); a worker that gets
+        // a worktree claims first, so that a dispatch another replica already runs never pays
+        // for a checkout it then throws away.
+        let claim_first = isolate && self.shared.is_some();
         if let Some(key) = key
-            && let Some(reused) = self.reuse_dispatch(key, &new_id, &req).await?
+            && let Some(reused) = self.reuse_dispatch(key, &new_id, &req, claim_first).await?
         {
             return Ok(Admitted::Reused(reused));
         }
+        let key_to_claim = key.filter(|_| self.shared.is_some() && !claim_first);
         let mut eff = resolve::effective(
             def,
             &snap,
@@ -204,13 +216,6 @@ impl Supervisor {
             self.metrics.worker_spawned(&req.agent, "denied_executor");
             return Err(WorkerError::Unrunnable(why));
         }
-        // A git worktree of its own (docs/workers.md §6.10), made before the row so that a
-        // workspace that cannot have one refuses the spawn.
-        let isolate = matches!(purpose, Purpose::Spawn)
-            && req
-                .isolation
-                .or(def.persona.worktree)
-                .unwrap_or(self.settings.worktree_default);
         // From here until its row exists, the worker is known to be on its way.
         let _admitting = Admitting::new(self, &new_id);
         let worktree = if isolate {
@@ -234,7 +239,16 @@ impl Supervisor {
         };
         match self
             .create(
-                id, &req, &purpose, lineage, def, eff, new_id, key, pending, worktree,
+                id,
+                &req,
+                &purpose,
+                lineage,
+                def,
+                eff,
+                new_id,
+                (key, key_to_claim),
+                pending,
+                worktree,
             )
             .await?
         {
@@ -290,6 +304,7 @@ impl Supervisor {
         key: DedupeKey,
         new_id: &WorkerId,
         req: &SpawnRequest,
+        claim_first: bool,
     ) -> Result<Option<Spawned>, WorkerError> {
         let claim = self.dedupe.claim(key, new_id.as_str(), |existing| {
             WorkerId::parse(existing).is_ok_and(|w| self.reusable(&w))
@@ -301,8 +316,24 @@ impl Supervisor {
             }
         }
         // The in-process claim above is the only one of a store of one process; a shared
-        // store's claim is taken with the row (`create`), one statement and one commit.
-        Ok(None)
+        // store's claim is taken with the row (`create`), one statement and one commit, unless
+        // it must be known first (`claim_first`).
+        let holder = match &self.shared {
+            Some(shared) if claim_first => shared
+                .claim_dedupe(&key.to_string(), new_id, self.settings.dedupe_ttl)
+                .await
+                .inspect_err(|_| self.dedupe.forget(key, new_id.as_str()))?,
+            _ => None,
+        };
+        let Some(holder) = holder else {
+            return Ok(None);
+        };
+        self.dedupe.forget(key, new_id.as_str());
+        let Some(rec) = self.wait_for_row(&holder).await? else {
+            return Ok(None);
+        };
+        let age = Self::age(&rec);
+        self.reused(rec, age, req).await.map(Some)
     }
 
     /// How long ago `rec` was created.
@@ -388,7 +419,7 @@ impl Supervisor {
         def: &AgentDef,
         eff: Effective,
         new_id: WorkerId,
-        key: Option<DedupeKey>,
+        (key, to_claim): (Option<DedupeKey>, Option<DedupeKey>),
         pending: tokio::sync::OwnedSemaphorePermit,
         worktree: Option<worktree::Worktree>,
     ) -> Result<Created, WorkerError> {
@@ -426,7 +457,7 @@ impl Supervisor {
             id: new_id.clone(),
             tx: created_tx,
         };
-        let claim = key.filter(|_| self.shared.is_some()).map(|k| k.to_string());
+        let claim = to_claim.map(|k| k.to_string());
         let mut created = self
             .store
             .create_claimed(
