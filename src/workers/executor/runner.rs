@@ -137,6 +137,9 @@ async fn stop(
     .await;
 }
 
+/// How often a published worker's claiming replica is checked for a lapsed lease.
+const CLAIMER_CHECK: Duration = Duration::from_secs(1);
+
 /// Turns the events of a placed worker into its outcome, handling stop, timeout and (for a
 /// published worker) a lost claiming replica.
 async fn follow(
@@ -150,7 +153,9 @@ async fn follow(
     let timeout = job.timeout;
     let expiry = tokio::time::sleep(timeout);
     tokio::pin!(expiry);
-    let mut check = tokio::time::interval(Duration::from_secs(1));
+    // The first check a second in: a claimer just found is not lost (no read at the start).
+    let mut check =
+        tokio::time::interval_at(tokio::time::Instant::now() + CLAIMER_CHECK, CLAIMER_CHECK);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut started = Some(started);
     loop {

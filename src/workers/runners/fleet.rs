@@ -15,7 +15,10 @@
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -99,8 +102,12 @@ pub struct Fleet {
     owned: Mutex<HashMap<WorkerId, mpsc::UnboundedSender<RunEvent>>>,
     /// Workers this replica claimed for its runners: their owner replica.
     claimed: Mutex<HashMap<WorkerId, String>>,
-    /// A claimed worker ended here, so a runner slot came free: look for waits.
+    /// A claimed worker ended here, so a runner slot came free, and a wait was passed over
+    /// for want of one: look for waits.
     slot_freed: tokio::sync::Notify,
+    /// A look passed a wait over (no slot for it) or read a full page of them since the last
+    /// look a freed slot asked for: only then is a freed slot worth a read of the waits.
+    passed_over: AtomicBool,
     /// The relayed messages applied lately, by sequence, and when: one that both its notice
     /// and a take bring is applied once.
     applied: Mutex<HashMap<i64, Instant>>,
@@ -164,6 +171,7 @@ impl Fleet {
             owned: Mutex::default(),
             claimed: Mutex::default(),
             slot_freed: tokio::sync::Notify::new(),
+            passed_over: AtomicBool::new(false),
             applied: Mutex::default(),
         })
     }
@@ -303,7 +311,12 @@ impl Fleet {
         let waits = match notified {
             Some(waits) => waits,
             None => match self.shared.runner_waits(WAITS_PER_LOOK).await {
-                Ok(w) => w,
+                Ok(w) => {
+                    if w.len() as i64 >= WAITS_PER_LOOK {
+                        self.passed_over.store(true, Ordering::Relaxed);
+                    }
+                    w
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read runner waits");
                     return;
@@ -317,6 +330,7 @@ impl Fleet {
                 .entry((wait.agent.clone(), wait.caller_scope.clone()))
                 .or_default();
             if !self.hub.can_take(&wait.agent, &wait.caller_scope, *before) {
+                self.passed_over.store(true, Ordering::Relaxed);
                 continue;
             }
             *before += 1;
@@ -402,8 +416,11 @@ impl Fleet {
             }
             fleet.hub.remove(&id, "the worker ended");
             fleet.claimed.lock().expect("fleet poisoned").remove(&id);
-            // A slot came free: a published worker may be waiting for it.
-            fleet.slot_freed.notify_one();
+            // A slot came free: a published worker may be waiting for it, if one was passed
+            // over (any other wait was claimed when its notice came; the tick looks anyway).
+            if fleet.passed_over.swap(false, Ordering::Relaxed) {
+                fleet.slot_freed.notify_one();
+            }
         });
     }
 
