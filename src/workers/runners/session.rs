@@ -23,8 +23,10 @@ use crate::workers::{
 /// after it is never refused as "not running".
 const START_RECORDED_WITHIN: Duration = Duration::from_secs(5);
 
-/// How often the store is read for the start of another replica's worker, between notices.
-const REMOTE_START_POLL: Duration = Duration::from_millis(20);
+/// How often the store is read for the start of another replica's worker when no notice says
+/// it: a fallback (a worker that was already running, a lost notice), since the notice of the
+/// start is what normally ends the wait.
+const REMOTE_START_POLL: Duration = Duration::from_millis(100);
 
 /// A connected runner.
 pub struct Session {
@@ -84,8 +86,15 @@ impl Session {
     /// of this worker waits for it (`started`).
     pub fn accepted(&self, worker_id: &str, lease: &str) {
         let parsed = WorkerId::parse(worker_id).ok();
-        // Subscribe before the start can be recorded, so the transition cannot be missed.
+        // Subscribe before the start can be recorded, so the transition cannot be missed: to
+        // the worker's events here, or to the store's notices for another replica's worker
+        // (whose start its owner records once this `accepted` is relayed to it).
         let events = parsed.as_ref().and_then(|id| self.sup.subscribe(id));
+        let notices = if events.is_none() {
+            self.sup.notices()
+        } else {
+            None
+        };
         let id = match self.hub.accept(&self.runner, worker_id, lease) {
             Ok(id) => id,
             Err(r) => return self.hub.reject(&self.runner, r),
@@ -97,7 +106,8 @@ impl Session {
             .insert(id.clone(), recorded);
         let (sup, starting) = (self.sup.clone(), self.starting.clone());
         tokio::spawn(async move {
-            if tokio::time::timeout(START_RECORDED_WITHIN, running_recorded(&sup, &id, events))
+            let following = running_recorded(&sup, &id, events, notices);
+            if tokio::time::timeout(START_RECORDED_WITHIN, following)
                 .await
                 .is_err()
             {
@@ -205,24 +215,26 @@ impl Session {
 
 /// Returns once worker `id` is no longer pending (or is gone): a worker of this replica
 /// announces its transitions on `events`; another replica's (runners across replicas,
-/// recorded by its owner when the relayed `accepted` reaches it) is read from the store once,
-/// then followed by its notices (read again after a resync or every few milliseconds).
+/// recorded by its owner when the relayed `accepted` reaches it) is followed by the store's
+/// `notices`, subscribed before that `accepted` was taken — so its start cannot have been
+/// recorded unseen, and the first look is the notice, not a read — and read from the store
+/// after a resync, or when no notice came for a while.
 async fn running_recorded(
     sup: &Supervisor,
     id: &WorkerId,
     mut events: Option<broadcast::Receiver<WorkerEvent>>,
+    mut notices: Option<broadcast::Receiver<crate::workers::store::Notice>>,
 ) {
-    let mut notices = if events.is_none() {
-        sup.notices()
-    } else {
-        None
-    };
+    let mut read = events.is_some() || notices.is_none();
     loop {
-        match sup.get(id, &Visibility::All).await {
-            Ok(w) if w.state != WorkerState::Pending => return,
-            Err(_) => return,
-            Ok(_) => {}
+        if read {
+            match sup.get(id, &Visibility::All).await {
+                Ok(w) if w.state != WorkerState::Pending => return,
+                Err(_) => return,
+                Ok(_) => {}
+            }
         }
+        read = true;
         match events.as_mut() {
             Some(events) => {
                 if let Err(broadcast::error::RecvError::Closed) = events.recv().await {
