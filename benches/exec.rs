@@ -59,6 +59,7 @@ fn job() -> Job {
         assignment: None,
         meter: Default::default(),
         stop_reason: Default::default(),
+        rotated_token: Default::default(),
     }
 }
 

@@ -141,6 +141,7 @@ fn job(i: usize) -> Job {
         })),
         meter: Meter::default(),
         stop_reason: Default::default(),
+        rotated_token: Default::default(),
     }
 }
 

@@ -425,6 +425,7 @@ fn executor_job(i: usize) -> Job {
         assignment: None,
         meter: Default::default(),
         stop_reason: Default::default(),
+        rotated_token: Default::default(),
     }
 }
 

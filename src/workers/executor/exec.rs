@@ -679,6 +679,7 @@ mod tests {
             assignment: None,
             meter: Default::default(),
             stop_reason: Default::default(),
+            rotated_token: Default::default(),
         }
     }
 

@@ -185,6 +185,11 @@ pub struct Job {
     /// Why the run is being stopped, set by the supervisor before it cancels (a runner's
     /// `cancel` carries it, docs/runners.md).
     pub stop_reason: StopReason,
+    /// The token hash the worker's row has since a runner's replica claimed it and rotated its
+    /// token (docs/runners.md, "Claim"), as that replica relayed it with the runner's
+    /// `accepted`: set before the run says it started, so the start is written against the row
+    /// as it is (a wrong or missing one costs only a read of the row).
+    pub rotated_token: Arc<std::sync::OnceLock<String>>,
 }
 
 /// The reason of a stop, shared between the supervisor (which sets it before cancelling) and the

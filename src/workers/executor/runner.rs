@@ -162,7 +162,10 @@ async fn follow(
         tokio::select! {
             biased;
             ev = rx.recv() => match ev {
-                Some(RunEvent::Accepted) => {
+                Some(RunEvent::Accepted { token_hash }) => {
+                    if let Some(hash) = token_hash {
+                        let _ = job.rotated_token.set(hash);
+                    }
                     if let Some(s) = started.take() {
                         let _ = s.send(());
                     }

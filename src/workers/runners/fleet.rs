@@ -358,6 +358,9 @@ impl Fleet {
     /// runner's events go to the owner, those that come together in one relay.
     fn take_on(self: &Arc<Self>, wait: RunnerWait, rec: &WorkerRecord, token: String) {
         let id = wait.worker_id.clone();
+        // The row's token hash since this claim, relayed with `accepted` so the owner writes
+        // the start against it.
+        let rotated = rec.token_hash.clone();
         let s = &rec.spec;
         let eff = &s.effective;
         let assignment = Arc::new(Assignment {
@@ -397,7 +400,9 @@ impl Fleet {
                 let mut next = Some(first);
                 while let Some(ev) = next.take() {
                     let (m, ends) = match &ev {
-                        RunEvent::Accepted => (message("accepted", json!({})), false),
+                        RunEvent::Accepted { .. } => {
+                            (message("accepted", json!({ "token_hash": rotated })), false)
+                        }
                         RunEvent::Finished(f) => (message("finished", finish_json(f)), true),
                         RunEvent::Lost(name) => (message("lost", json!({"runner": name})), true),
                     };
@@ -464,7 +469,12 @@ impl Fleet {
             return;
         }
         let ev = match kind {
-            "accepted" => RunEvent::Accepted,
+            "accepted" => RunEvent::Accepted {
+                token_hash: m
+                    .get("token_hash")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            },
             "finished" => RunEvent::Finished(finish_of(&m)),
             "lost" => RunEvent::Lost(
                 m.get("runner")

@@ -162,8 +162,12 @@ pub enum Finish {
 /// What the executor future of one worker learns from the hub.
 #[derive(Debug)]
 pub enum RunEvent {
-    /// The runner accepted: the worker is running.
-    Accepted,
+    /// The runner accepted: the worker is running. From a runner of another replica, with the
+    /// hash of the token that replica minted for it when it claimed it.
+    Accepted {
+        /// The claim's token hash (another replica's runner), `None` from this replica's.
+        token_hash: Option<String>,
+    },
     /// The runner ended it.
     Finished(Finish),
     /// Its runner was lost (silent or gone for a lease); the name is for the error.
@@ -766,7 +770,7 @@ impl RunnerHub {
             Place::Offered { runner, lease, .. } => {
                 let w = st.works.get_mut(&id).expect("fenced");
                 w.place = Place::Running { runner, lease };
-                let _ = w.to_run.send(RunEvent::Accepted);
+                let _ = w.to_run.send(RunEvent::Accepted { token_hash: None });
                 Ok(id)
             }
             _ => Err(Refusal::new(

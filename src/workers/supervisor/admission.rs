@@ -672,6 +672,7 @@ impl Supervisor {
             assignment: Some(assignment),
             meter: crate::workers::executor::Meter::default(),
             stop_reason: crate::workers::executor::StopReason::default(),
+            rotated_token: Default::default(),
         }
     }
 

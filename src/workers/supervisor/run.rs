@@ -223,12 +223,21 @@ impl Supervisor {
         let (started_tx, started_rx) = oneshot::channel();
         let meter = job.meter.clone();
         let session_ref = job.assignment.as_ref().map(|a| a.session_ref.clone());
+        let rotated = job.rotated_token.clone();
         let run = self.executor.run(job, cancel.clone(), started_tx);
         // `running` is persisted while the executor goes on (its commit overlaps the run instead
         // of delaying it), and before the outcome is: both futures end before this returns, and
         // the executor drops its sender at the latest when the run ends.
         let start = async {
             if started_rx.await.is_ok() {
+                // A runner's replica claimed the worker and rotated its token: the row has that
+                // hash now, and the start is written against the row as it is.
+                if let Some(hash) = rotated.get()
+                    && let Some(l) = self.live().get_mut(id)
+                    && l.record.state == WorkerState::Pending
+                {
+                    l.record.token_hash = Some(hash.clone());
+                }
                 if resumed {
                     drop(pending.take());
                 } else {

@@ -791,6 +791,7 @@ mod tests {
             })),
             meter: Meter::default(),
             stop_reason: Default::default(),
+            rotated_token: Default::default(),
         }
     }
 
