@@ -172,7 +172,6 @@ impl Supervisor {
         {
             return Ok(Admitted::Reused(reused));
         }
-        let key_to_claim = key.filter(|_| self.shared.is_some() && !claim_first);
         let mut eff = resolve::effective(
             def,
             &snap,
@@ -239,16 +238,7 @@ impl Supervisor {
         };
         match self
             .create(
-                id,
-                &req,
-                &purpose,
-                lineage,
-                def,
-                eff,
-                new_id,
-                (key, key_to_claim),
-                pending,
-                worktree,
+                id, &req, &purpose, lineage, def, eff, new_id, key, pending, worktree,
             )
             .await?
         {
@@ -419,7 +409,7 @@ impl Supervisor {
         def: &AgentDef,
         eff: Effective,
         new_id: WorkerId,
-        (key, to_claim): (Option<DedupeKey>, Option<DedupeKey>),
+        key: Option<DedupeKey>,
         pending: tokio::sync::OwnedSemaphorePermit,
         worktree: Option<worktree::Worktree>,
     ) -> Result<Created, WorkerError> {
@@ -457,7 +447,11 @@ impl Supervisor {
             id: new_id.clone(),
             tx: created_tx,
         };
-        let claim = to_claim.map(|k| k.to_string());
+        // A shared store's claim goes with the row, unless the worker has a worktree (its
+        // claim was taken before the checkout, `reuse_dispatch`).
+        let claim = key
+            .filter(|_| self.shared.is_some() && worktree.is_none())
+            .map(|k| k.to_string());
         let mut created = self
             .store
             .create_claimed(
