@@ -166,9 +166,8 @@ impl Supervisor {
         // A shared store's claim normally goes with the row (one statement); a worker that gets
         // a worktree claims first, so that a dispatch another replica already runs never pays
         // for a checkout it then throws away.
-        let claim_first = isolate && self.shared.is_some();
         if let Some(key) = key
-            && let Some(reused) = self.reuse_dispatch(key, &new_id, &req, claim_first).await?
+            && let Some(reused) = self.reuse_dispatch(key, &new_id, &req, isolate).await?
         {
             return Ok(Admitted::Reused(reused));
         }
