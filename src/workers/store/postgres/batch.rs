@@ -98,8 +98,10 @@ macro_rules! claim_taken_over_when {
 }
 
 /// Transitions, each a compare-and-set on its row's sequence and token, with their events
-/// and notifications (`worker:sequence:origin`), in one statement. Returns the ordinal (from
-/// 1) of every transition written.
+/// in one statement, with **one** notification for the whole batch (`worker:sequence:origin`
+/// of each event, joined by `,`: at most [`MAX_BATCH`] entries of at most 92 bytes, well under
+/// PostgreSQL's 8000). Returns the ordinals (from 1) of the transitions written, as one array;
+/// no row when none was.
 const TRANSITIONS_SQL: &str = "WITH i AS (
          SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[],
                               $6::text[], $7::text[], $8::text[], $9::integer[], $10::text[],
@@ -132,8 +134,11 @@ const TRANSITIONS_SQL: &str = "WITH i AS (
          SELECT id, seq, st, at, snap, NULL FROM g
          RETURNING worker_id, sequence
      )
-     SELECT g.ord, pg_notify('agentry_events', e.worker_id || ':' || e.sequence || ':' || $20::text)
-       FROM g JOIN e ON e.worker_id = g.id AND e.sequence = g.seq";
+     SELECT array_agg(g.ord),
+            pg_notify('agentry_events',
+                      string_agg(e.worker_id || ':' || e.sequence || ':' || $20::text, ','))
+       FROM g JOIN e ON e.worker_id = g.id AND e.sequence = g.seq
+     HAVING count(*) > 0";
 
 /// Writes `writes` as one statement on `c`: whether each moved its row.
 async fn write_transitions(
@@ -186,10 +191,11 @@ async fn write_transitions(
     ];
     let statement = c.prepare_cached(TRANSITIONS_SQL).await?;
     let moved: HashSet<i64> = c
-        .query(&statement, &params)
+        .query_opt(&statement, &params)
         .await?
-        .iter()
-        .map(|row| row.get(0))
+        .map(|row| row.get::<_, Vec<i64>>(0))
+        .unwrap_or_default()
+        .into_iter()
         .collect();
     // The statement's ordinals count from 1.
     Ok((1..=writes.len())
@@ -197,10 +203,12 @@ async fn write_transitions(
         .collect())
 }
 
-/// New workers, each with its creation event and notification, in one statement; a row that
-/// conflicts with one already there (its id, or its caller's `request_id`), or whose dedupe
-/// claim another worker holds, is skipped, not an error. The claims are taken as
-/// [`CLAIMS_SQL`] takes them, in the same statement. Returns the ids written.
+/// New workers, each with its creation event, in one statement with one notification for the
+/// batch (as [`TRANSITIONS_SQL`] sends it); a row that conflicts with one already there (its
+/// id, or its caller's `request_id`), or whose dedupe claim another worker holds, is skipped,
+/// not an error. The claims are taken as
+/// [`CLAIMS_SQL`] takes them, in the same statement. Returns the ids written, as one array; no
+/// row when none was.
 const CREATES_SQL: &str = concat!(
     "WITH i AS (
          SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
@@ -238,7 +246,9 @@ const CREATES_SQL: &str = concat!(
          SELECT i.id, 1, 'pending', i.create_time_ms, i.snapshot, NULL FROM i JOIN g ON g.id = i.id
          RETURNING worker_id
      )
-     SELECT worker_id, pg_notify('agentry_events', worker_id || ':1:' || $16::text) FROM e"
+     SELECT array_agg(worker_id),
+            pg_notify('agentry_events', string_agg(worker_id || ':1:' || $16::text, ','))
+       FROM e HAVING count(*) > 0"
 );
 
 /// Writes `writes` as one statement on `c`: whether each row went in.
@@ -293,10 +303,11 @@ async fn write_creates(
     ];
     let statement = c.prepare_cached(CREATES_SQL).await?;
     let written: HashSet<String> = c
-        .query(&statement, &params)
+        .query_opt(&statement, &params)
         .await?
-        .iter()
-        .map(|row| row.get(0))
+        .map(|row| row.get::<_, Vec<String>>(0))
+        .unwrap_or_default()
+        .into_iter()
         .collect();
     Ok(id.iter().map(|id| written.contains(*id)).collect())
 }

@@ -64,7 +64,7 @@ pub(super) async fn listen(
                         let _ = ready.send(());
                     }
                     while let Some((channel, payload)) = rx.recv().await {
-                        if let Some(notice) = parse_notice(&channel, &payload, &this_replica) {
+                        for notice in parse_notices(&channel, &payload, &this_replica) {
                             let _ = notices.send(notice);
                         }
                     }
@@ -75,6 +75,22 @@ pub(super) async fn listen(
             Err(e) => tracing::debug!(error = %e, "store listener cannot connect"),
         }
         tokio::time::sleep(LISTEN_RETRY).await;
+    }
+}
+
+/// The [`Notice`]s of one notification: on `agentry_events`, a batch's notification names
+/// every event it wrote, joined by `,`; on the other channels it is one notice. Anything
+/// malformed is dropped (only a hint), each event on its own.
+fn parse_notices(channel: &str, payload: &str, this_replica: &str) -> Vec<Notice> {
+    if channel == "agentry_events" {
+        payload
+            .split(',')
+            .filter_map(|one| parse_notice(channel, one, this_replica))
+            .collect()
+    } else {
+        parse_notice(channel, payload, this_replica)
+            .into_iter()
+            .collect()
     }
 }
 
@@ -228,6 +244,35 @@ mod tests {
                     },
                 ])
             })
+        );
+        // A batch's notification: every event it names, a malformed one dropped alone.
+        let other = WorkerId::generate();
+        assert_eq!(
+            parse_notices(
+                "agentry_events",
+                &format!("{id}:2:r-me,{other}:3:r-me,junk,{other}:x:r-me"),
+                "r-me"
+            ),
+            vec![
+                Notice::Event {
+                    worker_id: id.clone(),
+                    sequence: 2,
+                    by_this_replica: true,
+                },
+                Notice::Event {
+                    worker_id: other.clone(),
+                    sequence: 3,
+                    by_this_replica: true,
+                },
+            ]
+        );
+        // Other channels are not split.
+        assert_eq!(
+            parse_notices("agentry_relays", r#"["r-2"]"#, "r-me"),
+            vec![Notice::Relay {
+                to_replica: "r-2".into(),
+                relayed: None
+            }]
         );
         for (channel, payload) in [
             ("agentry_events", "nonsense"),
