@@ -73,7 +73,7 @@ pub(super) struct ClaimWrite {
 }
 
 /// One column of a batch: `f` of every write, in order.
-fn column<'a, W, T>(writes: &'a [W], f: impl Fn(&'a W) -> T) -> Vec<T> {
+pub(super) fn column<'a, W, T>(writes: &'a [W], f: impl Fn(&'a W) -> T) -> Vec<T> {
     writes.iter().map(f).collect()
 }
 

@@ -51,6 +51,7 @@ pub use lease::ReplicaSettings;
 use lease::{Host, lease_ms, take_over_predecessors};
 use notices::{NOTICE_BUFFER, listen};
 use rows::{EventRow, PROGRESS_SQL, create_write, latest_event, select_worker, transition_write};
+use runners::{PublishWrite, UnpublishWrite};
 
 mod batch;
 mod cached;
@@ -72,8 +73,9 @@ const CLAIM_ATTEMPTS: usize = 3;
 /// Connections in the pool.
 const POOL_SIZE: usize = 16;
 
-/// Connections of the batch writers (`batch`): one batch of each of three kinds at once.
-const BATCH_POOL_SIZE: usize = 3;
+/// Connections of the batch writers (`batch`): one batch of each of five kinds at once
+/// (transitions, creates, dedupe claims, runner waits published and withdrawn).
+const BATCH_POOL_SIZE: usize = 5;
 
 /// How the batch writers' connections plan: index lookups of the rows named, never a scan of
 /// a whole table (an `unnest` of parameters looks like ten rows to the planner, and the tables
@@ -98,6 +100,8 @@ pub struct PostgresStore {
     transitions: Batcher<TransitionWrite>,
     creates: Batcher<CreateWrite>,
     claims: Batcher<ClaimWrite>,
+    publishes: Batcher<PublishWrite>,
+    unpublishes: Batcher<UnpublishWrite>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -237,7 +241,9 @@ impl PostgresStore {
         Ok(PostgresStore {
             transitions: Batcher::start(batch_pool.clone(), origin.clone()),
             creates: Batcher::start(batch_pool.clone(), origin.clone()),
-            claims: Batcher::start(batch_pool, origin),
+            claims: Batcher::start(batch_pool.clone(), origin.clone()),
+            publishes: Batcher::start(batch_pool.clone(), origin.clone()),
+            unpublishes: Batcher::start(batch_pool, origin),
             pool,
             replica_id,
             replica,
@@ -755,8 +761,10 @@ impl SharedStore for PostgresStore {
     }
 
     async fn publish_runner_wait(&self, wait: &RunnerWait) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        runners::publish_wait(&client, wait).await
+        self.publishes
+            .write(PublishWrite(wait.clone()))
+            .await
+            .map(drop)
     }
 
     async fn runner_waits(&self, limit: i64) -> Result<Vec<RunnerWait>, StoreError> {
@@ -778,8 +786,11 @@ impl SharedStore for PostgresStore {
         id: &WorkerId,
         only_unclaimed: bool,
     ) -> Result<bool, StoreError> {
+        if !only_unclaimed {
+            return self.unpublishes.write(UnpublishWrite(id.clone())).await;
+        }
         let client = self.client().await?;
-        runners::withdraw_wait(&client, id, only_unclaimed).await
+        runners::withdraw_unclaimed(&client, id).await
     }
 
     async fn runner_claim(&self, id: &WorkerId) -> Result<RunnerClaim, StoreError> {

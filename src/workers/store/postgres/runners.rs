@@ -2,10 +2,12 @@
 //! every replica, the claim that takes one (`FOR UPDATE SKIP LOCKED`, the worker's token
 //! rotated in the same statement), and the messages relayed between the owner and the claimer.
 
+use std::collections::HashSet;
 use std::sync::LazyLock;
 
 use deadpool_postgres::Client;
 
+use super::batch::{Batched, column};
 use super::cached::{exec_cached, query_opt_cached};
 use super::context::PgContext;
 use super::rows::read_record;
@@ -62,26 +64,76 @@ static RELAY_SQL: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// Publishes a runner wait and notifies every replica (`SharedStore::publish_runner_wait`).
-pub(super) async fn publish_wait(client: &Client, wait: &RunnerWait) -> Result<(), StoreError> {
-    client
-        .execute(
-            "WITH added AS (
-                     INSERT INTO runner_waits (worker_id, owner_replica, agent, caller_scope, deadline_ms)
-                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (worker_id) DO NOTHING RETURNING 1)
-                 SELECT pg_notify('agentry_runner_waits', json_build_array($1, $2, $3, $4, $5)::text)
-                   FROM added",
-            &[
-                &wait.worker_id.as_str(),
-                &wait.owner,
-                &wait.agent,
-                &wait.caller_scope,
-                &wait.deadline_ms,
-            ],
-        )
-        .await
-        .pg("publish a runner wait")?;
-    Ok(())
+/// A published runner wait as the batch writer takes it (`SharedStore::publish_runner_wait`).
+#[derive(Debug)]
+pub(super) struct PublishWrite(pub RunnerWait);
+
+/// Runner waits published together: each inserted (one already there is left as it is) with
+/// its own notice, which carries the wait (`[worker, owner, agent, principal, deadline_ms]`)
+/// so a replica whose runners can take it claims without reading the table.
+const PUBLISH_SQL: &str = "WITH added AS (
+         INSERT INTO runner_waits (worker_id, owner_replica, agent, caller_scope, deadline_ms)
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[])
+         ON CONFLICT (worker_id) DO NOTHING
+         RETURNING worker_id, owner_replica, agent, caller_scope, deadline_ms
+     )
+     SELECT pg_notify('agentry_runner_waits',
+                      json_build_array(worker_id, owner_replica, agent, caller_scope,
+                                       deadline_ms)::text)
+       FROM added";
+
+impl Batched for PublishWrite {
+    const CONTEXT: &'static str = "publish a runner wait";
+    fn row(&self) -> &str {
+        self.0.worker_id.as_str()
+    }
+    async fn write_all(
+        c: &Client,
+        _origin: &str,
+        batch: &[Self],
+    ) -> Result<Vec<bool>, tokio_postgres::Error> {
+        let worker = column(batch, |w| w.0.worker_id.as_str());
+        let owner = column(batch, |w| w.0.owner.as_str());
+        let agent = column(batch, |w| w.0.agent.as_str());
+        let scope = column(batch, |w| w.0.caller_scope.as_str());
+        let deadline = column(batch, |w| w.0.deadline_ms);
+        let statement = c.prepare_cached(PUBLISH_SQL).await?;
+        c.execute(&statement, &[&worker, &owner, &agent, &scope, &deadline])
+            .await?;
+        // A wait already there is the same wait: published either way.
+        Ok(vec![true; batch.len()])
+    }
+}
+
+/// The wait of a worker whose run ended, deleted claimed or not (`SharedStore::
+/// withdraw_runner_wait` with `only_unclaimed` false), as the batch writer takes it.
+#[derive(Debug)]
+pub(super) struct UnpublishWrite(pub WorkerId);
+
+impl Batched for UnpublishWrite {
+    const CONTEXT: &'static str = "withdraw a runner wait";
+    fn row(&self) -> &str {
+        self.0.as_str()
+    }
+    async fn write_all(
+        c: &Client,
+        _origin: &str,
+        batch: &[Self],
+    ) -> Result<Vec<bool>, tokio_postgres::Error> {
+        let worker = column(batch, |w| w.0.as_str());
+        let statement = c
+            .prepare_cached(
+                "DELETE FROM runner_waits WHERE worker_id = ANY($1::text[]) RETURNING worker_id",
+            )
+            .await?;
+        let gone: HashSet<String> = c
+            .query(&statement, &[&worker])
+            .await?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        Ok(worker.iter().map(|w| gone.contains(*w)).collect())
+    }
 }
 
 /// Unclaimed waits of live replicas, oldest first (`SharedStore::runner_waits`).
@@ -129,16 +181,13 @@ pub(super) async fn claim_wait(
     row.as_ref().map(read_record).transpose()
 }
 
-/// Deletes a wait (`SharedStore::withdraw_runner_wait`); whether one was deleted.
-pub(super) async fn withdraw_wait(
-    client: &Client,
-    id: &WorkerId,
-    only_unclaimed: bool,
-) -> Result<bool, StoreError> {
+/// Deletes the wait of worker `id` if no replica claimed it (`SharedStore::
+/// withdraw_runner_wait` with `only_unclaimed`); whether one was deleted.
+pub(super) async fn withdraw_unclaimed(client: &Client, id: &WorkerId) -> Result<bool, StoreError> {
     let n = client
         .execute(
-            "DELETE FROM runner_waits WHERE worker_id = $1 AND (NOT $2 OR claimed_by IS NULL)",
-            &[&id.as_str(), &only_unclaimed],
+            "DELETE FROM runner_waits WHERE worker_id = $1 AND claimed_by IS NULL",
+            &[&id.as_str()],
         )
         .await
         .pg("withdraw a runner wait")?;
