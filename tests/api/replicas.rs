@@ -1393,6 +1393,14 @@ async fn replicas_a_runner_on_b_runs_a_worker_spawned_on_a() {
     drop(r);
     let lost = state_on(&a.client, &w.id, pb::WorkerState::Failed).await;
     assert_eq!(lost.error.as_deref(), Some("runner lost: on-b"));
+
+    // 4. Completed, stopped or lost, no wait is left behind (the claimer's last relay
+    // withdraws it, or the owner does).
+    eventually("every wait withdrawn", Duration::from_secs(5), || {
+        let url = p.db.url.clone();
+        async move { (count_in(&url, "SELECT count(*) FROM runner_waits").await == 0).then_some(()) }
+    })
+    .await;
     drop(p);
 }
 

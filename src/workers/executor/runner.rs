@@ -50,10 +50,12 @@ impl Drop for Place {
     fn drop(&mut self) {
         match &self.placed {
             Placed::Hub(hub) => hub.remove(&self.id, "the worker ended"),
-            Placed::Fleet(fleet) => {
+            // Unless the claimer's last relay withdrew the wait already.
+            Placed::Fleet(fleet) if fleet.forget(&self.id) => {
                 let (fleet, id) = (fleet.clone(), self.id.clone());
                 tokio::spawn(async move { fleet.unpublish(&id).await });
             }
+            Placed::Fleet(_) => {}
         }
     }
 }

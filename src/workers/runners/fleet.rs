@@ -122,6 +122,16 @@ fn message(kind: &str, extra: Value) -> String {
     m.to_string()
 }
 
+/// The claimer's last message about a worker (`finished`, `lost`), relayed with its wait
+/// withdrawn in the same statement: it says so, and its owner then has nothing to withdraw.
+fn last_message(kind: &str, extra: Value) -> String {
+    let mut extra = extra;
+    if let Value::Object(m) = &mut extra {
+        m.insert("withdrawn".to_owned(), Value::Bool(true));
+    }
+    message(kind, extra)
+}
+
 fn finish_json(f: &Finish) -> Value {
     match f {
         Finish::Completed { result } => json!({"completed": result}),
@@ -207,9 +217,18 @@ impl Fleet {
         r
     }
 
-    /// The owned worker's run ended: forget it and its wait.
+    /// The owned worker's run ended: forget it. True when its wait may still be published
+    /// (then [`Fleet::unpublish`] it); false when the claimer's last relay withdrew it.
+    pub fn forget(&self, id: &WorkerId) -> bool {
+        self.owned
+            .lock()
+            .expect("fleet poisoned")
+            .remove(id)
+            .is_some()
+    }
+
+    /// Withdraws the wait of an owned worker whose run ended, claimed or not.
     pub async fn unpublish(&self, id: &WorkerId) {
-        self.owned.lock().expect("fleet poisoned").remove(id);
         if let Err(e) = self.shared.withdraw_runner_wait(id, false).await {
             tracing::warn!(worker = %id, error = %e, "cannot withdraw a runner wait");
         }
@@ -229,7 +248,7 @@ impl Fleet {
             return false;
         };
         let m = message("cancel", json!({"reason": reason}));
-        self.shared.relay(&by, id, &[m]).await.is_ok()
+        self.shared.relay(&by, id, &[m], false).await.is_ok()
     }
 
     /// The claim of an owned worker, when its claimer's lease has lapsed: that replica's id.
@@ -403,8 +422,10 @@ impl Fleet {
                         RunEvent::Accepted { .. } => {
                             (message("accepted", json!({ "token_hash": rotated })), false)
                         }
-                        RunEvent::Finished(f) => (message("finished", finish_json(f)), true),
-                        RunEvent::Lost(name) => (message("lost", json!({"runner": name})), true),
+                        RunEvent::Finished(f) => (last_message("finished", finish_json(f)), true),
+                        RunEvent::Lost(name) => {
+                            (last_message("lost", json!({"runner": name})), true)
+                        }
                     };
                     messages.push(m);
                     last = ends;
@@ -412,7 +433,7 @@ impl Fleet {
                         next = rx.try_recv().ok();
                     }
                 }
-                if let Err(e) = fleet.shared.relay(&wait.owner, &id, &messages).await {
+                if let Err(e) = fleet.shared.relay(&wait.owner, &id, &messages, last).await {
                     tracing::warn!(worker = %id, error = %e, "cannot relay a runner event to the worker's replica");
                 }
                 if last {
@@ -484,7 +505,16 @@ impl Fleet {
             ),
             _ => return,
         };
-        let to = self.owned.lock().expect("fleet poisoned").get(&id).cloned();
+        // The claimer's last message withdrew the wait with it: nothing is left to withdraw.
+        let withdrawn = m.get("withdrawn").and_then(Value::as_bool) == Some(true);
+        let to = {
+            let mut owned = self.owned.lock().expect("fleet poisoned");
+            if withdrawn {
+                owned.remove(&id)
+            } else {
+                owned.get(&id).cloned()
+            }
+        };
         if let Some(to) = to {
             let _ = to.send(ev);
         }
@@ -503,8 +533,8 @@ impl Fleet {
         if !self.hub.cancel(id, reason) {
             self.hub.remove(id, reason);
             self.claimed.lock().expect("fleet poisoned").remove(id);
-            let m = message("finished", finish_json(&Finish::Canceled));
-            let _ = self.shared.relay(&owner, id, &[m]).await;
+            let m = last_message("finished", finish_json(&Finish::Canceled));
+            let _ = self.shared.relay(&owner, id, &[m], true).await;
         }
     }
 

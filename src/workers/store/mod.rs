@@ -302,8 +302,16 @@ pub trait SharedStore: Send + Sync {
     /// Who claimed the runner wait of worker `id`.
     async fn runner_claim(&self, id: &WorkerId) -> Result<RunnerClaim, StoreError>;
 
-    /// Sends `messages` about worker `id` to replica `to`, in order, and notifies it once.
-    async fn relay(&self, to: &str, id: &WorkerId, messages: &[String]) -> Result<(), StoreError>;
+    /// Sends `messages` about worker `id` to replica `to`, in order, and notifies it once; with
+    /// `withdraw` (the claimer's last message about the worker), the wait this replica claimed
+    /// for it is deleted in the same statement, so its owner need not.
+    async fn relay(
+        &self,
+        to: &str,
+        id: &WorkerId,
+        messages: &[String],
+        withdraw: bool,
+    ) -> Result<(), StoreError>;
 
     /// Takes (deletes and returns, in order) the messages sent to this replica.
     async fn take_relays(&self) -> Result<Vec<Relayed>, StoreError>;

@@ -798,9 +798,16 @@ impl SharedStore for PostgresStore {
         runners::claim_of(&client, id).await
     }
 
-    async fn relay(&self, to: &str, id: &WorkerId, messages: &[String]) -> Result<(), StoreError> {
+    async fn relay(
+        &self,
+        to: &str,
+        id: &WorkerId,
+        messages: &[String],
+        withdraw: bool,
+    ) -> Result<(), StoreError> {
         let client = self.client().await?;
-        runners::relay(&client, to, id, messages).await
+        let by = withdraw.then_some(self.replica_id.as_str());
+        runners::relay(&client, to, id, messages, by).await
     }
 
     async fn take_relays(&self) -> Result<Vec<Relayed>, StoreError> {

@@ -46,10 +46,14 @@ static CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
 
 /// Relayed messages (`relay`): rows numbered in the order given (`seq` is taken row by row as
 /// the ordered select yields them), and one notice that carries them (`[to, worker, [[seq,
-/// message], …]]`) when that fits in a notice, else only `[to]`.
+/// message], …]]`) when that fits in a notice, else only `[to]`. With a claimer (`$4`, the
+/// last message about the worker), the wait it claimed goes in the same statement.
 static RELAY_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "WITH sent AS (
+        "WITH gone AS (
+             DELETE FROM runner_waits WHERE $4::text IS NOT NULL AND worker_id = $2
+                                        AND claimed_by = $4
+         ), sent AS (
              INSERT INTO runner_relays (to_replica, worker_id, message)
              SELECT $1, $2, m FROM unnest($3::text[]) WITH ORDINALITY AS u(m, i) ORDER BY i
              RETURNING seq, message
@@ -223,11 +227,16 @@ pub(super) async fn relay(
     to: &str,
     id: &WorkerId,
     messages: &[String],
+    withdrawn_by: Option<&str>,
 ) -> Result<(), StoreError> {
     // Carried by the notice, the messages need no read by their addressee ([`RELAY_SQL`]).
-    exec_cached(client, &RELAY_SQL, &[&to, &id.as_str(), &messages])
-        .await
-        .pg("relay runner messages")?;
+    exec_cached(
+        client,
+        &RELAY_SQL,
+        &[&to, &id.as_str(), &messages, &withdrawn_by],
+    )
+    .await
+    .pg("relay runner messages")?;
     Ok(())
 }
 
