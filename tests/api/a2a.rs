@@ -88,7 +88,7 @@ else:
     })
     .await;
     let base = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::new();
+    let http = http_client();
     http_answer(&http, &format!("{base}/.well-known/agent-card.json")).await;
     A2aServer { s, base, http }
 }

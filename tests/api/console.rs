@@ -57,7 +57,7 @@ async fn console_server() -> (TestServer, String) {
     })
     .await;
     let base = format!("http://127.0.0.1:{port}");
-    http_answer(&reqwest::Client::new(), &format!("{base}/console")).await;
+    http_answer(&http_client(), &format!("{base}/console")).await;
     (s, base)
 }
 
@@ -392,7 +392,7 @@ async fn the_console_in_a_real_browser() {
 #[tokio::test]
 async fn the_console_api_authenticates_and_refuses_cross_site_actions() {
     let (s, base) = console_server().await;
-    let http = reqwest::Client::new();
+    let http = http_client();
     let page = http.get(format!("{base}/console")).send().await.unwrap();
     assert_eq!(page.status(), 200);
     let csp = page.headers()["content-security-policy"]
@@ -612,7 +612,7 @@ async fn the_console_api_authenticates_and_refuses_cross_site_actions() {
 #[tokio::test]
 async fn the_tree_stream_sends_changes_and_the_watch_resumes() {
     let (s, base) = console_server().await;
-    let http = reqwest::Client::new();
+    let http = http_client();
     let tree = http
         .get(format!("{base}/console/api/tree"))
         .header("authorization", "Bearer alice-secret")
@@ -733,7 +733,7 @@ async fn without_authentication_the_console_is_for_loopback_only() {
     })
     .await;
     let base = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::new();
+    let http = http_client();
     let session = http_answer(&http, &format!("{base}/console/api/session")).await;
     assert_eq!(session.status(), 200);
     let cookie = session.headers()["set-cookie"].to_str().unwrap();

@@ -265,6 +265,14 @@ pub fn free_port() -> u16 {
 
 /// The first answer of `url` once the HTTP listener behind it accepts (within 10 s), whatever
 /// its status.
+/// An HTTP client for the tests' own requests. reqwest is built without a default TLS crypto
+/// provider (the service installs ring's when it starts); a test whose servers all run as other
+/// processes must install it here, or the client panics on construction.
+pub fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
 pub async fn http_answer(http: &reqwest::Client, url: &str) -> reqwest::Response {
     eventually(
         &format!("an answer of {url}"),

@@ -1755,7 +1755,10 @@ async fn replicas_an_inbox_and_a_transcript_survive_kill_9_on_postgresql() {
 /// the worker A runs.
 #[tokio::test]
 async fn replicas_the_console_on_b_follows_a_worker_of_a_and_lists_both_replicas() {
-    use crate::{console::Sse, helpers::free_port};
+    use crate::{
+        console::Sse,
+        helpers::{free_port, http_client},
+    };
     use serde_json::Value;
     let Some(db) = TestDb::create().await else {
         return;
@@ -1766,7 +1769,7 @@ async fn replicas_the_console_on_b_follows_a_worker_of_a_and_lists_both_replicas
     let port_b = free_port();
     let b = start_replica(dir.path(), "b", &db.url, &listen(port_b)).await;
     let base = format!("http://127.0.0.1:{port_b}");
-    let http = reqwest::Client::new();
+    let http = http_client();
     let tree = http
         .get(format!("{base}/console/api/tree"))
         .send()
