@@ -31,15 +31,18 @@ pub(super) async fn listen(
     loop {
         match config.connect(NoTls).await {
             Ok((client, mut connection)) => {
-                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-                // The connection must be polled for LISTEN to complete and for messages.
+                // The connection must be polled for LISTEN to complete and for messages; each
+                // notification is parsed and sent on where it is read (no copy, no other task).
+                let (sender, me) = (notices.clone(), this_replica.clone());
                 let pump = tokio::spawn(async move {
                     while let Some(message) =
                         std::future::poll_fn(|cx| connection.poll_message(cx)).await
                     {
                         match message {
                             Ok(AsyncMessage::Notification(n)) => {
-                                let _ = tx.send((n.channel().to_owned(), n.payload().to_owned()));
+                                for notice in parse_notices(n.channel(), n.payload(), &me) {
+                                    let _ = sender.send(notice);
+                                }
                             }
                             Ok(_) => {}
                             Err(e) => {
@@ -59,15 +62,13 @@ pub(super) async fn listen(
                     tracing::warn!(error = %e, "store listener cannot LISTEN");
                     pump.abort();
                 } else {
+                    // Whatever was committed before LISTEN took effect is re-read.
                     let _ = notices.send(Notice::Resync);
                     if let Some(ready) = ready.take() {
                         let _ = ready.send(());
                     }
-                    while let Some((channel, payload)) = rx.recv().await {
-                        for notice in parse_notices(&channel, &payload, &this_replica) {
-                            let _ = notices.send(notice);
-                        }
-                    }
+                    // Until the connection ends.
+                    let _ = pump.await;
                     tracing::warn!("store listener disconnected; reconnecting");
                 }
                 drop(client);
