@@ -39,6 +39,13 @@ const IN_FLIGHT: usize = 1;
 /// The most transitions in one statement.
 const MAX_BATCH: usize = 64;
 
+/// The longest entry of a batch's notification: a worker id (36 bytes), the longest sequence
+/// (19 digits), a replica id (34 bytes), two `:` and the `,` between entries.
+const NOTICE_ENTRY_BYTES: usize = 36 + 19 + 34 + 3;
+// A batch's notification must fit PostgreSQL's payload limit (8000 bytes), or the whole batch
+// would fail and be written again one write at a time.
+const _: () = assert!(MAX_BATCH * NOTICE_ENTRY_BYTES < 8000);
+
 /// One transition as it is written: its event (the worker as it moves), the sequence and
 /// token the row must still be at, and the event's snapshot.
 #[derive(Debug)]
@@ -97,11 +104,11 @@ macro_rules! claim_taken_over_when {
     };
 }
 
-/// Transitions, each a compare-and-set on its row's sequence and token, with their events
-/// in one statement, with **one** notification for the whole batch (`worker:sequence:origin`
-/// of each event, joined by `,`: at most [`MAX_BATCH`] entries of at most 92 bytes, well under
-/// PostgreSQL's 8000). Returns the ordinals (from 1) of the transitions written, as one array;
-/// no row when none was.
+/// Transitions, each a compare-and-set on its row's sequence and token, with their events,
+/// in one statement with **one** notification for the whole batch (`worker:sequence:origin`
+/// of each event, joined by `,`: at most [`MAX_BATCH`] entries of at most
+/// [`NOTICE_ENTRY_BYTES`], under PostgreSQL's 8000). Returns the ordinals (from 1) of the
+/// transitions written, as one array; no row when none was.
 const TRANSITIONS_SQL: &str = "WITH i AS (
          SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[],
                               $6::text[], $7::text[], $8::text[], $9::integer[], $10::text[],
