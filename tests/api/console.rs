@@ -39,6 +39,9 @@ async fn console_server() -> (TestServer, String) {
     let s = start_with(|c| {
         fast(c);
         c.runners.accept_timeout = Duration::from_secs(5);
+        // The test's runner sends nothing while the browser works (seconds on a loaded
+        // machine), and nothing here is about a runner going silent.
+        c.runners.lease = Duration::from_secs(60);
         tokens_file(c, "alice-secret: alice\nbob-secret: bob\nops-secret: ops\n");
         c.auth.operators = vec!["ops".into()];
         c.http.listen = Some(format!("127.0.0.1:{port}"));
