@@ -183,6 +183,25 @@ async fn events_committed_anywhere_are_announced_everywhere() {
         }
         assert_eq!(seen, [(1, own), (2, own)]);
     }
+    // Creates written at once share a batch and its one notification: every worker in it is
+    // announced to the other replica.
+    let batch: Vec<_> =
+        futures_util::future::join_all((0..20).map(|n| create(&a, None, 3_000 + n))).await;
+    let mut unheard: std::collections::HashSet<_> = batch.iter().map(|r| r.id.clone()).collect();
+    while !unheard.is_empty() {
+        let n = tokio::time::timeout(Duration::from_secs(10), on_b.recv())
+            .await
+            .expect("every creation announced")
+            .unwrap();
+        if let Notice::Event {
+            worker_id,
+            sequence: 1,
+            by_this_replica: false,
+        } = n
+        {
+            unheard.remove(&worker_id);
+        }
+    }
 }
 
 #[tokio::test]
