@@ -91,7 +91,7 @@ async fn run(sup: Arc<Supervisor>, store: Arc<dyn SharedStore>, lease: Duration)
                 notices = None;
                 continue;
             }
-            // The fleet's own loop takes these (runners/fleet.rs).
+            // They come on the fleet's own receiver (`runner_notices`), never on this one.
             Some(Ok(Notice::RunnerWait(_) | Notice::Relay { .. })) => continue,
             None => {}
         }

@@ -266,7 +266,7 @@ impl Fleet {
     }
 
     async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let mut notices = Some(self.shared.notices());
+        let mut notices = Some(self.shared.runner_notices());
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

@@ -231,10 +231,17 @@ pub trait SharedStore: Send + Sync {
     /// this one's runs as orphans.
     async fn renew_lease(&self) -> Result<Lease, StoreError>;
 
-    /// Wake-ups from other processes sharing the store (events committed, stops requested).
-    /// Hints only: a receiver must still re-read the store on [`Notice::Resync`] and at least
-    /// every second.
+    /// Wake-ups from other processes sharing the store (events committed, stops requested,
+    /// holds changed); the runner notices go to [`SharedStore::runner_notices`]. Hints
+    /// only: a receiver must still re-read the store on [`Notice::Resync`] and at least every
+    /// second.
     fn notices(&self) -> broadcast::Receiver<Notice>;
+
+    /// The runner notices (docs §10, runners across replicas): [`Notice::RunnerWait`], the
+    /// [`Notice::Relay`]s addressed to this replica (those to others are dropped where they
+    /// are read), and [`Notice::Resync`]. Apart from the others, so that the fleet's loop wakes
+    /// only for these and the other receivers never for these. Hints, like [`Self::notices`].
+    fn runner_notices(&self) -> broadcast::Receiver<Notice>;
 
     /// Records a stop request on an open row owned by **another** replica and notifies it;
     /// returns whether one was recorded (false: the row is terminal, unknown, or this process

@@ -49,7 +49,7 @@ use cached::exec_cached;
 use context::{PgContext, pool_error_text};
 pub use lease::ReplicaSettings;
 use lease::{Host, lease_ms, take_over_predecessors};
-use notices::{NOTICE_BUFFER, listen};
+use notices::{NOTICE_BUFFER, Senders, listen};
 use rows::{EventRow, PROGRESS_SQL, create_write, latest_event, select_worker, transition_write};
 use runners::{PublishWrite, UnpublishWrite};
 
@@ -94,6 +94,8 @@ pub struct PostgresStore {
     replica: ReplicaSettings,
     /// Where [`Notice`]s are published; the listener task holds a clone.
     notices: broadcast::Sender<Notice>,
+    /// The runner notices (waits, relays to this replica), apart.
+    runner_notices: broadcast::Sender<Notice>,
     /// The `LISTEN` task, ended with the store.
     listener: tokio::task::JoinHandle<()>,
     /// Writes transitions, creates and dedupe claims in batches (group commit, `batch`).
@@ -224,11 +226,15 @@ impl PostgresStore {
             .pg("register replica")?;
         drop(client);
         let (notices, _) = broadcast::channel(NOTICE_BUFFER);
+        let (runner_notices, _) = broadcast::channel(NOTICE_BUFFER);
         let (ready_tx, ready) = tokio::sync::oneshot::channel();
         let listener = tokio::spawn(listen(
             config,
             replica_id.clone(),
-            notices.clone(),
+            Senders {
+                notices: notices.clone(),
+                runners: runner_notices.clone(),
+            },
             ready_tx,
         ));
         // Listening before anything is committed, so this process misses no notice of its
@@ -248,6 +254,7 @@ impl PostgresStore {
             replica_id,
             replica,
             notices,
+            runner_notices,
             listener,
         })
     }
@@ -694,6 +701,10 @@ impl SharedStore for PostgresStore {
 
     fn notices(&self) -> broadcast::Receiver<Notice> {
         self.notices.subscribe()
+    }
+
+    fn runner_notices(&self) -> broadcast::Receiver<Notice> {
+        self.runner_notices.subscribe()
     }
 
     async fn request_stop(&self, id: &WorkerId, reason: &str) -> Result<bool, StoreError> {

@@ -18,22 +18,48 @@ const LISTEN_RETRY: Duration = Duration::from_millis(500);
 /// Notices buffered per receiver; one that lags re-reads (it gets `Lagged`, then resyncs).
 pub(super) const NOTICE_BUFFER: usize = 1024;
 
-/// The listener: one dedicated connection that `LISTEN`s on `agentry_events` and
-/// `agentry_stop`, turning notifications into [`Notice`]s; reconnects forever, sending
+/// Where the listener sends what it reads.
+pub(super) struct Senders {
+    /// Events, stops, holds.
+    pub notices: broadcast::Sender<Notice>,
+    /// Runner waits and the relays to this replica.
+    pub runners: broadcast::Sender<Notice>,
+}
+
+impl Senders {
+    /// Sends `notice` to its receivers: a runner notice to the fleet's, a relay only when it
+    /// is addressed to `me`, a resync to both, anything else to the others.
+    fn send(&self, notice: Notice, me: &str) {
+        let _ = match &notice {
+            Notice::RunnerWait(_) => self.runners.send(notice),
+            Notice::Relay { to_replica, .. } if to_replica == me => self.runners.send(notice),
+            Notice::Relay { .. } => return,
+            Notice::Resync => {
+                let _ = self.notices.send(Notice::Resync);
+                self.runners.send(notice)
+            }
+            _ => self.notices.send(notice),
+        };
+    }
+}
+
+/// The listener: one dedicated connection that `LISTEN`s on the five channels, turning
+/// notifications into [`Notice`]s for `senders`; reconnects forever, sending
 /// [`Notice::Resync`] after each connect so receivers re-read what they may have missed.
 pub(super) async fn listen(
     config: tokio_postgres::Config,
     this_replica: String,
-    notices: broadcast::Sender<Notice>,
+    senders: Senders,
     ready: tokio::sync::oneshot::Sender<()>,
 ) {
+    let senders = std::sync::Arc::new(senders);
     let mut ready = Some(ready);
     loop {
         match config.connect(NoTls).await {
             Ok((client, mut connection)) => {
                 // The connection must be polled for LISTEN to complete and for messages; each
                 // notification is parsed and sent on where it is read (no copy, no other task).
-                let (sender, me) = (notices.clone(), this_replica.clone());
+                let (to, me) = (senders.clone(), this_replica.clone());
                 let pump = tokio::spawn(async move {
                     while let Some(message) =
                         std::future::poll_fn(|cx| connection.poll_message(cx)).await
@@ -41,7 +67,7 @@ pub(super) async fn listen(
                         match message {
                             Ok(AsyncMessage::Notification(n)) => {
                                 for notice in parse_notices(n.channel(), n.payload(), &me) {
-                                    let _ = sender.send(notice);
+                                    to.send(notice, &me);
                                 }
                             }
                             Ok(_) => {}
@@ -63,7 +89,7 @@ pub(super) async fn listen(
                     pump.abort();
                 } else {
                     // Whatever was committed before LISTEN took effect is re-read.
-                    let _ = notices.send(Notice::Resync);
+                    senders.send(Notice::Resync, &this_replica);
                     if let Some(ready) = ready.take() {
                         let _ = ready.send(());
                     }
@@ -80,7 +106,8 @@ pub(super) async fn listen(
 }
 
 /// The [`Notice`]s of one notification: on `agentry_events`, a batch's notification names
-/// every event it wrote, joined by `,`; on the other channels it is one notice. Anything
+/// every event it wrote, joined by `,`; on `agentry_runner_waits` it carries every wait its
+/// statement published; on the other channels it is one notice. Anything
 /// malformed is dropped (only a hint), each event on its own.
 fn parse_notices(channel: &str, payload: &str, this_replica: &str) -> Vec<Notice> {
     if channel == "agentry_events" {
@@ -88,6 +115,8 @@ fn parse_notices(channel: &str, payload: &str, this_replica: &str) -> Vec<Notice
             .split(',')
             .filter_map(|one| parse_notice(channel, one, this_replica))
             .collect()
+    } else if channel == "agentry_runner_waits" {
+        parse_waits(payload)
     } else {
         parse_notice(channel, payload, this_replica)
             .into_iter()
@@ -115,7 +144,6 @@ fn parse_notice(channel: &str, payload: &str, this_replica: &str) -> Option<Noti
         "agentry_holds" => Some(Notice::Holds {
             worker_id: WorkerId::parse(payload).ok()?,
         }),
-        "agentry_runner_waits" => Some(Notice::RunnerWait(parse_wait(payload))),
         "agentry_relays" => parse_relay(payload),
         _ => None,
     }
@@ -149,16 +177,10 @@ fn parse_relay(payload: &str) -> Option<Notice> {
     })
 }
 
-/// The wait a `agentry_runner_waits` notice carries: `[worker, owner, agent, principal,
-/// deadline_ms]` as JSON; `None` when the payload is not that (the waits are read instead).
-fn parse_wait(payload: &str) -> Option<RunnerWait> {
-    let (worker_id, owner, agent, caller_scope, deadline_ms): (
-        String,
-        String,
-        String,
-        String,
-        i64,
-    ) = serde_json::from_str(payload).ok()?;
+/// A published wait as a notice carries it: `[worker, owner, agent, principal, deadline_ms]`.
+type WaitJson = (String, String, String, String, i64);
+
+fn wait_of((worker_id, owner, agent, caller_scope, deadline_ms): WaitJson) -> Option<RunnerWait> {
     Some(RunnerWait {
         worker_id: WorkerId::parse(&worker_id).ok()?,
         owner,
@@ -166,6 +188,27 @@ fn parse_wait(payload: &str) -> Option<RunnerWait> {
         caller_scope,
         deadline_ms,
     })
+}
+
+/// The waits an `agentry_runner_waits` notice carries: a statement's list of them (`[[worker,
+/// owner, agent, principal, deadline_ms], …]`), or one wait alone (a replica of an earlier
+/// build). Anything else — `[]` (too many to carry), a malformed wait — is one
+/// `RunnerWait(None)`: read the waits.
+fn parse_waits(payload: &str) -> Vec<Notice> {
+    let carried: Option<Vec<RunnerWait>> = match serde_json::from_str::<Vec<WaitJson>>(payload) {
+        Ok(list) => list.into_iter().map(wait_of).collect(),
+        Err(_) => serde_json::from_str::<WaitJson>(payload)
+            .ok()
+            .and_then(wait_of)
+            .map(|w| vec![w]),
+    };
+    match carried {
+        Some(waits) if !waits.is_empty() => waits
+            .into_iter()
+            .map(|w| Notice::RunnerWait(Some(w)))
+            .collect(),
+        _ => vec![Notice::RunnerWait(None)],
+    }
 }
 
 #[cfg(test)]
@@ -205,20 +248,38 @@ mod tests {
             caller_scope: "team:a".into(),
             deadline_ms: 1_700_000_000_000,
         };
+        // One wait alone (a replica of an earlier build), or a statement's list of them.
+        let waits = |payload: &str| parse_notices("agentry_runner_waits", payload, "r-me");
         assert_eq!(
-            parse(
-                "agentry_runner_waits",
-                &format!(r#"["{id}", "r-1", "reviewer", "team:a", 1700000000000]"#)
-            ),
-            Some(Notice::RunnerWait(Some(wait)))
+            waits(&format!(
+                r#"["{id}", "r-1", "reviewer", "team:a", 1700000000000]"#
+            )),
+            vec![Notice::RunnerWait(Some(wait.clone()))]
         );
-        // A wait notice that does not carry a wait still says "look".
-        for payload in ["", "[1, 2]", r#"["not-an-id", "r", "a", "s", 1]"#] {
-            assert_eq!(
-                parse("agentry_runner_waits", payload),
-                Some(Notice::RunnerWait(None)),
-                "{payload}"
-            );
+        let other = RunnerWait {
+            worker_id: WorkerId::generate(),
+            ..wait.clone()
+        };
+        assert_eq!(
+            waits(&format!(
+                "[[\"{id}\", \"r-1\", \"reviewer\", \"team:a\", 1700000000000], \n \
+                 [\"{}\", \"r-1\", \"reviewer\", \"team:a\", 1700000000000]]",
+                other.worker_id
+            )),
+            vec![
+                Notice::RunnerWait(Some(wait.clone())),
+                Notice::RunnerWait(Some(other))
+            ]
+        );
+        // A wait notice that does not carry its waits whole still says "look", once.
+        for payload in [
+            "",
+            "[]",
+            "[1, 2]",
+            r#"["not-an-id", "r", "a", "s", 1]"#,
+            &format!(r#"[["{id}", "r-1", "reviewer", "team:a", 1], ["bad", "r", "a", "s", 1]]"#),
+        ] {
+            assert_eq!(waits(payload), vec![Notice::RunnerWait(None)], "{payload}");
         }
         assert_eq!(
             parse("agentry_relays", r#"["r-2"]"#),

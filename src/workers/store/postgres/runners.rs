@@ -15,9 +15,9 @@ use crate::workers::model::{WorkerId, WorkerRecord};
 use crate::workers::store::record::COLUMNS;
 use crate::workers::store::{Relayed, RunnerClaim, RunnerWait, StoreError};
 
-/// The largest relay notice that carries its messages (PostgreSQL takes payloads shorter than
-/// 8000 bytes).
-const RELAY_NOTICE_BYTES: usize = 7900;
+/// The largest relay or wait notice that carries what it announces (PostgreSQL takes payloads
+/// shorter than 8000 bytes).
+const NOTICE_BYTES: usize = 7900;
 
 /// A runner claim (`claim_runner_wait`): lock the wait unless another claimer holds it, rotate
 /// the token of a worker that still waits (pending) and return its row, and claim the wait; a
@@ -62,7 +62,7 @@ static RELAY_SQL: LazyLock<String> = LazyLock::new(|| {
                                                       ORDER BY seq))::text AS p
                FROM sent HAVING count(*) > 0
          )
-         SELECT pg_notify('agentry_relays', CASE WHEN octet_length(p) <= {RELAY_NOTICE_BYTES}
+         SELECT pg_notify('agentry_relays', CASE WHEN octet_length(p) <= {NOTICE_BYTES}
                                                  THEN p ELSE json_build_array($1)::text END)
            FROM whole"
     )
@@ -72,19 +72,27 @@ static RELAY_SQL: LazyLock<String> = LazyLock::new(|| {
 #[derive(Debug)]
 pub(super) struct PublishWrite(pub RunnerWait);
 
-/// Runner waits published together: each inserted (one already there is left as it is) with
-/// its own notice, which carries the wait (`[worker, owner, agent, principal, deadline_ms]`)
-/// so a replica whose runners can take it claims without reading the table.
-const PUBLISH_SQL: &str = "WITH added AS (
-         INSERT INTO runner_waits (worker_id, owner_replica, agent, caller_scope, deadline_ms)
-         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[])
-         ON CONFLICT (worker_id) DO NOTHING
-         RETURNING worker_id, owner_replica, agent, caller_scope, deadline_ms
-     )
-     SELECT pg_notify('agentry_runner_waits',
-                      json_build_array(worker_id, owner_replica, agent, caller_scope,
-                                       deadline_ms)::text)
-       FROM added";
+/// Runner waits published together: each inserted (one already there is left as it is), and
+/// one notice for the statement that carries them (`[[worker, owner, agent, principal,
+/// deadline_ms], …]`) so a replica whose runners can take them claims without reading the
+/// table; when they do not fit in a notice it carries `[]` (read the waits).
+static PUBLISH_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH added AS (
+             INSERT INTO runner_waits (worker_id, owner_replica, agent, caller_scope, deadline_ms)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[])
+             ON CONFLICT (worker_id) DO NOTHING
+             RETURNING worker_id, owner_replica, agent, caller_scope, deadline_ms
+         ), whole AS (
+             SELECT json_agg(json_build_array(worker_id, owner_replica, agent, caller_scope,
+                                              deadline_ms))::text AS p
+               FROM added HAVING count(*) > 0
+         )
+         SELECT pg_notify('agentry_runner_waits',
+                          CASE WHEN octet_length(p) <= {NOTICE_BYTES} THEN p ELSE '[]' END)
+           FROM whole"
+    )
+});
 
 impl Batched for PublishWrite {
     const CONTEXT: &'static str = "publish a runner wait";
@@ -101,7 +109,7 @@ impl Batched for PublishWrite {
         let agent = column(batch, |w| w.0.agent.as_str());
         let scope = column(batch, |w| w.0.caller_scope.as_str());
         let deadline = column(batch, |w| w.0.deadline_ms);
-        let statement = c.prepare_cached(PUBLISH_SQL).await?;
+        let statement = c.prepare_cached(&PUBLISH_SQL).await?;
         c.execute(&statement, &[&worker, &owner, &agent, &scope, &deadline])
             .await?;
         // A wait already there is the same wait: published either way.

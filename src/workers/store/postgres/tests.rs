@@ -205,6 +205,101 @@ async fn events_committed_anywhere_are_announced_everywhere() {
 }
 
 #[tokio::test]
+async fn runner_notices_carry_every_published_wait_and_reach_only_their_addressee() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let (a, b, c) = (
+        open(&db, "a").await,
+        open(&db, "b").await,
+        open(&db, "c").await,
+    );
+    let (mut on_b, mut on_c, mut others_on_b) =
+        (b.runner_notices(), c.runner_notices(), b.notices());
+    // Waits published at once share a statement and its one notice, which carries each whole.
+    let workers: Vec<_> =
+        futures_util::future::join_all((0..20).map(|n| create(&a, None, 1_000 + n))).await;
+    let waits: Vec<RunnerWait> = workers
+        .iter()
+        .map(|w| RunnerWait {
+            worker_id: w.id.clone(),
+            owner: a.replica_id().to_owned(),
+            agent: "reviewer".to_owned(),
+            caller_scope: "team:a".to_owned(),
+            deadline_ms: 9_000,
+        })
+        .collect();
+    for r in futures_util::future::join_all(waits.iter().map(|w| a.publish_runner_wait(w))).await {
+        r.unwrap();
+    }
+    let mut unheard: HashSet<_> = waits.iter().map(|w| w.worker_id.clone()).collect();
+    while !unheard.is_empty() {
+        let n = tokio::time::timeout(Duration::from_secs(10), on_b.recv())
+            .await
+            .expect("every published wait carried by a notice")
+            .unwrap();
+        match n {
+            Notice::RunnerWait(Some(w)) => {
+                assert!(waits.contains(&w), "{w:?}");
+                unheard.remove(&w.worker_id);
+            }
+            Notice::Resync => {}
+            other => panic!("not a runner notice, or one without its wait: {other:?}"),
+        }
+    }
+    // A relay to `b` reaches `b` with its message; `c` never sees it: the wait published after
+    // it is the next runner notice `c` gets.
+    let id = &workers[0].id;
+    a.relay(b.replica_id(), id, &["hello".to_owned()], false)
+        .await
+        .unwrap();
+    let last = create(&a, None, 5_000).await;
+    a.publish_runner_wait(&RunnerWait {
+        worker_id: last.id.clone(),
+        ..waits[0].clone()
+    })
+    .await
+    .unwrap();
+    let relayed = tokio::time::timeout(Duration::from_secs(10), on_b.recv())
+        .await
+        .expect("the relay announced to its addressee")
+        .unwrap();
+    let Notice::Relay {
+        to_replica,
+        relayed: Some(messages),
+    } = relayed
+    else {
+        panic!("not the relay, carried: {relayed:?}");
+    };
+    assert_eq!(to_replica, b.replica_id());
+    assert_eq!(
+        messages
+            .iter()
+            .map(|m| m.message.as_str())
+            .collect::<Vec<_>>(),
+        ["hello"]
+    );
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), on_c.recv())
+            .await
+            .expect("the last wait announced to c")
+            .unwrap()
+        {
+            Notice::RunnerWait(Some(w)) if w.worker_id == last.id => break,
+            Notice::RunnerWait(_) | Notice::Resync => {}
+            other => panic!("c got a notice not for it: {other:?}"),
+        }
+    }
+    // The other receivers never get a runner notice.
+    while let Ok(n) = others_on_b.try_recv() {
+        assert!(
+            !matches!(n, Notice::RunnerWait(_) | Notice::Relay { .. }),
+            "{n:?}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_dedupe_claim_is_won_once_across_replicas() {
     let Some(db) = TestDb::create().await else {
         return;
