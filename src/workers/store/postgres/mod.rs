@@ -51,7 +51,7 @@ pub use lease::ReplicaSettings;
 use lease::{Host, lease_ms, take_over_predecessors};
 use notices::{NOTICE_BUFFER, Senders, listen};
 use rows::{EventRow, PROGRESS_SQL, create_write, latest_event, select_worker, transition_write};
-use runners::{PublishWrite, UnpublishWrite};
+use runners::{PublishWrite, RelayWrite, UnpublishWrite};
 
 mod batch;
 mod cached;
@@ -73,9 +73,9 @@ const CLAIM_ATTEMPTS: usize = 3;
 /// Connections in the pool.
 const POOL_SIZE: usize = 16;
 
-/// Connections of the batch writers (`batch`): one batch of each of five kinds at once
-/// (transitions, creates, dedupe claims, runner waits published and withdrawn).
-const BATCH_POOL_SIZE: usize = 5;
+/// Connections of the batch writers (`batch`): one batch of each of six kinds at once
+/// (transitions, creates, dedupe claims, runner waits published and withdrawn, relays).
+const BATCH_POOL_SIZE: usize = 6;
 
 /// How the batch writers' connections plan: index lookups of the rows named, never a scan of
 /// a whole table (an `unnest` of parameters looks like ten rows to the planner, and the tables
@@ -104,6 +104,7 @@ pub struct PostgresStore {
     claims: Batcher<ClaimWrite>,
     publishes: Batcher<PublishWrite>,
     unpublishes: Batcher<UnpublishWrite>,
+    relays: Batcher<RelayWrite>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -249,7 +250,8 @@ impl PostgresStore {
             creates: Batcher::start(batch_pool.clone(), origin.clone()),
             claims: Batcher::start(batch_pool.clone(), origin.clone()),
             publishes: Batcher::start(batch_pool.clone(), origin.clone()),
-            unpublishes: Batcher::start(batch_pool, origin),
+            unpublishes: Batcher::start(batch_pool.clone(), origin.clone()),
+            relays: Batcher::start(batch_pool, origin),
             pool,
             replica_id,
             replica,
@@ -816,9 +818,15 @@ impl SharedStore for PostgresStore {
         messages: &[String],
         withdraw: bool,
     ) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        let by = withdraw.then_some(self.replica_id.as_str());
-        runners::relay(&client, to, id, messages, by).await
+        self.relays
+            .write(RelayWrite {
+                to: to.to_owned(),
+                worker: id.clone(),
+                messages: messages.to_vec(),
+                withdraw,
+            })
+            .await
+            .map(drop)
     }
 
     async fn take_relays(&self) -> Result<Vec<Relayed>, StoreError> {

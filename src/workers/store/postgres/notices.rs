@@ -149,12 +149,33 @@ fn parse_notice(channel: &str, payload: &str, this_replica: &str) -> Option<Noti
     }
 }
 
-/// An `agentry_relays` notice: `[to, worker, [[seq, message], …]]` with the messages, or `[to]`
-/// (too large to carry; they are taken from the table). Without an addressee it is dropped.
+/// An `agentry_relays` notice: `[to, [[seq, worker, message], …]]` with the messages of one
+/// statement, `[to, worker, [[seq, message], …]]` (a replica of an earlier build), or `[to]`
+/// (too large to carry; they are taken from the table). Without an addressee it is dropped; a
+/// carried message about an unreadable worker id makes it `[to]`.
 fn parse_relay(payload: &str) -> Option<Notice> {
-    type Whole = (String, String, Vec<(i64, String)>);
-    if let Ok((to_replica, worker, messages)) = serde_json::from_str::<Whole>(payload) {
-        // A carried message about an unreadable worker id: take them from the table instead.
+    type Batch = (String, Vec<(i64, String, String)>);
+    type One = (String, String, Vec<(i64, String)>);
+    let carried = |to_replica: String, relayed: Option<Vec<Relayed>>| {
+        Some(Notice::Relay {
+            to_replica,
+            relayed,
+        })
+    };
+    if let Ok((to_replica, messages)) = serde_json::from_str::<Batch>(payload) {
+        let relayed = messages
+            .into_iter()
+            .map(|(seq, worker, message)| {
+                Some(Relayed {
+                    seq,
+                    worker_id: WorkerId::parse(&worker).ok()?,
+                    message,
+                })
+            })
+            .collect();
+        return carried(to_replica, relayed);
+    }
+    if let Ok((to_replica, worker, messages)) = serde_json::from_str::<One>(payload) {
         let relayed = WorkerId::parse(&worker).ok().map(|worker_id| {
             messages
                 .into_iter()
@@ -165,16 +186,10 @@ fn parse_relay(payload: &str) -> Option<Notice> {
                 })
                 .collect()
         });
-        return Some(Notice::Relay {
-            to_replica,
-            relayed,
-        });
+        return carried(to_replica, relayed);
     }
     let (to_replica,): (String,) = serde_json::from_str(payload).ok()?;
-    Some(Notice::Relay {
-        to_replica,
-        relayed: None,
-    })
+    carried(to_replica, None)
 }
 
 /// A published wait as a notice carries it: `[worker, owner, agent, principal, deadline_ms]`.
@@ -305,6 +320,40 @@ mod tests {
                         message: "x".into()
                     },
                 ])
+            })
+        );
+        // One statement's relays to a replica (one notice, several workers); one unreadable
+        // worker id and the notice only says "take them".
+        let second = WorkerId::generate();
+        assert_eq!(
+            parse(
+                "agentry_relays",
+                &format!(r#"["r-2", [[7, "{id}", "a"], [9, "{second}", "b"]]]"#)
+            ),
+            Some(Notice::Relay {
+                to_replica: "r-2".into(),
+                relayed: Some(vec![
+                    Relayed {
+                        seq: 7,
+                        worker_id: id.clone(),
+                        message: "a".into()
+                    },
+                    Relayed {
+                        seq: 9,
+                        worker_id: second.clone(),
+                        message: "b".into()
+                    },
+                ])
+            })
+        );
+        assert_eq!(
+            parse(
+                "agentry_relays",
+                &format!(r#"["r-2", [[7, "{id}", "a"], [9, "not-an-id", "b"]]]"#)
+            ),
+            Some(Notice::Relay {
+                to_replica: "r-2".into(),
+                relayed: None
             })
         );
         // A batch's notification: every event it names, a malformed one dropped alone.

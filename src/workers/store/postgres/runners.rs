@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 use deadpool_postgres::Client;
 
 use super::batch::{Batched, column};
-use super::cached::{exec_cached, query_opt_cached};
+use super::cached::query_opt_cached;
 use super::context::PgContext;
 use super::rows::read_record;
 use crate::workers::model::{WorkerId, WorkerRecord};
@@ -44,29 +44,72 @@ static CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// Relayed messages (`relay`): rows numbered in the order given (`seq` is taken row by row as
-/// the ordered select yields them), and one notice that carries them (`[to, worker, [[seq,
-/// message], …]]`) when that fits in a notice, else only `[to]`. With a claimer (`$4`, the
-/// last message about the worker), the wait it claimed goes in the same statement.
+/// Messages relayed together (`relay`, group commit): rows numbered in the order given (`seq`
+/// is taken row by row as the ordered select yields them), and one notice per addressee that
+/// carries its messages (`[to, [[seq, worker, message], …]]`) when that fits in a notice, else
+/// only `[to]`. The waits this replica claimed whose last message is among them (`$4`) go in
+/// the same statement.
 static RELAY_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH gone AS (
-             DELETE FROM runner_waits WHERE $4::text IS NOT NULL AND worker_id = $2
-                                        AND claimed_by = $4
+             DELETE FROM runner_waits WHERE worker_id = ANY($4::text[]) AND claimed_by = $5
          ), sent AS (
              INSERT INTO runner_relays (to_replica, worker_id, message)
-             SELECT $1, $2, m FROM unnest($3::text[]) WITH ORDINALITY AS u(m, i) ORDER BY i
-             RETURNING seq, message
+             SELECT t, w, m FROM unnest($1::text[], $2::text[], $3::text[])
+                                 WITH ORDINALITY AS u(t, w, m, i) ORDER BY i
+             RETURNING seq, to_replica, worker_id, message
          ), whole AS (
-             SELECT json_build_array($1, $2, json_agg(json_build_array(seq, message)
-                                                      ORDER BY seq))::text AS p
-               FROM sent HAVING count(*) > 0
+             SELECT to_replica, json_build_array(to_replica,
+                        json_agg(json_build_array(seq, worker_id, message) ORDER BY seq))::text AS p
+               FROM sent GROUP BY to_replica
          )
          SELECT pg_notify('agentry_relays', CASE WHEN octet_length(p) <= {NOTICE_BYTES}
-                                                 THEN p ELSE json_build_array($1)::text END)
+                                                 THEN p ELSE json_build_array(to_replica)::text END)
            FROM whole"
     )
 });
+
+/// Messages about one worker for one replica, as the batch writer takes them
+/// (`SharedStore::relay`): with `withdraw`, the last ones, and the wait this replica claimed
+/// goes with them.
+#[derive(Debug)]
+pub(super) struct RelayWrite {
+    pub to: String,
+    pub worker: WorkerId,
+    pub messages: Vec<String>,
+    pub withdraw: bool,
+}
+
+impl Batched for RelayWrite {
+    const CONTEXT: &'static str = "relay runner messages";
+    fn row(&self) -> &str {
+        self.worker.as_str()
+    }
+    async fn write_all(
+        c: &Client,
+        origin: &str,
+        batch: &[Self],
+    ) -> Result<Vec<bool>, tokio_postgres::Error> {
+        let (mut to, mut worker, mut message) = (Vec::new(), Vec::new(), Vec::new());
+        for r in batch {
+            for m in &r.messages {
+                to.push(r.to.as_str());
+                worker.push(r.worker.as_str());
+                message.push(m.as_str());
+            }
+        }
+        let gone: Vec<&str> = batch
+            .iter()
+            .filter(|r| r.withdraw)
+            .map(|r| r.worker.as_str())
+            .collect();
+        // Carried by the notice, the messages need no read by their addressee.
+        let statement = c.prepare_cached(&RELAY_SQL).await?;
+        c.execute(&statement, &[&to, &worker, &message, &gone, &origin])
+            .await?;
+        Ok(vec![true; batch.len()])
+    }
+}
 
 /// A published runner wait as the batch writer takes it (`SharedStore::publish_runner_wait`).
 #[derive(Debug)]
@@ -227,25 +270,6 @@ pub(super) async fn claim_of(client: &Client, id: &WorkerId) -> Result<RunnerCla
             },
         },
     })
-}
-
-/// Sends messages about worker `id` to replica `to` (`SharedStore::relay`).
-pub(super) async fn relay(
-    client: &Client,
-    to: &str,
-    id: &WorkerId,
-    messages: &[String],
-    withdrawn_by: Option<&str>,
-) -> Result<(), StoreError> {
-    // Carried by the notice, the messages need no read by their addressee ([`RELAY_SQL`]).
-    exec_cached(
-        client,
-        &RELAY_SQL,
-        &[&to, &id.as_str(), &messages, &withdrawn_by],
-    )
-    .await
-    .pg("relay runner messages")?;
-    Ok(())
 }
 
 /// Takes the messages sent to replica `replica_id`, in order (`SharedStore::take_relays`).

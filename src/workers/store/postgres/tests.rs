@@ -290,6 +290,37 @@ async fn runner_notices_carry_every_published_wait_and_reach_only_their_addresse
             other => panic!("c got a notice not for it: {other:?}"),
         }
     }
+    // Relays written at once share a statement and its one notice per addressee: each is
+    // carried to `b`, in order.
+    let both = ["one".to_owned(), "two".to_owned()];
+    let sends = workers[1..11]
+        .iter()
+        .map(|w| a.relay(b.replica_id(), &w.id, &both, false));
+    for r in futures_util::future::join_all(sends).await {
+        r.unwrap();
+    }
+    let mut heard: std::collections::HashMap<WorkerId, Vec<String>> = Default::default();
+    while heard.values().map(Vec::len).sum::<usize>() < 20 {
+        match tokio::time::timeout(Duration::from_secs(10), on_b.recv())
+            .await
+            .expect("every relay carried to its addressee")
+            .unwrap()
+        {
+            Notice::Relay {
+                relayed: Some(messages),
+                ..
+            } => {
+                for m in messages {
+                    heard.entry(m.worker_id).or_default().push(m.message);
+                }
+            }
+            Notice::RunnerWait(_) | Notice::Resync => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    for w in &workers[1..11] {
+        assert_eq!(heard[&w.id], ["one", "two"]);
+    }
     // The other receivers never get a runner notice.
     while let Ok(n) = others_on_b.try_recv() {
         assert!(
