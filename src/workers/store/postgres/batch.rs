@@ -1,5 +1,6 @@
-//! Group commit on PostgreSQL (docs/replicas.md, "Throughput"): the hot writes — dedupe claims,
-//! creates and transitions — of many workers as one statement and one commit.
+//! Group commit on PostgreSQL (docs/replicas.md, "Group commit"): the hot writes — dedupe
+//! claims, creates, transitions, and the runner waits and relays of runners across replicas
+//! (`runners`) — of many workers as one statement and one commit.
 //!
 //! Written one by one, each of those writes costs a round trip, a statement's start-up and a
 //! commit with its WAL flush, and with many workers moving at once those overheads are most of

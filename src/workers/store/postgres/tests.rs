@@ -247,6 +247,28 @@ async fn runner_notices_carry_every_published_wait_and_reach_only_their_addresse
             other => panic!("not a runner notice, or one without its wait: {other:?}"),
         }
     }
+    // Waits too large to carry in a notice are still published, and their notice says "read
+    // the waits" (`[]`) instead of failing the statement (PostgreSQL refuses a payload of 8000
+    // bytes or more).
+    let big = create(&a, None, 4_000).await;
+    let big_wait = RunnerWait {
+        worker_id: big.id.clone(),
+        agent: "x".repeat(8_000),
+        ..waits[0].clone()
+    };
+    a.publish_runner_wait(&big_wait).await.unwrap();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), on_b.recv())
+            .await
+            .expect("a notice for the large wait")
+            .unwrap()
+        {
+            Notice::RunnerWait(None) => break,
+            Notice::Resync => {}
+            other => panic!("not a notice to read the waits: {other:?}"),
+        }
+    }
+    assert!(b.runner_waits(64).await.unwrap().contains(&big_wait));
     // A relay to `b` reaches `b` with its message; `c` never sees it: the wait published after
     // it is the next runner notice `c` gets.
     let id = &workers[0].id;
@@ -520,4 +542,24 @@ fn urls_lose_their_passwords() {
     ] {
         assert_eq!(redact_url(url), shown, "{url}");
     }
+}
+
+#[tokio::test]
+async fn a_refused_statement_names_the_servers_reason() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let a = open(&db, "a").await;
+    let client = a.client().await.unwrap();
+    let e = client
+        .execute("SELECT 1 / 0", &[])
+        .await
+        .pg("divide")
+        .unwrap_err();
+    // tokio-postgres's own text is only "db error"; the server's reason must be in the message.
+    let StoreError::Postgres { context, message } = e else {
+        panic!("not a refusal: {e:?}");
+    };
+    assert_eq!(context, "divide");
+    assert!(message.contains("division by zero"), "{message}");
 }
