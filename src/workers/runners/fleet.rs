@@ -61,20 +61,18 @@ struct Round {
 }
 
 impl Round {
-    /// Adds what notice `n` asks for; a closed channel is dropped (the tick still serves).
+    /// Adds what notice `n` asks for; a closed channel is dropped (the tick still serves). The
+    /// runner notices hold only the relays addressed to this replica
+    /// ([`SharedStore::runner_notices`]).
     fn note(
         &mut self,
         n: Result<Notice, RecvError>,
-        me: &str,
         notices: &mut Option<tokio::sync::broadcast::Receiver<Notice>>,
     ) {
         match n {
             Ok(Notice::RunnerWait(Some(wait))) => self.waits.push(wait),
             Ok(Notice::RunnerWait(None)) => self.look = true,
-            Ok(Notice::Relay {
-                to_replica,
-                relayed,
-            }) if to_replica == me => match relayed {
+            Ok(Notice::Relay { relayed, .. }) => match relayed {
                 Some(relayed) => self.relayed.extend(relayed),
                 None => self.take = true,
             },
@@ -124,8 +122,7 @@ fn message(kind: &str, extra: Value) -> String {
 
 /// The claimer's last message about a worker (`finished`, `lost`), relayed with its wait
 /// withdrawn in the same statement: it says so, and its owner then has nothing to withdraw.
-fn last_message(kind: &str, extra: Value) -> String {
-    let mut extra = extra;
+fn last_message(kind: &str, mut extra: Value) -> String {
     if let Value::Object(m) = &mut extra {
         m.insert("withdrawn".to_owned(), Value::Bool(true));
     }
@@ -248,7 +245,7 @@ impl Fleet {
             return false;
         };
         let m = message("cancel", json!({"reason": reason}));
-        self.shared.relay(&by, id, &[m], false).await.is_ok()
+        self.shared.relay(&by, id, vec![m], false).await.is_ok()
     }
 
     /// The claim of an owned worker, when its claimer's lease has lapsed: that replica's id.
@@ -282,7 +279,7 @@ impl Fleet {
                         Some(rx) => rx.recv().await,
                         None => std::future::pending().await,
                     }
-                } => round.note(n, &self.me, &mut notices),
+                } => round.note(n, &mut notices),
             }
             // The notices that came meanwhile (a burst of publishes, the events of every
             // worker) are served by this one round.
@@ -293,7 +290,7 @@ impl Fleet {
                     Err(TryRecvError::Closed) => Err(RecvError::Closed),
                     Ok(n) => Ok(n),
                 };
-                round.note(n, &self.me, &mut notices);
+                round.note(n, &mut notices);
             }
             // Taken first: a message carried by a notice is in order after the rows a take
             // returns, or among them (then applied once).
@@ -433,7 +430,7 @@ impl Fleet {
                         next = rx.try_recv().ok();
                     }
                 }
-                if let Err(e) = fleet.shared.relay(&wait.owner, &id, &messages, last).await {
+                if let Err(e) = fleet.shared.relay(&wait.owner, &id, messages, last).await {
                     tracing::warn!(worker = %id, error = %e, "cannot relay a runner event to the worker's replica");
                 }
                 if last {
@@ -534,7 +531,7 @@ impl Fleet {
             self.hub.remove(id, reason);
             self.claimed.lock().expect("fleet poisoned").remove(id);
             let m = last_message("finished", finish_json(&Finish::Canceled));
-            let _ = self.shared.relay(&owner, id, &[m], true).await;
+            let _ = self.shared.relay(&owner, id, vec![m], true).await;
         }
     }
 

@@ -316,7 +316,7 @@ pub trait SharedStore: Send + Sync {
         &self,
         to: &str,
         id: &WorkerId,
-        messages: &[String],
+        messages: Vec<String>,
         withdraw: bool,
     ) -> Result<(), StoreError>;
 

@@ -815,14 +815,14 @@ impl SharedStore for PostgresStore {
         &self,
         to: &str,
         id: &WorkerId,
-        messages: &[String],
+        messages: Vec<String>,
         withdraw: bool,
     ) -> Result<(), StoreError> {
         self.relays
             .write(RelayWrite {
                 to: to.to_owned(),
                 worker: id.clone(),
-                messages: messages.to_vec(),
+                messages,
                 withdraw,
             })
             .await

@@ -296,31 +296,26 @@ mod tests {
         ] {
             assert_eq!(waits(payload), vec![Notice::RunnerWait(None)], "{payload}");
         }
-        assert_eq!(
-            parse("agentry_relays", r#"["r-2"]"#),
+        // A relay notice to `r-2`, carrying `messages` (seq, worker, text) or not.
+        let relay = |messages: Option<&[(i64, &WorkerId, &str)]>| {
             Some(Notice::Relay {
                 to_replica: "r-2".into(),
-                relayed: None
+                relayed: messages.map(|ms| {
+                    ms.iter()
+                        .map(|&(seq, worker, text)| Relayed {
+                            seq,
+                            worker_id: worker.clone(),
+                            message: text.into(),
+                        })
+                        .collect()
+                }),
             })
-        );
+        };
+        assert_eq!(parse("agentry_relays", r#"["r-2"]"#), relay(None));
         let carried = format!(r#"["r-2", "{id}", [[7, "{{\"kind\":\"accepted\"}}"], [8, "x"]]]"#);
         assert_eq!(
             parse("agentry_relays", &carried),
-            Some(Notice::Relay {
-                to_replica: "r-2".into(),
-                relayed: Some(vec![
-                    Relayed {
-                        seq: 7,
-                        worker_id: id.clone(),
-                        message: r#"{"kind":"accepted"}"#.into()
-                    },
-                    Relayed {
-                        seq: 8,
-                        worker_id: id.clone(),
-                        message: "x".into()
-                    },
-                ])
-            })
+            relay(Some(&[(7, &id, r#"{"kind":"accepted"}"#), (8, &id, "x")]))
         );
         // One statement's relays to a replica (one notice, several workers); one unreadable
         // worker id and the notice only says "take them".
@@ -330,31 +325,14 @@ mod tests {
                 "agentry_relays",
                 &format!(r#"["r-2", [[7, "{id}", "a"], [9, "{second}", "b"]]]"#)
             ),
-            Some(Notice::Relay {
-                to_replica: "r-2".into(),
-                relayed: Some(vec![
-                    Relayed {
-                        seq: 7,
-                        worker_id: id.clone(),
-                        message: "a".into()
-                    },
-                    Relayed {
-                        seq: 9,
-                        worker_id: second.clone(),
-                        message: "b".into()
-                    },
-                ])
-            })
+            relay(Some(&[(7, &id, "a"), (9, &second, "b")]))
         );
         assert_eq!(
             parse(
                 "agentry_relays",
                 &format!(r#"["r-2", [[7, "{id}", "a"], [9, "not-an-id", "b"]]]"#)
             ),
-            Some(Notice::Relay {
-                to_replica: "r-2".into(),
-                relayed: None
-            })
+            relay(None)
         );
         // A batch's notification: every event it names, a malformed one dropped alone.
         let other = WorkerId::generate();

@@ -272,7 +272,7 @@ async fn runner_notices_carry_every_published_wait_and_reach_only_their_addresse
     // A relay to `b` reaches `b` with its message; `c` never sees it: the wait published after
     // it is the next runner notice `c` gets.
     let id = &workers[0].id;
-    a.relay(b.replica_id(), id, &["hello".to_owned()], false)
+    a.relay(b.replica_id(), id, vec!["hello".to_owned()], false)
         .await
         .unwrap();
     let last = create(&a, None, 5_000).await;
@@ -314,10 +314,10 @@ async fn runner_notices_carry_every_published_wait_and_reach_only_their_addresse
     }
     // Relays written at once share a statement and its one notice per addressee: each is
     // carried to `b`, in order.
-    let both = ["one".to_owned(), "two".to_owned()];
+    let both = || vec!["one".to_owned(), "two".to_owned()];
     let sends = workers[1..11]
         .iter()
-        .map(|w| a.relay(b.replica_id(), &w.id, &both, false));
+        .map(|w| a.relay(b.replica_id(), &w.id, both(), false));
     for r in futures_util::future::join_all(sends).await {
         r.unwrap();
     }
