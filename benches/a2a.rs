@@ -74,11 +74,6 @@ fn main() {
 async fn run(dir: &Path, url: &str, rounds: usize) {
     let home = dir.join("home");
     std::fs::create_dir_all(&home).unwrap();
-    let http_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let mut cfg = Config {
         home: Some(home),
         store: StoreConfig {
@@ -98,10 +93,23 @@ async fn run(dir: &Path, url: &str, rounds: usize) {
         }],
         aliases: Default::default(),
     };
-    cfg.http.listen = Some(format!("127.0.0.1:{http_port}"));
+    // The system picks the HTTP port; the service says which once it is up.
+    cfg.http.listen = Some("127.0.0.1:0".into());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(agentry::grpc::run(cfg, listener, std::future::pending()));
+    let (up_tx, up_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(agentry::grpc::run_announced(
+        cfg,
+        listener,
+        std::future::pending(),
+        move |_, http| {
+            let _ = up_tx.send(http);
+        },
+    ));
+    let http_addr = up_rx
+        .await
+        .expect("the service came up")
+        .expect("the HTTP listener");
     let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
@@ -109,7 +117,7 @@ async fn run(dir: &Path, url: &str, rounds: usize) {
         .unwrap();
     let mut grpc = AgentRegistryServiceClient::new(channel);
     let http = reqwest::Client::new();
-    let base = format!("http://127.0.0.1:{http_port}/a2a/quick_task");
+    let base = format!("http://{http_addr}/a2a/quick_task");
     let card_url = format!("{base}/.well-known/agent-card.json");
     for _ in 0..100 {
         if http.get(&card_url).send().await.is_ok() {

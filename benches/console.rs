@@ -67,14 +67,6 @@ fn main() {
     runtime.block_on(run(&size));
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// One `agentry serve` process with runner-backed workers (no runner connects: they stay
 /// pending) and the HTTP listener on loopback without authentication.
 struct Server {
@@ -87,14 +79,13 @@ struct Server {
 impl Server {
     async fn start(workers: usize) -> Server {
         let dir = tempfile::tempdir().unwrap();
-        let (grpc_port, http_port) = (free_port(), free_port());
         let config = dir.path().join("agentry.yaml");
         std::fs::create_dir_all(dir.path().join("home")).unwrap();
         std::fs::write(
             &config,
             format!(
-                "listen: 127.0.0.1:{grpc_port}\nhome: {home}\nstore: {{path: {db}}}\n\
-                 http: {{listen: '127.0.0.1:{http_port}'}}\nexecutor: {{kind: runner}}\n\
+                "listen: 127.0.0.1:0\nhome: {home}\nstore: {{path: {db}}}\n\
+                 http: {{listen: '127.0.0.1:0'}}\nexecutor: {{kind: runner}}\n\
                  runners: {{accept_timeout: 60s}}\n\
                  limits: {{max_running: 4000, max_pending: 4000}}\n",
                 home = dir.path().join("home").display(),
@@ -103,18 +94,32 @@ impl Server {
         )
         .unwrap();
         let log = std::fs::File::create(dir.path().join("agentry.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_agentry"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_agentry"))
             // Freed pages go back to the kernel at once, so the resident set follows what is
             // held rather than what the allocator keeps for later.
             .env("MIMALLOC_PURGE_DELAY", "0")
-            .args(["serve", "--config"])
+            .args(["serve", "--print-addr", "--config"])
             .arg(&config)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
             .expect("the agentry binary starts");
-        let url = format!("http://127.0.0.1:{grpc_port}");
+        // Both ports are the system's choice; `--print-addr` says which once it is up.
+        let (grpc_addr, http_addr) = {
+            use std::io::BufRead;
+            let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+            let mut next = |prefix: &str| {
+                let line = lines.next().and_then(Result::ok).unwrap_or_else(|| {
+                    panic!("agentry exited before it said where it listens (see its log)")
+                });
+                line.strip_prefix(prefix)
+                    .unwrap_or_else(|| panic!("expected {prefix:?}, read {line:?}"))
+                    .to_owned()
+            };
+            (next("listening "), next("http listening "))
+        };
+        let url = format!("http://{grpc_addr}");
         let started = Instant::now();
         let channel = loop {
             match Channel::from_shared(url.clone()).unwrap().connect().await {
@@ -128,7 +133,7 @@ impl Server {
         let mut s = Server {
             child,
             grpc: AgentRegistryServiceClient::new(channel),
-            base: format!("http://127.0.0.1:{http_port}"),
+            base: format!("http://{http_addr}"),
             _dir: dir,
         };
         s.spawn(workers).await;

@@ -261,13 +261,17 @@ fn serve(
         // `grpc::run` owns the whole shutdown sequence and its one deadline (shutdown_grace).
         // The address is printed only once the service is up: a store held by another process
         // (or anything else that fails at start-up) exits without it.
-        let drained =
-            agentry::grpc::run_announced(cfg, listener, stop.cancelled_owned(), |listener| {
-                if print_addr && let Err(e) = print_listening(listener) {
+        let drained = agentry::grpc::run_announced(
+            cfg,
+            listener,
+            stop.cancelled_owned(),
+            |listener, http| {
+                if print_addr && let Err(e) = print_listening(listener, http) {
                     tracing::warn!(error = %e, "cannot print the listening address");
                 }
-            })
-            .await;
+            },
+        )
+        .await;
         if let Some(path) = socket {
             let _ = std::fs::remove_file(path);
         }
@@ -277,12 +281,16 @@ fn serve(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `listening <address>` on stdout, flushed at once: a reader waiting for it must not depend on
-/// buffering. Nothing else of `serve` writes to stdout (logs go to stderr).
-fn print_listening(listener: &Listener) -> std::io::Result<()> {
+/// `listening <address>` on stdout, then `http listening <address>` with `http.listen`, flushed
+/// at once: a reader waiting for them must not depend on buffering. Nothing else of `serve`
+/// writes to stdout (logs go to stderr).
+fn print_listening(listener: &Listener, http: Option<std::net::SocketAddr>) -> std::io::Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     writeln!(out, "listening {}", listener.describe())?;
+    if let Some(http) = http {
+        writeln!(out, "http listening {http}")?;
+    }
     out.flush()
 }
 

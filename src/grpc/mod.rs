@@ -68,17 +68,19 @@ pub async fn run(
     listener: impl Into<Listener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    run_announced(cfg, listener, shutdown, |_| {}).await
+    run_announced(cfg, listener, shutdown, |_, _| {}).await
 }
 
-/// [`run`], calling `ready` with the listener once everything the service needs is open (the
-/// store, the registry, the executors) and it starts serving; never when it fails first. A
-/// `listening` line printed from here means the service came up (`serve --print-addr`).
+/// [`run`], calling `ready` with the listener and the HTTP listener's address (with
+/// `http.listen`) once everything the service needs is open (the store, the registry, the
+/// executors, both listeners) and it starts serving; never when it fails first. A `listening`
+/// line printed from here means the service came up (`serve --print-addr`). With
+/// `http.listen` on port 0 the system picks the HTTP port, and this is where it is told.
 pub async fn run_announced(
     cfg: Config,
     listener: impl Into<Listener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-    ready: impl FnOnce(&Listener),
+    ready: impl FnOnce(&Listener, Option<std::net::SocketAddr>),
 ) -> anyhow::Result<()> {
     let listener = listener.into();
     // TLS for model providers and MCP servers over https: rustls on ring, installed once for
@@ -341,7 +343,11 @@ pub async fn run_announced(
     }
 
     tracing::info!(addr = %listener.describe(), "agentry listening");
-    ready(&listener);
+    let http_addr = match &http {
+        Some((l, _)) => Some(l.local_addr()?),
+        None => None,
+    };
+    ready(&listener, http_addr);
     let health_for_shutdown = health.clone();
     let supervisor_for_auth = supervisor.clone();
     let grace = cfg.shutdown_grace;

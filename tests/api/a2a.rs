@@ -38,7 +38,6 @@ pub(crate) struct A2aServer {
 
 /// The exec agent `echo` answers `echo: <prompt>`; a prompt with `sleep` runs 30 s first.
 pub(crate) async fn a2a_server(tweak: impl FnOnce(&mut agentry::config::Config)) -> A2aServer {
-    let port = free_port();
     let s = start_with(|c| {
         let root = c.home.clone().unwrap().parent().unwrap().to_path_buf();
         let run = script(
@@ -83,11 +82,11 @@ else:
             "Lead.",
         );
         c.reserved_agents = vec!["secret".into()];
-        c.http.listen = Some(format!("127.0.0.1:{port}"));
+        c.http.listen = Some("127.0.0.1:0".into());
         tweak(c);
     })
     .await;
-    let base = format!("http://127.0.0.1:{port}");
+    let base = format!("http://{}", s.http.expect("the HTTP listener"));
     let http = http_client();
     http_answer(&http, &format!("{base}/.well-known/agent-card.json")).await;
     A2aServer { s, base, http }

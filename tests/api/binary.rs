@@ -344,6 +344,24 @@ impl Binary {
         lock(&self.output).stderr.join("\n")
     }
 
+    /// The HTTP listener's address, from the `http listening <address>` line `--print-addr`
+    /// prints after the listening line when `http.listen` is set.
+    pub async fn http_addr(&self) -> String {
+        const HTTP: &str = "http listening ";
+        eventually(
+            &format!("{} to say where its HTTP listener is", self.what),
+            START_WITHIN,
+            || async {
+                let out = lock(&self.output);
+                match out.stdout.iter().find(|l| l.starts_with(HTTP)) {
+                    Some(line) => Ok(line[HTTP.len()..].to_owned()),
+                    None => Err(out.show()),
+                }
+            },
+        )
+        .await
+    }
+
     /// Its stdout so far, one entry per line.
     pub fn stdout_lines(&self) -> Vec<String> {
         lock(&self.output).stdout.clone()

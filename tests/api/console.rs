@@ -35,7 +35,6 @@ fn screenshot_path() -> PathBuf {
 /// A server with authentication (alice, bob; `ops` an operator), runner-backed workers, a
 /// broken persona file, and the HTTP listener; its base URL.
 async fn console_server() -> (TestServer, String) {
-    let port = free_port();
     let s = start_with(|c| {
         fast(c);
         c.runners.accept_timeout = Duration::from_secs(5);
@@ -44,7 +43,7 @@ async fn console_server() -> (TestServer, String) {
         c.runners.lease = Duration::from_secs(60);
         tokens_file(c, "alice-secret: alice\nbob-secret: bob\nops-secret: ops\n");
         c.auth.operators = vec!["ops".into()];
-        c.http.listen = Some(format!("127.0.0.1:{port}"));
+        c.http.listen = Some("127.0.0.1:0".into());
         let dir = c.home.clone().unwrap().join(".claude/agents");
         persona(
             &dir,
@@ -59,7 +58,7 @@ async fn console_server() -> (TestServer, String) {
         .unwrap();
     })
     .await;
-    let base = format!("http://127.0.0.1:{port}");
+    let base = format!("http://{}", s.http.expect("the HTTP listener"));
     http_answer(&http_client(), &format!("{base}/console")).await;
     (s, base)
 }

@@ -18,6 +18,8 @@ use tonic_health::pb::health_client::HealthClient;
 #[allow(dead_code)]
 pub struct TestServer {
     pub addr: std::net::SocketAddr,
+    /// The HTTP listener's address, with `http.listen`.
+    pub http: Option<std::net::SocketAddr>,
     pub client: AgentRegistryServiceClient<Channel>,
     pub health: HealthClient<Channel>,
     pub dir: TempDir,
@@ -88,13 +90,33 @@ pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> TestServer {
 }
 
 /// Starts a server in an existing directory with a given config.
+///
+/// With `http.listen` set, waits until the service is up and says where its HTTP listener is
+/// ([`TestServer::http`]): `127.0.0.1:0` lets the system pick a port no one else holds.
 pub async fn start_in(dir: TempDir, cfg: Config) -> TestServer {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = oneshot::channel::<()>();
-    let handle = tokio::spawn(agentry::grpc::run(cfg, listener, async move {
-        let _ = rx.await;
-    }));
+    let with_http = cfg.http.listen.is_some();
+    let (up_tx, up_rx) = oneshot::channel();
+    let mut handle = tokio::spawn(agentry::grpc::run_announced(
+        cfg,
+        listener,
+        async move {
+            let _ = rx.await;
+        },
+        move |_, http| {
+            let _ = up_tx.send(http);
+        },
+    ));
+    let http = if with_http {
+        tokio::select! {
+            up = up_rx => up.ok().flatten(),
+            ended = &mut handle => panic!("the server ended before it was up: {ended:?}"),
+        }
+    } else {
+        None
+    };
     let channel = Channel::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
@@ -102,6 +124,7 @@ pub async fn start_in(dir: TempDir, cfg: Config) -> TestServer {
         .unwrap();
     TestServer {
         addr,
+        http,
         client: AgentRegistryServiceClient::new(channel.clone()),
         health: HealthClient::new(channel),
         dir,
@@ -254,8 +277,10 @@ where
     }
 }
 
-/// A free TCP port (for a listener the server binds itself, such as `http.listen`), which
-/// nothing else of the test run can take before the server binds it.
+/// A free TCP port for a test whose listener address must be written out in full (such as
+/// `http.listen: ':port'`), which nothing else of the test run can take before the server binds
+/// it. Every other test lets the system choose (`127.0.0.1:0`) and asks the server where it
+/// listens ([`TestServer::http`], `--print-addr`), which cannot race at all.
 ///
 /// A port the kernel hands out (`bind(0)`) is back in its ephemeral range once released, where
 /// the next `bind(0)` of a concurrent test, or an outgoing connection, may take it first (CI saw

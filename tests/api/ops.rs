@@ -272,6 +272,34 @@ async fn print_addr_says_on_stdout_where_the_binary_listens() {
     assert_eq!(unix.addr, format!("unix:{}", sock.display()));
     assert_eq!(unix.stdout_lines(), [format!("listening {}", unix.addr)]);
     serves(unix).await;
+    // The HTTP listener on port 0: the port the system chose, on a second line, and it answers.
+    let with_http = Launch::new(&binary::config(
+        root,
+        "http",
+        &format!("{}http: {{listen: '127.0.0.1:0'}}\n", yaml("http")),
+    ))
+    .start()
+    .await;
+    let http = with_http.http_addr().await;
+    let http_port: u16 = http
+        .strip_prefix("127.0.0.1:")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("not 127.0.0.1:<port>: {http:?}"));
+    assert_ne!(http_port, 0);
+    assert_eq!(
+        with_http.stdout_lines(),
+        [
+            format!("listening {}", with_http.addr),
+            format!("http listening {http}")
+        ]
+    );
+    let page = crate::helpers::http_client()
+        .get(format!("http://{http}/console"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    serves(with_http).await;
 }
 
 /// The real binary with `grace` as its shutdown_grace, SERVING.

@@ -1755,20 +1755,16 @@ async fn replicas_an_inbox_and_a_transcript_survive_kill_9_on_postgresql() {
 /// the worker A runs.
 #[tokio::test]
 async fn replicas_the_console_on_b_follows_a_worker_of_a_and_lists_both_replicas() {
-    use crate::{
-        console::Sse,
-        helpers::{free_port, http_client},
-    };
+    use crate::{console::Sse, helpers::http_client};
     use serde_json::Value;
     let Some(db) = TestDb::create().await else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let listen = |port: u16| format!("http: {{listen: '127.0.0.1:{port}'}}\n");
-    let a = start_replica(dir.path(), "a", &db.url, &listen(free_port())).await;
-    let port_b = free_port();
-    let b = start_replica(dir.path(), "b", &db.url, &listen(port_b)).await;
-    let base = format!("http://127.0.0.1:{port_b}");
+    let listen = "http: {listen: '127.0.0.1:0'}\n";
+    let a = start_replica(dir.path(), "a", &db.url, listen).await;
+    let b = start_replica(dir.path(), "b", &db.url, listen).await;
+    let base = format!("http://{}", b.server.http_addr().await);
     let http = http_client();
     let tree = http
         .get(format!("{base}/console/api/tree"))
