@@ -16,8 +16,8 @@
 //!
 //! Baselines printed beside the numbers:
 //! - **I/O floor**: listing the same directories and `std::fs::read` of the same files, once on
-//!   one thread and once with rayon (discovery reads in parallel). Target: discovery ≤ 2× the
-//!   parallel floor.
+//!   one thread and once with rayon (discovery reads in parallel). Target: discovery ≤ 1.5× the
+//!   parallel floor (issue 45; ≤ 2× before it).
 //! - **file bytes**: what a loaded agent costs in resident memory against the size of its file.
 //! - **one file**: a warm `ReloadAgents` through gRPC (the real `agentry::grpc::run`, watching,
 //!   its workspace snapshot already built) right after one persona file was rewritten, against
@@ -110,6 +110,9 @@ impl Rng {
         items[self.below(items.len())]
     }
 }
+
+/// Cold discovery's target: at most this many times the parallel list + read floor (issue 45).
+const COLD_TARGET: f64 = 1.5;
 
 const TOOLS: &[&str] = &[
     "read",
@@ -975,9 +978,13 @@ fn main() {
     let ratio_min = disc[0].as_secs_f64() / par[0].as_secs_f64();
     let ratio_serial = median(disc).as_secs_f64() / median(ser).as_secs_f64();
     println!(
-        "\ndiscovery / parallel floor = {ratio:.2}× by median, {ratio_min:.2}× by min (target ≤ 2×: {}); \
+        "\ndiscovery / parallel floor = {ratio:.2}× by median, {ratio_min:.2}× by min (target ≤ 1.5×: {}); \
          discovery / 1-thread floor = {ratio_serial:.2}×",
-        if ratio <= 2.0 { "met" } else { "NOT met" }
+        if ratio <= COLD_TARGET {
+            "met"
+        } else {
+            "NOT met"
+        }
     );
     let parts = median(like) + median(parse) + median(hash);
     println!(
@@ -1029,9 +1036,9 @@ fn main() {
             &format!("{:.1} ms", ms(median(disc))),
             &format!("{:.1} ms (list + read, rayon)", ms(floor_par)),
             &format!("{ratio:.2}×"),
-            "≤ 2×",
+            "≤ 1.5×",
         ],
-        ratio <= 2.0,
+        ratio <= COLD_TARGET,
     );
     print_row(
         [

@@ -13,7 +13,9 @@
 //! 2. **The database's CPU per spawn**: the CPU time (user + system, from `/proc`) of every
 //!    PostgreSQL process — the backends, and through the postmaster's `cutime`/`cstime` the ones
 //!    that exited — over the same run, divided by the spawns; and from it the ceiling of one
-//!    database core in spawns per second. Target: ≤ 0.3 ms per spawn.
+//!    database core in spawns per second. Target: ≤ 0.3 ms per spawn. Its floor, in the same
+//!    run: the CPU of one durable one-row commit alone, twice (a worker's create and outcome),
+//!    and what the database did per spawn (commits, rows, bytes of WAL).
 //! 3. **Runner workers across replicas**: two capped replicas, a runner (in this process) on the
 //!    second; 8 clients send `SpawnWorker{wait: true}` to the second (the runner's own replica)
 //!    and then to the first (the worker crosses through the store). Target: across ≥ 0.8× the
@@ -281,15 +283,18 @@ async fn any_open(c: &mut Client) -> bool {
     .map_or(true, |r| !r.into_inner().workers.is_empty())
 }
 
-/// The database's own counters (`pg_stat_database`): commits, rows inserted, updated, deleted.
-async fn db_counters(url: &str) -> [i64; 4] {
+/// The database's own counters (`pg_stat_database`): commits, rows inserted, updated, deleted;
+/// and the write-ahead log's position in bytes (the whole cluster's, which only the benchmark's
+/// database writes to while it runs).
+async fn db_counters(url: &str) -> [i64; 5] {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .expect("connect to the test database");
     let conn = tokio::spawn(conn);
     let row = client
         .query_one(
-            "SELECT xact_commit, tup_inserted, tup_updated, tup_deleted
+            "SELECT xact_commit, tup_inserted, tup_updated, tup_deleted,
+                    pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint
                FROM pg_stat_database WHERE datname = current_database()",
             &[],
         )
@@ -297,7 +302,40 @@ async fn db_counters(url: &str) -> [i64; 4] {
         .expect("pg_stat_database");
     drop(client);
     let _ = conn.await;
-    [row.get(0), row.get(1), row.get(2), row.get(3)]
+    [row.get(0), row.get(1), row.get(2), row.get(3), row.get(4)]
+}
+
+/// The database's CPU for one durable write on its own, in ms: a one-row `INSERT` committed
+/// alone (the WAL flushed), one after another from one connection for `dur`, on a fresh database
+/// of its own, divided by the writes. A worker's life needs at least two such commits (its
+/// create and its outcome, each told to a caller as durable) unless commits are shared between
+/// workers: twice this is the floor of the database's CPU per spawn on this machine.
+async fn durable_commit_floor(dur: Duration) -> f64 {
+    let db = TestDb::create().await.expect("a test database");
+    let (client, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to the test database");
+    let conn = tokio::spawn(conn);
+    client
+        .batch_execute("CREATE TABLE floor (id BIGINT PRIMARY KEY, v TEXT NOT NULL)")
+        .await
+        .expect("create the floor's table");
+    let insert = client
+        .prepare("INSERT INTO floor (id, v) VALUES ($1, 'x')")
+        .await
+        .expect("prepare the floor's insert");
+    let before = postgres_cpu_ms();
+    let started = Instant::now();
+    let mut n = 0i64;
+    while started.elapsed() < dur {
+        client.execute(&insert, &[&n]).await.expect("insert");
+        n += 1;
+    }
+    let cpu = postgres_cpu_ms() - before;
+    drop(client);
+    let _ = conn.await;
+    drop(db);
+    cpu / n.max(1) as f64
 }
 
 /// What one background-spawn run gave: completed workers per second, database CPU per spawn.
@@ -305,8 +343,8 @@ struct SpawnRow {
     per_s: f64,
     db_ms: f64,
     spawns: usize,
-    /// Commits and rows inserted, updated, deleted in the database over the run.
-    counters: [i64; 4],
+    /// Commits, rows inserted, updated, deleted and bytes of write-ahead log over the run.
+    counters: [i64; 5],
     /// The database's CPU per second with the replicas idle, in ms.
     idle_ms_per_s: f64,
     /// How long the run took, until the last row closed.
@@ -477,6 +515,7 @@ async fn spawn_rows(cg: &Cgroups, o: &Options) {
         let r = spawns(cg, n, o).await;
         rows.push((n, r));
     }
+    let commit = durable_commit_floor(Duration::from_secs(o.seconds.clamp(2, 5))).await;
     let one = rows[0].1.per_s / rows[0].0 as f64;
     println!("completed background spawns per second ({CLIENTS_PER_REPLICA} clients per replica)");
     for (n, r) in &rows {
@@ -507,6 +546,10 @@ async fn spawn_rows(cg: &Cgroups, o: &Options) {
         );
     }
     println!("the database's CPU per spawn (every PostgreSQL process, user + system)");
+    println!(
+        "  floor: one durable one-row commit alone costs {commit:.3} ms (same run); a worker's life needs two unless commits are shared: {:.3} ms",
+        2.0 * commit
+    );
     for (n, r) in &rows {
         println!(
             "  {n} replica{}  {:6.3} ms over {} spawns → one database core carries ≈ {:6.0} spawns/s   target ≤ 0.3 ms: {}",
@@ -531,16 +574,19 @@ async fn spawn_rows(cg: &Cgroups, o: &Options) {
             r.db_ms
         );
     }
-    println!("what the database did per spawn (pg_stat_database over the same run)");
+    println!(
+        "what the database did per spawn (pg_stat_database and the WAL position over the same run)"
+    );
     for (n, r) in &rows {
         let per = |i: usize| r.counters[i] as f64 / r.spawns.max(1) as f64;
         println!(
-            "  {n} replica{}  {:5.2} commits, {:5.2} rows inserted, {:5.2} updated, {:5.2} deleted",
+            "  {n} replica{}  {:5.2} commits, {:5.2} rows inserted, {:5.2} updated, {:5.2} deleted, {:6.0} bytes of WAL",
             if *n == 1 { " " } else { "s" },
             per(0),
             per(1),
             per(2),
-            per(3)
+            per(3),
+            per(4)
         );
     }
 }

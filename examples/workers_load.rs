@@ -553,9 +553,9 @@ fn print_latency(r: &LatencyResult) {
             &format!("{:.2} ms", ms(r.agentry.p50)),
             &format!("{:.2} ms (Command::status())", ms(r.floor.p50)),
             &format!("+{:.2} ms", ms(extra)),
-            "≤ +0.5 ms",
+            "≤ +0.3 ms",
         ],
-        r.failures == 0 && extra <= Duration::from_micros(500),
+        r.failures == 0 && extra <= Duration::from_micros(300),
     );
     let stuck: usize = r.not_terminal.values().sum();
     if stuck == 0 {
