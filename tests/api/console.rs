@@ -728,13 +728,15 @@ async fn the_tree_stream_sends_changes_and_the_watch_resumes() {
 /// refuses, naming the setting.
 #[tokio::test]
 async fn without_authentication_the_console_is_for_loopback_only() {
-    let port = free_port();
     let s = start_with(|c| {
         fast(c);
-        c.http.listen = Some(format!(":{port}"));
+        c.http.listen = Some(":0".into());
     })
     .await;
-    let base = format!("http://127.0.0.1:{port}");
+    // `:port` without authentication is loopback only.
+    let bound = s.http.expect("the HTTP listener");
+    assert_eq!(bound.ip(), std::net::Ipv4Addr::LOCALHOST);
+    let base = format!("http://{bound}");
     let http = http_client();
     let session = http_answer(&http, &format!("{base}/console/api/session")).await;
     assert_eq!(session.status(), 200);
@@ -770,9 +772,14 @@ async fn without_authentication_the_console_is_for_loopback_only() {
     assert_eq!(r.status(), 200);
 
     // Every address, no authentication: refused.
-    let open = free_port();
-    let _s2 = start_with(|c| c.http.listen = Some(format!("0.0.0.0:{open}"))).await;
-    let r = http_answer(&http, &format!("http://127.0.0.1:{open}/console/api/tree")).await;
+    let s2 = start_with(|c| c.http.listen = Some("0.0.0.0:0".into())).await;
+    let open = s2.http.expect("the HTTP listener");
+    assert!(open.ip().is_unspecified(), "bound {open}");
+    let r = http_answer(
+        &http,
+        &format!("http://127.0.0.1:{}/console/api/tree", open.port()),
+    )
+    .await;
     assert_eq!(r.status(), 403);
     assert_eq!(
         r.json::<Value>().await.unwrap()["error"]["message"],

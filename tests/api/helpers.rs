@@ -277,44 +277,6 @@ where
     }
 }
 
-/// A free TCP port for a test whose listener address must be written out in full (such as
-/// `http.listen: ':port'`), which nothing else of the test run can take before the server binds
-/// it. Every other test lets the system choose (`127.0.0.1:0`) and asks the server where it
-/// listens ([`TestServer::http`], `--print-addr`), which cannot race at all.
-///
-/// A port the kernel hands out (`bind(0)`) is back in its ephemeral range once released, where
-/// the next `bind(0)` of a concurrent test, or an outgoing connection, may take it first (CI saw
-/// a server fail to start, its `http.listen` in use). So ports come from below that range, each
-/// handed out once per process, starting at a place that depends on the process id; one that
-/// another program holds is skipped. Where the kernel's range starts lower than this, a kernel
-/// port it is.
-pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU16, Ordering};
-    const LOW: u16 = 20_000;
-    const HIGH: u16 = 32_000;
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let ephemeral_from = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(0);
-    if ephemeral_from > HIGH {
-        let span = HIGH - LOW;
-        let offset = (std::process::id() % u32::from(span)) as u16;
-        for _ in 0..span {
-            let n = NEXT.fetch_add(1, Ordering::Relaxed) % span;
-            let port = LOW + (offset + n) % span;
-            if std::net::TcpListener::bind(("0.0.0.0", port)).is_ok() {
-                return port;
-            }
-        }
-    }
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The first answer of `url` once the HTTP listener behind it accepts (within 10 s), whatever
 /// its status.
 /// An HTTP client for the tests' own requests. reqwest is built without a default TLS crypto
