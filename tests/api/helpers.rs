@@ -110,9 +110,13 @@ pub async fn start_in(dir: TempDir, cfg: Config) -> TestServer {
         },
     ));
     let http = if with_http {
-        tokio::select! {
-            up = up_rx => up.ok().flatten(),
-            ended = &mut handle => panic!("the server ended before it was up: {ended:?}"),
+        // The sender is dropped unused when the service fails to start: say why.
+        match up_rx.await {
+            Ok(http) => http,
+            Err(_) => panic!(
+                "the server ended before it was up: {:?}",
+                (&mut handle).await
+            ),
         }
     } else {
         None
