@@ -119,12 +119,6 @@ async fn run(dir: &Path, url: &str, rounds: usize) {
     let http = reqwest::Client::new();
     let base = format!("http://{http_addr}/a2a/quick_task");
     let card_url = format!("{base}/.well-known/agent-card.json");
-    for _ in 0..100 {
-        if http.get(&card_url).send().await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
     let send = |id: String, method: &'static str| {
         json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"message": {
             "messageId": id, "role": "ROLE_USER", "parts": [{"text": format!("a trivial brief {id}")}]}}})

@@ -20,7 +20,7 @@ mod missing;
 
 use std::{
     process::{Child, Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use agentry::grpc::pb::{self, agent_registry_service_client::AgentRegistryServiceClient};
@@ -119,17 +119,12 @@ impl Server {
             };
             (next("listening "), next("http listening "))
         };
-        let url = format!("http://{grpc_addr}");
-        let started = Instant::now();
-        let channel = loop {
-            match Channel::from_shared(url.clone()).unwrap().connect().await {
-                Ok(c) => break c,
-                Err(_) if started.elapsed() < Duration::from_secs(30) => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(e) => panic!("agentry did not listen on {url}: {e}"),
-            }
-        };
+        // Printed once it is up: the first connection is accepted.
+        let channel = Channel::from_shared(format!("http://{grpc_addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .expect("agentry accepts on the address it printed");
         let mut s = Server {
             child,
             grpc: AgentRegistryServiceClient::new(channel),

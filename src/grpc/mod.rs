@@ -265,9 +265,10 @@ pub async fn run_announced(
             let l = tokio::net::TcpListener::bind(addr.as_str())
                 .await
                 .map_err(|e| anyhow::anyhow!("http.listen {addr}: cannot listen: {e}"))?;
-            let loopback = l.local_addr()?.ip().is_loopback();
-            let console = crate::console::Console::new(app.clone(), tokens.clone(), loopback);
-            Some((l, a2a.clone().router().merge(console.router())))
+            let bound = l.local_addr()?;
+            let console =
+                crate::console::Console::new(app.clone(), tokens.clone(), bound.ip().is_loopback());
+            Some((l, bound, a2a.clone().router().merge(console.router())))
         }
         None => None,
     };
@@ -343,11 +344,7 @@ pub async fn run_announced(
     }
 
     tracing::info!(addr = %listener.describe(), "agentry listening");
-    let http_addr = match &http {
-        Some((l, _)) => Some(l.local_addr()?),
-        None => None,
-    };
-    ready(&listener, http_addr);
+    ready(&listener, http.as_ref().map(|&(_, bound, _)| bound));
     let health_for_shutdown = health.clone();
     let supervisor_for_auth = supervisor.clone();
     let grace = cfg.shutdown_grace;
@@ -364,8 +361,7 @@ pub async fn run_announced(
             stopping.cancel();
         });
     }
-    if let Some((l, router)) = http {
-        let addr = l.local_addr()?;
+    if let Some((l, addr, router)) = http {
         if cfg.auth.tokens_file.is_none() && !addr.ip().is_loopback() {
             tracing::warn!(%addr, "the HTTP listener is not on loopback and authentication is off: anyone who reaches it runs agents as anonymous");
         }

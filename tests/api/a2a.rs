@@ -87,8 +87,8 @@ else:
     })
     .await;
     let base = format!("http://{}", s.http.expect("the HTTP listener"));
+    // Up when `start_with` returns: its HTTP listener is bound and served.
     let http = http_client();
-    http_answer(&http, &format!("{base}/.well-known/agent-card.json")).await;
     A2aServer { s, base, http }
 }
 

@@ -59,7 +59,6 @@ async fn console_server() -> (TestServer, String) {
     })
     .await;
     let base = format!("http://{}", s.http.expect("the HTTP listener"));
-    http_answer(&http_client(), &format!("{base}/console")).await;
     (s, base)
 }
 
@@ -738,7 +737,11 @@ async fn without_authentication_the_console_is_for_loopback_only() {
     assert_eq!(bound.ip(), std::net::Ipv4Addr::LOCALHOST);
     let base = format!("http://{bound}");
     let http = http_client();
-    let session = http_answer(&http, &format!("{base}/console/api/session")).await;
+    let session = http
+        .get(format!("{base}/console/api/session"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(session.status(), 200);
     let cookie = session.headers()["set-cookie"].to_str().unwrap();
     let cookie = cookie.split(';').next().unwrap().to_owned();
@@ -775,11 +778,11 @@ async fn without_authentication_the_console_is_for_loopback_only() {
     let s2 = start_with(|c| c.http.listen = Some("0.0.0.0:0".into())).await;
     let open = s2.http.expect("the HTTP listener");
     assert!(open.ip().is_unspecified(), "bound {open}");
-    let r = http_answer(
-        &http,
-        &format!("http://127.0.0.1:{}/console/api/tree", open.port()),
-    )
-    .await;
+    let r = http
+        .get(format!("http://127.0.0.1:{}/console/api/tree", open.port()))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 403);
     assert_eq!(
         r.json::<Value>().await.unwrap()["error"]["message"],

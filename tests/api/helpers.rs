@@ -281,26 +281,12 @@ where
     }
 }
 
-/// The first answer of `url` once the HTTP listener behind it accepts (within 10 s), whatever
-/// its status.
 /// An HTTP client for the tests' own requests. reqwest is built without a default TLS crypto
 /// provider (the service installs ring's when it starts); a test whose servers all run as other
 /// processes must install it here, or the client panics on construction.
 pub fn http_client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::new()
-}
-
-pub async fn http_answer(http: &reqwest::Client, url: &str) -> reqwest::Response {
-    eventually(
-        &format!("an answer of {url}"),
-        Duration::from_secs(10),
-        || {
-            let r = http.get(url).send();
-            async move { r.await.map_err(|e| e.to_string()) }
-        },
-    )
-    .await
 }
 
 /// Asserts a status: code, exact message, ErrorInfo reason.

@@ -28,7 +28,7 @@ use deadpool_postgres::{GenericClient, Pool};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_postgres::types::ToSql;
 
-use super::context::{PgContext, pool_error_text};
+use super::context::{PgContext, error_text};
 use crate::workers::model::WorkerEvent;
 use crate::workers::store::StoreError;
 use crate::workers::store::record::to_sql_sequence;
@@ -513,7 +513,7 @@ async fn commit<T: Batched>(pool: &Pool, origin: &str, batch: Vec<Queued<T>>) {
         Err(e) => {
             let lost = StoreError::Lost {
                 context: "get a connection".to_owned(),
-                message: pool_error_text(&e),
+                message: error_text(&e),
             };
             return fail_all(answers, lost);
         }

@@ -51,9 +51,10 @@ fn connection_lost(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-/// The driver's message with its causes: tokio-postgres's own text says only "db error", and
-/// the server's message (what was refused, and why) is in its source.
-fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
+/// An error's message with its causes: tokio-postgres's own text says only "db error", and
+/// the server's message (what was refused, and why) is in its source; a pool error's says only
+/// "backend error".
+pub(super) fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
@@ -65,9 +66,4 @@ fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
         source = s.source();
     }
     text
-}
-
-/// A pool error with its cause (the pool's own text says only "backend error").
-pub(super) fn pool_error_text(e: &deadpool_postgres::PoolError) -> String {
-    error_text(e)
 }

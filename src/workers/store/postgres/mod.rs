@@ -46,7 +46,7 @@ use crate::workers::lifecycle::Event;
 use crate::workers::model::{Progress, WorkerEvent, WorkerId, WorkerRecord};
 use batch::{Batcher, ClaimWrite, CreateWrite, TransitionWrite};
 use cached::exec_cached;
-use context::{PgContext, pool_error_text};
+use context::{PgContext, error_text};
 pub use lease::ReplicaSettings;
 use lease::{Host, lease_ms, take_over_predecessors};
 use notices::{NOTICE_BUFFER, Senders, listen};
@@ -205,7 +205,7 @@ impl PostgresStore {
         let batch_pool = new_pool(planned, BATCH_POOL_SIZE, &shown)?;
         let mut client = pool.get().await.map_err(|e| StoreError::Unreachable {
             url: shown.clone(),
-            message: pool_error_text(&e),
+            message: error_text(&e),
         })?;
         schema::migrate(&mut client).await?;
         let replica_id = format!("r-{}", crate::workers::model::generate_token());
@@ -265,7 +265,7 @@ impl PostgresStore {
         // Every pool failure is a connection that could not be had: retryable.
         self.pool.get().await.map_err(|e| StoreError::Lost {
             context: "get a connection".to_owned(),
-            message: pool_error_text(&e),
+            message: error_text(&e),
         })
     }
 
