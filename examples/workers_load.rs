@@ -62,7 +62,8 @@ use agentry::{
     resolve::Rules,
     workers::{
         executor::{ExecExecutor, Executor, Job, Outcome},
-        store::SqliteStore,
+        lifecycle::Event,
+        store::{Patch, SqliteStore, WorkerStore},
         supervisor::Settings,
     },
 };
@@ -81,6 +82,9 @@ use tonic_health::pb::{
     HealthCheckRequest, HealthCheckResponse, health_check_response::ServingStatus,
     health_client::HealthClient,
 };
+
+#[path = "../benches/support/record.rs"]
+mod support_record;
 
 type Client = AgentRegistryServiceClient<Channel>;
 
@@ -404,6 +408,10 @@ struct LatencyResult {
     /// `GetWorker` of the worker just spawned (finished, answered from memory), on the same
     /// channel: what one call through the client, HTTP/2 and the layers costs here.
     round_trip: Summary,
+    /// The two commits on a spawn's path, written alone on a store of their own: the `pending`
+    /// row (before the process starts) and the outcome (before the reply).
+    create_commit: Summary,
+    outcome_commit: Summary,
     /// `wait: true` answers whose worker was not terminal (states seen, e.g. `Pending`).
     not_terminal: BTreeMap<&'static str, usize>,
     /// Calls made (warm-up included).
@@ -429,14 +437,44 @@ fn executor_job(i: usize) -> Job {
     }
 }
 
+/// The store writes of a worker's life on `store`, as a spawn makes them: its `pending` row, its
+/// start while the process runs (untimed), and after a pause as long as a short process its
+/// outcome, written from the record the start returned as the supervisor writes it. Returns the
+/// first and the last write's time.
+async fn commits_alone(store: &SqliteStore, i: usize) -> (Duration, Duration) {
+    let rec = support_record::record(i);
+    let now = rec.spec.create_time_ms;
+    let t = Instant::now();
+    store.create(&rec).await.expect("create");
+    let create = t.elapsed();
+    let started = store
+        .apply(&rec.id, Event::Start, Patch::default(), now + 1)
+        .await
+        .expect("start");
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let done = Patch {
+        result: Some(String::new()),
+        exit_code: Some(0),
+        ..Patch::default()
+    };
+    let t = Instant::now();
+    store
+        .apply_from(started.worker(), Event::Complete, done, now + 2)
+        .await
+        .expect("complete");
+    (create, t.elapsed())
+}
+
 async fn spawn_latency(scale: Scale, root: &Path) -> LatencyResult {
     let server = Running::start(config(root, vec![TRUE.to_owned()], Limits::default())).await;
     let channel = connect(server.addr).await;
     wait_serving(channel.clone()).await;
     let mut client = Client::new(channel);
     let executor = ExecExecutor::new(vec![TRUE.to_owned()], BTreeMap::new());
+    let store = SqliteStore::open(&root.join("commits-alone.db")).expect("store");
 
     let (mut a, mut e, mut f, mut g) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut c, mut o) = (Vec::new(), Vec::new());
     let mut failures = 0usize;
     let mut not_terminal = BTreeMap::new();
     for i in 0..scale.warmup + scale.spawns {
@@ -504,6 +542,12 @@ async fn spawn_latency(scale: Scale, root: &Path) -> LatencyResult {
         if measured {
             f.push(d);
         }
+
+        let (create, outcome) = commits_alone(&store, i).await;
+        if measured {
+            c.push(create);
+            o.push(outcome);
+        }
     }
     server.shutdown().await;
     LatencyResult {
@@ -511,6 +555,8 @@ async fn spawn_latency(scale: Scale, root: &Path) -> LatencyResult {
         executor: Summary::of(e),
         floor: Summary::of(f),
         round_trip: Summary::of(g),
+        create_commit: Summary::of(c),
+        outcome_commit: Summary::of(o),
         not_terminal,
         calls: scale.warmup + scale.spawns,
         failures,
@@ -526,6 +572,8 @@ fn print_latency(r: &LatencyResult) {
         ("ExecExecutor alone (pipes, pgroup, reap)", &r.executor),
         ("baseline: Command::status() (fork/exec)", &r.floor),
         ("diagnostic: GetWorker round trip", &r.round_trip),
+        ("diagnostic: pending row's commit, alone", &r.create_commit),
+        ("diagnostic: outcome's commit, alone", &r.outcome_commit),
     ] {
         println!(
             "| {label:<43} | {:>3} | {:>7.0} | {:>7.0} | {:>7.0} |",
@@ -547,6 +595,28 @@ fn print_latency(r: &LatencyResult) {
         r.failures,
     );
     let extra = r.agentry.p50.saturating_sub(r.floor.p50);
+    // What a spawn cannot shed while the contract keeps both commits on its path (docs
+    // /workers.md §6.1–6.2: the row is written before anything runs, and every transition is
+    // persisted before it is published, so the outcome before the reply):
+    // one call's round trip, the executor's own work over a bare fork/exec, and the two commits.
+    let least = us(r.round_trip.p50)
+        + (us(r.executor.p50) - us(r.floor.p50)).max(0.0)
+        + us(r.create_commit.p50)
+        + us(r.outcome_commit.p50);
+    println!(
+        "the least a SpawnWorker(wait) can add to Command::status() here: round trip {:.0} + the \
+         executor's own {:.0} + the two commits on its path {:.0} + {:.0} = {least:.0} µs at p50 \
+         (target ≤ 300 µs: {})",
+        us(r.round_trip.p50),
+        (us(r.executor.p50) - us(r.floor.p50)).max(0.0),
+        us(r.create_commit.p50),
+        us(r.outcome_commit.p50),
+        if least <= 300.0 {
+            "within reach"
+        } else {
+            "below it"
+        },
+    );
     print_row(
         [
             "SpawnWorker(wait) of /bin/true, p50",
