@@ -21,6 +21,11 @@
 //!    and then to the first (the worker crosses through the store). Target: across ≥ 0.8× the
 //!    same-replica rate.
 //!
+//! Each row also says what bounded it: the share of the replicas' quota periods in which they
+//! were throttled (`cpu.stat`), and the share of the machine's cores busy and stolen by the
+//! hypervisor (`/proc/stat`) over the same time. A ratio measured while the machine itself was
+//! near its limit says more about the machine than about the replicas.
+//!
 //! `AGENTRY_TEST_POSTGRES_URL=postgres://… cargo bench --bench fleet -- [--quota 0.25]
 //! [--seconds 10] [--quick]`. Needs root and a writable cgroup `cpu` controller (v1
 //! `/sys/fs/cgroup/cpu`, or v2 `cpu.max`); without one, or without the database URL, it says so
@@ -135,7 +140,7 @@ impl Cgroups {
         Ok(Cgroups { root, v2 })
     }
 
-    /// A group `name` capped at `cores`; its `cgroup.procs`.
+    /// A group `name` capped at `cores`; its directory.
     fn group(&self, name: &str, cores: f64) -> PathBuf {
         let dir = self.root.join(name);
         let _ = std::fs::create_dir(&dir);
@@ -146,7 +151,7 @@ impl Cgroups {
             std::fs::write(dir.join("cpu.cfs_period_us"), PERIOD_US.to_string()).unwrap();
             std::fs::write(dir.join("cpu.cfs_quota_us"), quota.to_string()).unwrap();
         }
-        dir.join("cgroup.procs")
+        dir
     }
 
     /// Removes the groups (their processes are gone).
@@ -166,13 +171,31 @@ impl Cgroups {
 struct Replica {
     child: Child,
     addr: SocketAddr,
+    /// Its cgroup's directory.
+    group: PathBuf,
+}
+
+impl Replica {
+    /// The quota's periods so far and those in which the group was throttled (it used its
+    /// whole quota and had more to run): `cpu.stat`'s `nr_periods` and `nr_throttled`, which
+    /// cgroup v1 and v2 both keep.
+    fn periods(&self) -> [u64; 2] {
+        let stat = std::fs::read_to_string(self.group.join("cpu.stat")).unwrap_or_default();
+        let field = |name: &str| {
+            stat.lines()
+                .find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        [field("nr_periods "), field("nr_throttled ")]
+    }
 }
 
 impl Replica {
     /// Starts replica `name` on `url` inside a group capped at `cores`: the shell puts itself in
     /// the group, then becomes the server, so the server and every worker it forks are in it.
     fn start(cg: &Cgroups, dir: &Path, name: &str, url: &str, cores: f64, runner: bool) -> Self {
-        let procs = cg.group(name, cores);
+        let group = cg.group(name, cores);
+        let procs = group.join("cgroup.procs");
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -210,6 +233,7 @@ impl Replica {
         Replica {
             child,
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            group,
         }
     }
 }
@@ -255,6 +279,61 @@ fn postgres_cpu_ms() -> f64 {
         }
     }
     ticks as f64 * TICK_MS
+}
+
+/// The whole machine's CPU so far, in ticks of every core: busy (user, nice, system, irq,
+/// softirq), stolen by the hypervisor, and in all (idle and I/O wait too). From `/proc/stat`.
+fn machine_ticks() -> [u64; 3] {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let f: Vec<u64> = stat
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("cpu "))
+        .unwrap_or("")
+        .split_whitespace()
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let at = |i: usize| f.get(i).copied().unwrap_or(0);
+    // user nice system idle iowait irq softirq steal (guest time is inside user already).
+    let busy = at(0) + at(1) + at(2) + at(5) + at(6);
+    [busy, at(7), (0..8).map(at).sum()]
+}
+
+/// Where a run's time went on the machine: the share of every core busy and the share stolen,
+/// and the share of the replicas' quota periods in which they were throttled. A row whose
+/// replicas were throttled in most periods while the machine had time to spare measured the
+/// replicas; one whose machine was busy through measured the machine.
+#[derive(Clone, Copy, Default)]
+struct Bottleneck {
+    busy: f64,
+    steal: f64,
+    throttled: f64,
+}
+
+impl Bottleneck {
+    /// Counters now, to give to [`Bottleneck::since`] after the run.
+    fn mark(replicas: &[Replica]) -> ([u64; 3], Vec<[u64; 2]>) {
+        (
+            machine_ticks(),
+            replicas.iter().map(Replica::periods).collect(),
+        )
+    }
+
+    fn since(mark: &([u64; 3], Vec<[u64; 2]>), replicas: &[Replica]) -> Self {
+        let now = machine_ticks();
+        let d = |i: usize| now[i].saturating_sub(mark.0[i]) as f64;
+        let (mut periods, mut throttled) = (0u64, 0u64);
+        for (r, before) in replicas.iter().zip(&mark.1) {
+            let after = r.periods();
+            periods += after[0].saturating_sub(before[0]);
+            throttled += after[1].saturating_sub(before[1]);
+        }
+        Bottleneck {
+            busy: d(0) / d(2).max(1.0),
+            steal: d(1) / d(2).max(1.0),
+            throttled: throttled as f64 / periods.max(1) as f64,
+        }
+    }
 }
 
 /// CPU time (user + system) of process `pid` so far, in ms.
@@ -349,6 +428,8 @@ struct SpawnRow {
     idle_ms_per_s: f64,
     /// How long the run took, until the last row closed.
     elapsed: Duration,
+    /// Whether the replicas or the machine bounded the run.
+    bound: Bottleneck,
 }
 
 /// `n` capped replicas on a fresh database under background spawns.
@@ -371,6 +452,7 @@ async fn spawns(cg: &Cgroups, n: usize, o: &Options) -> SpawnRow {
     let idle_ms_per_s = (postgres_cpu_ms() - idle_from) / idle_for.elapsed().as_secs_f64();
     let counted = db_counters(&db.url).await;
     let cpu_before = postgres_cpu_ms();
+    let mark = Bottleneck::mark(&replicas);
     let started = Instant::now();
     let tasks: Vec<_> = clients
         .into_iter()
@@ -402,6 +484,7 @@ async fn spawns(cg: &Cgroups, n: usize, o: &Options) -> SpawnRow {
     }
     let elapsed = started.elapsed();
     let cpu = postgres_cpu_ms() - cpu_before;
+    let bound = Bottleneck::since(&mark, &replicas);
     // Backends publish their counters at most every second.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let after = db_counters(&db.url).await;
@@ -415,6 +498,7 @@ async fn spawns(cg: &Cgroups, n: usize, o: &Options) -> SpawnRow {
         counters,
         idle_ms_per_s,
         elapsed,
+        bound,
     }
 }
 
@@ -425,7 +509,7 @@ async fn runner_rate(
     spawn_on: usize,
     clients: usize,
     o: &Options,
-) -> (f64, [f64; 2]) {
+) -> (f64, [f64; 2], Bottleneck) {
     let mut warm = connect(replicas[spawn_on].addr).await;
     warm.spawn_worker(spawn_req(format!("warm-up {spawn_on}"), true))
         .await
@@ -433,6 +517,7 @@ async fn runner_rate(
     let dur = Duration::from_secs(o.seconds);
     let cpu = || [0, 1].map(|i| process_cpu_ms(replicas[i].child.id()));
     let cpu_before = cpu();
+    let mark = Bottleneck::mark(replicas);
     let started = Instant::now();
     let mut tasks = Vec::new();
     for i in 0..clients {
@@ -469,6 +554,7 @@ async fn runner_rate(
     (
         rate,
         [0, 1].map(|i| (after[i] - cpu_before[i]) / done.max(1) as f64),
+        Bottleneck::since(&mark, replicas),
     )
 }
 
@@ -545,6 +631,25 @@ async fn spawn_rows(cg: &Cgroups, o: &Options) {
             r.per_s / one
         );
     }
+    println!(
+        "what bounded each row: the replicas' quota periods in which they were throttled (their cap \
+         reached), and the machine's cores busy and stolen by the hypervisor over the same time"
+    );
+    for (n, r) in &rows {
+        let b = r.bound;
+        println!(
+            "  {n} replica{}  throttled in {:5.1} % of periods; machine {:5.1} % busy, {:4.1} % stolen{}",
+            if *n == 1 { " " } else { "s" },
+            b.throttled * 100.0,
+            b.busy * 100.0,
+            b.steal * 100.0,
+            if b.busy + b.steal >= 0.9 {
+                " — the machine, not only the replicas, was near its limit"
+            } else {
+                ""
+            }
+        );
+    }
     println!("the database's CPU per spawn (every PostgreSQL process, user + system)");
     println!(
         "  floor: one durable one-row commit alone costs {commit:.3} ms (same run); a worker's life needs two unless commits are shared: {:.3} ms",
@@ -606,8 +711,8 @@ async fn runner_rows(cg: &Cgroups, o: &Options) {
         "runner workers, 2 capped replicas, the runner ({RUNNER_SLOTS} slots) on the second, SpawnWorker(wait)"
     );
     for clients in RUNNER_CLIENTS {
-        let (same, same_cpu) = runner_rate(&replicas, 1, clients, o).await;
-        let (across, across_cpu) = runner_rate(&replicas, 0, clients, o).await;
+        let (same, same_cpu, same_bound) = runner_rate(&replicas, 1, clients, o).await;
+        let (across, across_cpu, across_bound) = runner_rate(&replicas, 0, clients, o).await;
         let ratio = across / same.max(0.001);
         println!(
             "  {clients:2} clients, spawned on the runner's replica   {same:8.1}/s   (floor)   CPU per worker: spawner {:.3} ms, runner's {:.3} ms",
@@ -619,6 +724,17 @@ async fn runner_rows(cg: &Cgroups, o: &Options) {
             across_cpu[0],
             across_cpu[1]
         );
+        for (label, b) in [
+            ("the runner's replica", same_bound),
+            ("the other", across_bound),
+        ] {
+            println!(
+                "      spawned on {label:<20} replicas throttled in {:5.1} % of periods; machine {:5.1} % busy, {:4.1} % stolen",
+                b.throttled * 100.0,
+                b.busy * 100.0,
+                b.steal * 100.0
+            );
+        }
     }
     runner.abort();
     drop(replicas);
