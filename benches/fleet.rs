@@ -188,9 +188,7 @@ impl Replica {
         };
         [field("nr_periods "), field("nr_throttled ")]
     }
-}
 
-impl Replica {
     /// Starts replica `name` on `url` inside a group capped at `cores`: the shell puts itself in
     /// the group, then becomes the server, so the server and every worker it forks are in it.
     fn start(cg: &Cgroups, dir: &Path, name: &str, url: &str, cores: f64, runner: bool) -> Self {

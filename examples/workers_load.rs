@@ -10,7 +10,10 @@
 //!    `std::process::Command::status()` of `/bin/true` (fork/exec/wait). In between, the same
 //!    run through `ExecExecutor` alone (pipes, own process group, async reap) attributes the gap.
 //!    The three are interleaved, so machine noise hits all alike. After each spawn, a `GetWorker`
-//!    of that (finished) worker on the same channel shows what one call's round trip costs.
+//!    of that (finished) worker on the same channel shows what one call's round trip costs, and
+//!    the two commits on a spawn's path (its `pending` row, its outcome), written alone on a
+//!    store of their own with a worker record of the store bench's size, what they cost; the
+//!    three and the executor's own work are the least a spawn can add to the floor here.
 //! 2. **Background spawn throughput**: C clients (own connection each) send `wait: false` spawns
 //!    back to back for S seconds with huge `max_running`/`max_pending`; then ListWorkers is
 //!    polled until nothing is pending or running. Floor: raw rusqlite single-row INSERTs (WAL,
