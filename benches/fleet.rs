@@ -298,14 +298,15 @@ fn machine_ticks() -> [u64; 3] {
 }
 
 /// Where a run's time went on the machine: the share of every core busy and the share stolen,
-/// and the share of the replicas' quota periods in which they were throttled. A row whose
+/// and for each replica the share of its quota periods in which it was throttled. A row whose
 /// replicas were throttled in most periods while the machine had time to spare measured the
 /// replicas; one whose machine was busy through measured the machine.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 struct Bottleneck {
     busy: f64,
     steal: f64,
-    throttled: f64,
+    /// Per replica, in the order given.
+    throttled: Vec<f64>,
 }
 
 impl Bottleneck {
@@ -320,16 +321,33 @@ impl Bottleneck {
     fn since(mark: &([u64; 3], Vec<[u64; 2]>), replicas: &[Replica]) -> Self {
         let now = machine_ticks();
         let d = |i: usize| now[i].saturating_sub(mark.0[i]) as f64;
-        let (mut periods, mut throttled) = (0u64, 0u64);
-        for (r, before) in replicas.iter().zip(&mark.1) {
-            let after = r.periods();
-            periods += after[0].saturating_sub(before[0]);
-            throttled += after[1].saturating_sub(before[1]);
-        }
+        let throttled = replicas
+            .iter()
+            .zip(&mark.1)
+            .map(|(r, before)| {
+                let after = r.periods();
+                let periods = after[0].saturating_sub(before[0]);
+                after[1].saturating_sub(before[1]) as f64 / periods.max(1) as f64
+            })
+            .collect();
         Bottleneck {
             busy: d(0) / d(2).max(1.0),
             steal: d(1) / d(2).max(1.0),
-            throttled: throttled as f64 / periods.max(1) as f64,
+            throttled,
+        }
+    }
+
+    /// The replicas' throttled shares as a percentage, or their range when they differ.
+    fn throttled_range(&self) -> String {
+        let pct = |v: f64| format!("{:.1}", v * 100.0);
+        let lo = self.throttled.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = self.throttled.iter().copied().fold(0.0, f64::max);
+        if self.throttled.is_empty() {
+            "—".to_owned()
+        } else if pct(lo) == pct(hi) {
+            format!("{} %", pct(hi))
+        } else {
+            format!("{}–{} %", pct(lo), pct(hi))
         }
     }
 }
@@ -634,11 +652,11 @@ async fn spawn_rows(cg: &Cgroups, o: &Options) {
          reached), and the machine's cores busy and stolen by the hypervisor over the same time"
     );
     for (n, r) in &rows {
-        let b = r.bound;
+        let b = &r.bound;
         println!(
-            "  {n} replica{}  throttled in {:5.1} % of periods; machine {:5.1} % busy, {:4.1} % stolen{}",
+            "  {n} replica{}  throttled in {} of periods; machine {:5.1} % busy, {:4.1} % stolen{}",
             if *n == 1 { " " } else { "s" },
-            b.throttled * 100.0,
+            b.throttled_range(),
             b.busy * 100.0,
             b.steal * 100.0,
             if b.busy + b.steal >= 0.9 {
@@ -726,9 +744,11 @@ async fn runner_rows(cg: &Cgroups, o: &Options) {
             ("the runner's replica", same_bound),
             ("the other", across_bound),
         ] {
+            let t = |i: usize| b.throttled.get(i).copied().unwrap_or(0.0) * 100.0;
             println!(
-                "      spawned on {label:<20} replicas throttled in {:5.1} % of periods; machine {:5.1} % busy, {:4.1} % stolen",
-                b.throttled * 100.0,
+                "      spawned on {label:<20} throttled in {:5.1} % of periods (the runner's replica), {:5.1} % (the other); machine {:5.1} % busy, {:4.1} % stolen",
+                t(1),
+                t(0),
                 b.busy * 100.0,
                 b.steal * 100.0
             );
