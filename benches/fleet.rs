@@ -301,7 +301,6 @@ fn machine_ticks() -> [u64; 3] {
 /// and for each replica the share of its quota periods in which it was throttled. A row whose
 /// replicas were throttled in most periods while the machine had time to spare measured the
 /// replicas; one whose machine was busy through measured the machine.
-#[derive(Clone, Default)]
 struct Bottleneck {
     busy: f64,
     steal: f64,
@@ -309,21 +308,28 @@ struct Bottleneck {
     throttled: Vec<f64>,
 }
 
+/// The counters a [`Bottleneck`] is measured from: the machine's ticks and each replica's
+/// quota periods, taken before a run.
+struct Mark {
+    machine: [u64; 3],
+    periods: Vec<[u64; 2]>,
+}
+
 impl Bottleneck {
     /// Counters now, to give to [`Bottleneck::since`] after the run.
-    fn mark(replicas: &[Replica]) -> ([u64; 3], Vec<[u64; 2]>) {
-        (
-            machine_ticks(),
-            replicas.iter().map(Replica::periods).collect(),
-        )
+    fn mark(replicas: &[Replica]) -> Mark {
+        Mark {
+            machine: machine_ticks(),
+            periods: replicas.iter().map(Replica::periods).collect(),
+        }
     }
 
-    fn since(mark: &([u64; 3], Vec<[u64; 2]>), replicas: &[Replica]) -> Self {
+    fn since(mark: &Mark, replicas: &[Replica]) -> Self {
         let now = machine_ticks();
-        let d = |i: usize| now[i].saturating_sub(mark.0[i]) as f64;
+        let d = |i: usize| now[i].saturating_sub(mark.machine[i]) as f64;
         let throttled = replicas
             .iter()
-            .zip(&mark.1)
+            .zip(&mark.periods)
             .map(|(r, before)| {
                 let after = r.periods();
                 let periods = after[0].saturating_sub(before[0]);
