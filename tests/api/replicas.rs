@@ -1404,6 +1404,40 @@ async fn replicas_a_runner_on_b_runs_a_worker_spawned_on_a() {
     drop(p);
 }
 
+/// A replica hears of published waits only while a runner is connected to it (docs/runners.md,
+/// "Claim"): a worker published on A while no runner was connected anywhere is still taken when
+/// one connects to B, and so is the next after that runner left and another came.
+#[tokio::test]
+async fn replicas_a_wait_published_before_any_runner_is_taken_when_one_connects() {
+    let Some(p) = runner_pair().await else {
+        return;
+    };
+    let (a, b) = (&p.a, &p.b);
+    for round in 0..2 {
+        let w = spawn(&a.client, &format!("early job {round}"), false)
+            .await
+            .worker
+            .unwrap();
+        eventually("the wait published", Duration::from_secs(5), || {
+            let (url, id) = (p.db.url.clone(), w.id.clone());
+            async move {
+                let sql = format!("SELECT count(*) FROM runner_waits WHERE worker_id = '{id}'");
+                (count_in(&url, &sql).await == 1).then_some(())
+            }
+        })
+        .await;
+        let mut r = RemoteRunner::connect(b, &format!("late {round}")).await;
+        let asg = r.assignment().await;
+        assert_eq!(asg.worker_id, w.id);
+        r.accept_until_running(&asg, &a.client).await;
+        r.complete(&asg, "late but done").await;
+        let done = state_on(&a.client, &w.id, pb::WorkerState::Completed).await;
+        assert_eq!(done.result.as_deref(), Some("late but done"));
+        drop(r);
+    }
+    drop(p);
+}
+
 /// Runners across replicas when a replica dies (docs/runners.md): the claimer B killed while
 /// its runner runs A's worker fails it on A (`runner lost: replica … lost`, once B's lease is
 /// over on the database clock); the owner A killed while B's runner runs its worker gets the

@@ -6,7 +6,8 @@
 //! `accepted`, `finished` and a lost runner to the owner, whose run future turns them into the
 //! outcome exactly as for a local runner; the owner relays a stop (`cancel` with its reason).
 //! Each relayed message is a row plus a `NOTIFY`, taken by its addressee; a one-second tick
-//! takes them too, so a missed notice only delays.
+//! takes them too, so a missed notice only delays. A replica hears of published waits only while
+//! a runner is connected to it ([`RunnerHub::serving`]): nothing else would claim them.
 //!
 //! Liveness is the database's: a claim lives as long as the claiming replica's lease, which the
 //! owner checks every second (a lost claimer fails the worker `runner lost: replica <id>
@@ -264,12 +265,20 @@ impl Fleet {
 
     async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let mut notices = Some(self.shared.runner_notices());
+        // Waits are heard of only while a runner is here to take them; when one connects, the
+        // store's notice that it listens again makes this loop read the waits.
+        let mut serving = self.hub.serving();
+        self.shared.listen_for_waits(*serving.borrow_and_update());
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let mut round = Round::default();
             tokio::select! {
                 () = shutdown.cancelled() => return,
+                Ok(()) = serving.changed() => {
+                    self.shared.listen_for_waits(*serving.borrow_and_update());
+                    continue;
+                }
                 () = self.slot_freed.notified() => round.look = true,
                 _ = tick.tick() => {
                     round = Round { look: true, take: true, drop_ended: true, ..Round::default() };

@@ -23,7 +23,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::{
     executor::Assignment,
@@ -468,6 +468,8 @@ pub struct RunnerHub {
     settings: HubSettings,
     state: Mutex<State>,
     closed: std::sync::atomic::AtomicBool,
+    /// Whether a runner session is connected ([`RunnerHub::serving`]).
+    serving: watch::Sender<bool>,
 }
 
 impl RunnerHub {
@@ -477,6 +479,7 @@ impl RunnerHub {
             settings,
             state: Mutex::new(State::default()),
             closed: false.into(),
+            serving: watch::Sender::new(false),
         });
         let weak: Weak<Self> = Arc::downgrade(&hub);
         let tick = (settings.accept_timeout.min(settings.lease) / 10)
@@ -495,6 +498,21 @@ impl RunnerHub {
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().expect("runner hub poisoned")
+    }
+
+    /// Whether a runner session is connected, kept up to date: a replica on a shared store
+    /// listens for the workers other replicas publish only while one is (docs/runners.md,
+    /// "Runners across replicas").
+    pub fn serving(&self) -> watch::Receiver<bool> {
+        self.serving.subscribe()
+    }
+
+    /// Tells [`RunnerHub::serving`]'s receivers when a session connected to an empty hub or
+    /// its last one went; called with the state as a change left it.
+    fn note_serving(&self, st: &State) {
+        let now = st.runners.values().any(|r| r.tx.is_some());
+        self.serving
+            .send_if_modified(|was| std::mem::replace(was, now) != now);
     }
 
     /// The protocol timing.
@@ -711,6 +729,7 @@ impl RunnerHub {
             resumed = st.runners[&rid].held.len(),
             "runner connected"
         );
+        self.note_serving(&st);
         st.dispatch(self.settings.accept_timeout);
         Ok((rid, rx))
     }
@@ -738,6 +757,7 @@ impl RunnerHub {
             st.runners.remove(rid);
         }
         tracing::info!(runner = %name, runner_id = %rid, "runner disconnected");
+        self.note_serving(&st);
         st.dispatch(self.settings.accept_timeout);
     }
 
@@ -949,6 +969,7 @@ impl RunnerHub {
         for (rid, why) in lost {
             st.lose_runner(&rid, why);
         }
+        self.note_serving(&st);
         st.dispatch(accept);
     }
 

@@ -237,10 +237,11 @@ pub trait SharedStore: Send + Sync {
     /// second.
     fn notices(&self) -> broadcast::Receiver<Notice>;
 
-    /// The runner notices (docs §10, runners across replicas): [`Notice::RunnerWait`], the
-    /// [`Notice::Relay`]s addressed to this replica (those to others are dropped where they
-    /// are read), and [`Notice::Resync`]. Apart from the others, so that the fleet's loop wakes
-    /// only for these and the other receivers never for these. Hints, like [`Self::notices`].
+    /// The runner notices (docs §10, runners across replicas): [`Notice::RunnerWait`] (while
+    /// [`Self::listen_for_waits`] is on), the [`Notice::Relay`]s addressed to this replica
+    /// (those to others are dropped where they are read), and [`Notice::Resync`]. Apart from
+    /// the others, so that the fleet's loop wakes only for these and the other receivers never
+    /// for these. Hints, like [`Self::notices`].
     fn runner_notices(&self) -> broadcast::Receiver<Notice>;
 
     /// Records a stop request on an open row owned by **another** replica and notifies it;
@@ -285,6 +286,12 @@ pub trait SharedStore: Send + Sync {
     /// Publishes a runner worker of this replica for the runners of every replica (docs
     /// §10, runners across replicas), and notifies them.
     async fn publish_runner_wait(&self, wait: &RunnerWait) -> Result<(), StoreError>;
+
+    /// Whether this replica hears of the waits other replicas publish
+    /// ([`Notice::RunnerWait`]): only while a runner is connected to it (off at first), since
+    /// nothing else claims them. Turned on, a [`Notice::RunnerWait`]`(None)` follows once it
+    /// takes effect, so that the waits published meanwhile are read.
+    fn listen_for_waits(&self, on: bool);
 
     /// Unclaimed runner waits of live replicas, oldest first, at most `limit`.
     async fn runner_waits(&self, limit: i64) -> Result<Vec<RunnerWait>, StoreError>;

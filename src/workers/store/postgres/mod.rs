@@ -96,6 +96,8 @@ pub struct PostgresStore {
     notices: broadcast::Sender<Notice>,
     /// The runner notices (waits, relays to this replica), apart.
     runner_notices: broadcast::Sender<Notice>,
+    /// Whether the listener listens for published runner waits (`listen_for_waits`).
+    wants_waits: tokio::sync::watch::Sender<bool>,
     /// The `LISTEN` task, ended with the store.
     listener: tokio::task::JoinHandle<()>,
     /// Writes transitions, creates and dedupe claims in batches (group commit, `batch`).
@@ -229,6 +231,7 @@ impl PostgresStore {
         let (notices, _) = broadcast::channel(NOTICE_BUFFER);
         let (runner_notices, _) = broadcast::channel(NOTICE_BUFFER);
         let (ready_tx, ready) = tokio::sync::oneshot::channel();
+        let wants_waits = tokio::sync::watch::Sender::new(false);
         let listener = tokio::spawn(listen(
             config,
             replica_id.clone(),
@@ -236,6 +239,7 @@ impl PostgresStore {
                 notices: notices.clone(),
                 runners: runner_notices.clone(),
             },
+            wants_waits.subscribe(),
             ready_tx,
         ));
         // Listening before anything is committed, so this process misses no notice of its
@@ -257,6 +261,7 @@ impl PostgresStore {
             replica,
             notices,
             runner_notices,
+            wants_waits,
             listener,
         })
     }
@@ -707,6 +712,11 @@ impl SharedStore for PostgresStore {
 
     fn runner_notices(&self) -> broadcast::Receiver<Notice> {
         self.runner_notices.subscribe()
+    }
+
+    fn listen_for_waits(&self, on: bool) {
+        self.wants_waits
+            .send_if_modified(|was| std::mem::replace(was, on) != on);
     }
 
     async fn request_stop(&self, id: &WorkerId, reason: &str) -> Result<bool, StoreError> {

@@ -1,12 +1,12 @@
 //! Notices between replicas: one dedicated `LISTEN` connection per process that turns the
-//! notifications of `agentry_events`, `agentry_stop`, `agentry_holds`, `agentry_runner_waits`
-//! and `agentry_relays` into [`Notice`]s, reconnecting forever (with a [`Notice::Resync`] after
-//! each connect), and the parsing of their payloads. Notices are hints: anything malformed is
-//! dropped.
+//! notifications of `agentry_events`, `agentry_stop`, `agentry_holds`, `agentry_relays` and
+//! (while a runner is connected here) `agentry_runner_waits` into [`Notice`]s, reconnecting
+//! forever (with a [`Notice::Resync`] after each connect), and the parsing of their payloads.
+//! Notices are hints: anything malformed is dropped.
 
 use std::time::Duration;
 
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 use tokio_postgres::{AsyncMessage, NoTls};
 
 use crate::workers::model::WorkerId;
@@ -43,13 +43,21 @@ impl Senders {
     }
 }
 
-/// The listener: one dedicated connection that `LISTEN`s on the five channels, turning
+/// The channels every replica listens on; `agentry_runner_waits` is added while `waits` says
+/// so ([`SharedStore::listen_for_waits`](crate::workers::store::SharedStore)).
+const CHANNELS: &str =
+    "LISTEN agentry_events; LISTEN agentry_stop; LISTEN agentry_holds; LISTEN agentry_relays";
+
+/// The listener: one dedicated connection that `LISTEN`s on the channels, turning
 /// notifications into [`Notice`]s for `senders`; reconnects forever, sending
-/// [`Notice::Resync`] after each connect so receivers re-read what they may have missed.
+/// [`Notice::Resync`] after each connect so receivers re-read what they may have missed. It
+/// listens for published runner waits only while `waits` is true, and when that turns true it
+/// sends a [`Notice::RunnerWait`]`(None)` once the `LISTEN` took effect (read the waits).
 pub(super) async fn listen(
     config: tokio_postgres::Config,
     this_replica: String,
     senders: Senders,
+    mut waits: watch::Receiver<bool>,
     ready: tokio::sync::oneshot::Sender<()>,
 ) {
     let senders = std::sync::Arc::new(senders);
@@ -60,7 +68,7 @@ pub(super) async fn listen(
                 // The connection must be polled for LISTEN to complete and for messages; each
                 // notification is parsed and sent on where it is read (no copy, no other task).
                 let (to, me) = (senders.clone(), this_replica.clone());
-                let pump = tokio::spawn(async move {
+                let mut pump = tokio::spawn(async move {
                     while let Some(message) =
                         std::future::poll_fn(|cx| connection.poll_message(cx)).await
                     {
@@ -78,13 +86,13 @@ pub(super) async fn listen(
                         }
                     }
                 });
-                if let Err(e) = client
-                    .batch_execute(
-                        "LISTEN agentry_events; LISTEN agentry_stop; LISTEN agentry_holds; \
-                         LISTEN agentry_runner_waits; LISTEN agentry_relays",
-                    )
-                    .await
-                {
+                let with_waits = *waits.borrow_and_update();
+                let channels = if with_waits {
+                    format!("{CHANNELS}; LISTEN agentry_runner_waits")
+                } else {
+                    CHANNELS.to_owned()
+                };
+                if let Err(e) = client.batch_execute(&channels).await {
                     tracing::warn!(error = %e, "store listener cannot LISTEN");
                     pump.abort();
                 } else {
@@ -94,7 +102,7 @@ pub(super) async fn listen(
                         let _ = ready.send(());
                     }
                     // Until the connection ends.
-                    let _ = pump.await;
+                    follow_waits(&client, &mut pump, &mut waits, &senders).await;
                     tracing::warn!("store listener disconnected; reconnecting");
                 }
                 drop(client);
@@ -102,6 +110,42 @@ pub(super) async fn listen(
             Err(e) => tracing::debug!(error = %e, "store listener cannot connect"),
         }
         tokio::time::sleep(LISTEN_RETRY).await;
+    }
+}
+
+/// While the listener's connection lasts (`pump` runs), listens for runner waits or stops
+/// as `waits` changes; after a `LISTEN`, the fleet is told to read the waits published while
+/// this replica did not hear of them.
+async fn follow_waits(
+    client: &tokio_postgres::Client,
+    pump: &mut tokio::task::JoinHandle<()>,
+    waits: &mut watch::Receiver<bool>,
+    senders: &Senders,
+) {
+    loop {
+        tokio::select! {
+            _ = &mut *pump => return,
+            changed = waits.changed() => {
+                if changed.is_err() {
+                    // The store is going: only the connection is left to follow.
+                    let _ = (&mut *pump).await;
+                    return;
+                }
+                let on = *waits.borrow_and_update();
+                let statement = if on { "LISTEN" } else { "UNLISTEN" };
+                if let Err(e) = client
+                    .batch_execute(&format!("{statement} agentry_runner_waits"))
+                    .await
+                {
+                    tracing::warn!(error = %e, "store listener cannot {statement} runner waits");
+                    pump.abort();
+                    return;
+                }
+                if on {
+                    let _ = senders.runners.send(Notice::RunnerWait(None));
+                }
+            }
+        }
     }
 }
 

@@ -216,6 +216,8 @@ async fn runner_notices_carry_every_published_wait_and_reach_only_their_addresse
     );
     let (mut on_b, mut on_c, mut others_on_b) =
         (b.runner_notices(), c.runner_notices(), b.notices());
+    listening(&b, &mut on_b).await;
+    listening(&c, &mut on_c).await;
     // Waits published at once share a statement and its one notice, which carries each whole.
     let workers: Vec<_> =
         futures_util::future::join_all((0..20).map(|n| create(&a, None, 1_000 + n))).await;
@@ -349,6 +351,105 @@ async fn runner_notices_carry_every_published_wait_and_reach_only_their_addresse
             !matches!(n, Notice::RunnerWait(_) | Notice::Relay { .. }),
             "{n:?}"
         );
+    }
+}
+
+/// The next runner notice on `rx` other than a resync, within ten seconds.
+async fn next_runner_notice(rx: &mut broadcast::Receiver<Notice>) -> Notice {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("a runner notice within ten seconds")
+            .unwrap()
+        {
+            Notice::Resync => {}
+            n => return n,
+        }
+    }
+}
+
+/// Turns on `store`'s listening for runner waits and waits until it took effect: the notice
+/// that says "read the waits" arrives on `rx`.
+async fn listening(store: &PostgresStore, rx: &mut broadcast::Receiver<Notice>) {
+    store.listen_for_waits(true);
+    let n = next_runner_notice(rx).await;
+    assert_eq!(n, Notice::RunnerWait(None), "the notice after LISTEN");
+}
+
+#[tokio::test]
+async fn a_replica_hears_of_waits_only_while_it_listens_for_them() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let (a, b) = (open(&db, "a").await, open(&db, "b").await);
+    let mut on_b = b.runner_notices();
+    let waits: Vec<RunnerWait> =
+        futures_util::future::join_all((0..3).map(|n| create(&a, None, 1_000 + n)))
+            .await
+            .into_iter()
+            .map(|w| RunnerWait {
+                worker_id: w.id,
+                owner: a.replica_id().to_owned(),
+                agent: "reviewer".to_owned(),
+                caller_scope: "team:a".to_owned(),
+                deadline_ms: 9_000,
+            })
+            .collect();
+    // Not listening (a new store, no runner): a wait's notice never comes, though a relay
+    // committed after it does.
+    let relay_after = |i: usize, text: &'static str| {
+        a.relay(
+            b.replica_id(),
+            &waits[i].worker_id,
+            vec![text.to_owned()],
+            false,
+        )
+    };
+    a.publish_runner_wait(&waits[0]).await.unwrap();
+    relay_after(0, "after the first").await.unwrap();
+    let n = next_runner_notice(&mut on_b).await;
+    assert!(matches!(n, Notice::Relay { .. }), "not the relay: {n:?}");
+    // Turned on: "read the waits" first, and the wait published meanwhile is there to read;
+    // then each new wait comes with its notice.
+    listening(&b, &mut on_b).await;
+    assert!(b.runner_waits(64).await.unwrap().contains(&waits[0]));
+    a.publish_runner_wait(&waits[1]).await.unwrap();
+    assert_eq!(
+        next_runner_notice(&mut on_b).await,
+        Notice::RunnerWait(Some(waits[1].clone()))
+    );
+    // Off again (the last runner went): silent once more.
+    b.listen_for_waits(false);
+    // In effect once the listener's session ran the UNLISTEN (its last statement, as the
+    // server shows it).
+    let client = b.client().await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while client
+        .query_opt(
+            "SELECT 1 FROM pg_stat_activity
+              WHERE datname = current_database() AND query = 'UNLISTEN agentry_runner_waits'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .is_none()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no UNLISTEN within ten seconds"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    a.publish_runner_wait(&waits[2]).await.unwrap();
+    relay_after(2, "after the third").await.unwrap();
+    loop {
+        match next_runner_notice(&mut on_b).await {
+            Notice::Relay {
+                relayed: Some(m), ..
+            } if m.iter().any(|m| m.message == "after the third") => break,
+            Notice::Relay { .. } => {}
+            other => panic!("a notice while not listening for waits: {other:?}"),
+        }
     }
 }
 
