@@ -45,6 +45,19 @@ const TICK: Duration = Duration::from_secs(1);
 const REMEMBER_APPLIED: Duration = Duration::from_secs(30);
 /// Most waits read per look.
 const WAITS_PER_LOOK: i64 = 64;
+/// Most sequences of messages applied from notices that the next take is told of (so that it
+/// does not return them again); past this, it returns them and they are skipped here.
+const TOLD_PER_TAKE: usize = 65_536;
+
+/// The relayed messages this replica applied.
+#[derive(Default)]
+struct Applied {
+    /// Lately, by sequence, and when: one that both its notice and a take bring is applied once.
+    lately: HashMap<i64, Instant>,
+    /// Since the last take, from notices: their rows are still in the table, and the next take
+    /// deletes them without returning them.
+    since_take: Vec<i64>,
+}
 
 /// What one turn of the fleet's loop does, from the notices it was woken by.
 #[derive(Default)]
@@ -107,9 +120,8 @@ pub struct Fleet {
     /// A look passed a wait over (no slot for it) or read a full page of them since the last
     /// look a freed slot asked for: only then is a freed slot worth a read of the waits.
     passed_over: AtomicBool,
-    /// The relayed messages applied lately, by sequence, and when: one that both its notice
-    /// and a take bring is applied once.
-    applied: Mutex<HashMap<i64, Instant>>,
+    /// The relayed messages applied: lately, and since the last take.
+    applied: Mutex<Applied>,
 }
 
 /// A relayed message, as JSON text.
@@ -307,7 +319,7 @@ impl Fleet {
                 self.take().await;
             }
             for r in round.relayed {
-                self.apply(r).await;
+                self.apply(r, false).await;
             }
             if round.look {
                 self.claim(None).await;
@@ -319,6 +331,7 @@ impl Fleet {
                 self.applied
                     .lock()
                     .expect("fleet poisoned")
+                    .lately
                     .retain(|_, at| at.elapsed() < REMEMBER_APPLIED);
             }
         }
@@ -456,30 +469,36 @@ impl Fleet {
         });
     }
 
-    /// Takes the messages relayed to this replica and applies them.
+    /// Takes the messages relayed to this replica and applies those its notices did not bring.
     async fn take(&self) {
-        let relays = match self.shared.take_relays().await {
+        let told = std::mem::take(&mut self.applied.lock().expect("fleet poisoned").since_take);
+        let relays = match self.shared.take_relays(&told).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot take relayed runner messages");
+                // Their rows are still there: the next take is told of them again.
+                let mut applied = self.applied.lock().expect("fleet poisoned");
+                let room = TOLD_PER_TAKE.saturating_sub(applied.since_take.len());
+                applied.since_take.extend(told.into_iter().take(room));
                 return;
             }
         };
         for r in relays {
-            self.apply(r).await;
+            self.apply(r, true).await;
         }
     }
 
-    /// Applies one message relayed to this replica, unless it was already.
-    async fn apply(&self, r: Relayed) {
-        let fresh = self
-            .applied
-            .lock()
-            .expect("fleet poisoned")
-            .insert(r.seq, Instant::now())
-            .is_none();
-        if !fresh {
-            return;
+    /// Applies one message relayed to this replica (`taken` from the table, or carried by a
+    /// notice), unless it was already.
+    async fn apply(&self, r: Relayed, taken: bool) {
+        {
+            let mut applied = self.applied.lock().expect("fleet poisoned");
+            if applied.lately.insert(r.seq, Instant::now()).is_some() {
+                return;
+            }
+            if !taken && applied.since_take.len() < TOLD_PER_TAKE {
+                applied.since_take.push(r.seq);
+            }
         }
         let (id, text) = (r.worker_id, r.message);
         let Ok(m) = serde_json::from_str::<Value>(&text) else {

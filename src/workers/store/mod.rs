@@ -327,8 +327,9 @@ pub trait SharedStore: Send + Sync {
         withdraw: bool,
     ) -> Result<(), StoreError>;
 
-    /// Takes (deletes and returns, in order) the messages sent to this replica.
-    async fn take_relays(&self) -> Result<Vec<Relayed>, StoreError>;
+    /// Takes (deletes) the messages sent to this replica, and returns in order those whose
+    /// sequence is not in `applied` (the ones their notices brought already).
+    async fn take_relays(&self, applied: &[i64]) -> Result<Vec<Relayed>, StoreError>;
 
     /// The replicas whose lease has not expired, by start, each with (at most
     /// [`REPLICA_WORKERS_SHOWN`] of) the open workers it runs: the console's view (docs §14.1).

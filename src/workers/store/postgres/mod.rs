@@ -839,8 +839,8 @@ impl SharedStore for PostgresStore {
             .map(drop)
     }
 
-    async fn take_relays(&self) -> Result<Vec<Relayed>, StoreError> {
+    async fn take_relays(&self, applied: &[i64]) -> Result<Vec<Relayed>, StoreError> {
         let client = self.client().await?;
-        runners::take_relays(&client, &self.replica_id).await
+        runners::take_relays(&client, &self.replica_id, applied).await
     }
 }

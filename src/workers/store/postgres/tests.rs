@@ -454,6 +454,38 @@ async fn a_replica_hears_of_waits_only_while_it_listens_for_them() {
 }
 
 #[tokio::test]
+async fn a_take_deletes_every_relay_and_returns_those_not_applied_in_order() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let (a, b) = (open(&db, "a").await, open(&db, "b").await);
+    let mut on_b = b.runner_notices();
+    let w = create(&a, None, 1_000).await;
+    let texts = ["one", "two", "three"].map(str::to_owned);
+    a.relay(b.replica_id(), &w.id, texts.to_vec(), false)
+        .await
+        .unwrap();
+    // The notice carries them with their sequences, as the owner applies them.
+    let Notice::Relay {
+        relayed: Some(carried),
+        ..
+    } = next_runner_notice(&mut on_b).await
+    else {
+        panic!("the relay's notice, carried");
+    };
+    assert_eq!(carried.len(), 3);
+    // Told that the second was applied (its notice brought it), a take returns the others in
+    // order, and deletes all three: the next take finds nothing.
+    let taken = b.take_relays(&[carried[1].seq]).await.unwrap();
+    assert_eq!(
+        taken.iter().map(|r| r.message.as_str()).collect::<Vec<_>>(),
+        ["one", "three"]
+    );
+    assert_eq!(taken[0].seq, carried[0].seq);
+    assert!(b.take_relays(&[]).await.unwrap().is_empty());
+}
+
+#[tokio::test]
 async fn a_dedupe_claim_is_won_once_across_replicas() {
     let Some(db) = TestDb::create().await else {
         return;
