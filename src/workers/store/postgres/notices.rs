@@ -44,7 +44,7 @@ impl Senders {
 }
 
 /// The channels every replica listens on; `agentry_runner_waits` is added while `waits` says
-/// so ([`SharedStore::listen_for_waits`](crate::workers::store::SharedStore)).
+/// so ([`SharedStore::listen_for_waits`](crate::workers::store::SharedStore::listen_for_waits)).
 const CHANNELS: &str =
     "LISTEN agentry_events; LISTEN agentry_stop; LISTEN agentry_holds; LISTEN agentry_relays";
 
