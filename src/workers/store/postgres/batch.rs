@@ -29,6 +29,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_postgres::types::ToSql;
 
 use super::context::{PgContext, error_text};
+use super::notices::PAYLOAD_LIMIT;
 use crate::workers::model::WorkerEvent;
 use crate::workers::store::StoreError;
 use crate::workers::store::record::to_sql_sequence;
@@ -43,9 +44,9 @@ const MAX_BATCH: usize = 64;
 /// The longest entry of a batch's notification: a worker id (36 bytes), the longest sequence
 /// (19 digits), a replica id (34 bytes), two `:` and the `,` between entries.
 const NOTICE_ENTRY_BYTES: usize = 36 + 19 + 34 + 3;
-// A batch's notification must fit PostgreSQL's payload limit (8000 bytes), or the whole batch
-// would fail and be written again one write at a time.
-const _: () = assert!(MAX_BATCH * NOTICE_ENTRY_BYTES < 8000);
+// A batch's notification must fit PostgreSQL's payload limit, or the whole batch would fail and
+// be written again one write at a time.
+const _: () = assert!(MAX_BATCH * NOTICE_ENTRY_BYTES < PAYLOAD_LIMIT);
 
 /// One transition as it is written: its event (the worker as it moves), the sequence and
 /// token the row must still be at, and the event's snapshot.
@@ -108,7 +109,7 @@ macro_rules! claim_taken_over_when {
 /// Transitions, each a compare-and-set on its row's sequence and token, with their events,
 /// in one statement with **one** notification for the whole batch (`worker:sequence:origin`
 /// of each event, joined by `,`: at most [`MAX_BATCH`] entries of at most
-/// [`NOTICE_ENTRY_BYTES`], under PostgreSQL's 8000). Returns the ordinals (from 1) of the
+/// [`NOTICE_ENTRY_BYTES`], under [`PAYLOAD_LIMIT`]). Returns the ordinals (from 1) of the
 /// transitions written, as one array; no row when none was.
 const TRANSITIONS_SQL: &str = "WITH i AS (
          SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[],

@@ -15,6 +15,10 @@ use crate::workers::store::{Notice, Relayed, RunnerWait};
 /// Pause between two attempts of the listener to reconnect.
 const LISTEN_RETRY: Duration = Duration::from_millis(500);
 
+/// PostgreSQL takes a notification's payload only when it is shorter than this (in bytes);
+/// every statement that notifies keeps to it, or carries less and says so.
+pub(super) const PAYLOAD_LIMIT: usize = 8000;
+
 /// Notices buffered per receiver; one that lags re-reads (it gets `Lagged`, then resyncs).
 pub(super) const NOTICE_BUFFER: usize = 1024;
 

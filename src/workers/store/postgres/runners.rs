@@ -10,14 +10,11 @@ use deadpool_postgres::Client;
 use super::batch::{Batched, column};
 use super::cached::query_opt_cached;
 use super::context::PgContext;
+use super::notices::PAYLOAD_LIMIT;
 use super::rows::read_record;
 use crate::workers::model::{WorkerId, WorkerRecord};
 use crate::workers::store::record::COLUMNS;
 use crate::workers::store::{Relayed, RunnerClaim, RunnerWait, StoreError};
-
-/// The largest relay or wait notice that carries what it announces (PostgreSQL takes payloads
-/// shorter than 8000 bytes).
-const NOTICE_BYTES: usize = 7900;
 
 /// A runner claim (`claim_runner_wait`): lock the wait unless another claimer holds it, rotate
 /// the token of a worker that still waits (pending) and return its row, and claim the wait; a
@@ -63,7 +60,7 @@ static RELAY_SQL: LazyLock<String> = LazyLock::new(|| {
                         json_agg(json_build_array(seq, worker_id, message) ORDER BY seq))::text AS p
                FROM sent GROUP BY to_replica
          )
-         SELECT pg_notify('agentry_relays', CASE WHEN octet_length(p) <= {NOTICE_BYTES}
+         SELECT pg_notify('agentry_relays', CASE WHEN octet_length(p) < {PAYLOAD_LIMIT}
                                                  THEN p ELSE json_build_array(to_replica)::text END)
            FROM whole"
     )
@@ -132,7 +129,7 @@ static PUBLISH_SQL: LazyLock<String> = LazyLock::new(|| {
                FROM added HAVING count(*) > 0
          )
          SELECT pg_notify('agentry_runner_waits',
-                          CASE WHEN octet_length(p) <= {NOTICE_BYTES} THEN p ELSE '[]' END)
+                          CASE WHEN octet_length(p) < {PAYLOAD_LIMIT} THEN p ELSE '[]' END)
            FROM whole"
     )
 });
