@@ -476,10 +476,9 @@ impl Fleet {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot take relayed runner messages");
-                // Their rows are still there: the next take is told of them again.
-                let mut applied = self.applied.lock().expect("fleet poisoned");
-                let room = TOLD_PER_TAKE.saturating_sub(applied.since_take.len());
-                applied.since_take.extend(told.into_iter().take(room));
+                // Their rows are still there: the next take is told of them again (nothing was
+                // applied meanwhile: only this loop applies).
+                self.applied.lock().expect("fleet poisoned").since_take = told;
                 return;
             }
         };

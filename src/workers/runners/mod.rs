@@ -966,10 +966,12 @@ impl RunnerHub {
                 _ => None,
             })
             .collect();
-        for (rid, why) in lost {
-            st.lose_runner(&rid, why);
+        if !lost.is_empty() {
+            for (rid, why) in lost {
+                st.lose_runner(&rid, why);
+            }
+            self.note_serving(&st);
         }
-        self.note_serving(&st);
         st.dispatch(accept);
     }
 

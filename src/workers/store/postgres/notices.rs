@@ -47,8 +47,11 @@ impl Senders {
     }
 }
 
-/// The channels every replica listens on; `agentry_runner_waits` is added while `waits` says
-/// so ([`SharedStore::listen_for_waits`](crate::workers::store::SharedStore::listen_for_waits)).
+/// The channel of published runner waits, listened on only while `waits` says so
+/// ([`SharedStore::listen_for_waits`](crate::workers::store::SharedStore::listen_for_waits)).
+pub(super) const WAITS_CHANNEL: &str = "agentry_runner_waits";
+
+/// The channels every replica listens on, [`WAITS_CHANNEL`] aside.
 const CHANNELS: &str =
     "LISTEN agentry_events; LISTEN agentry_stop; LISTEN agentry_holds; LISTEN agentry_relays";
 
@@ -92,7 +95,7 @@ pub(super) async fn listen(
                 });
                 let with_waits = *waits.borrow_and_update();
                 let channels = if with_waits {
-                    format!("{CHANNELS}; LISTEN agentry_runner_waits")
+                    format!("{CHANNELS}; LISTEN {WAITS_CHANNEL}")
                 } else {
                     CHANNELS.to_owned()
                 };
@@ -138,7 +141,7 @@ async fn follow_waits(
                 let on = *waits.borrow_and_update();
                 let statement = if on { "LISTEN" } else { "UNLISTEN" };
                 if let Err(e) = client
-                    .batch_execute(&format!("{statement} agentry_runner_waits"))
+                    .batch_execute(&format!("{statement} {WAITS_CHANNEL}"))
                     .await
                 {
                     tracing::warn!(error = %e, "store listener cannot {statement} runner waits");
@@ -163,7 +166,7 @@ fn parse_notices(channel: &str, payload: &str, this_replica: &str) -> Vec<Notice
             .split(',')
             .filter_map(|one| parse_notice(channel, one, this_replica))
             .collect()
-    } else if channel == "agentry_runner_waits" {
+    } else if channel == WAITS_CHANNEL {
         parse_waits(payload)
     } else {
         parse_notice(channel, payload, this_replica)

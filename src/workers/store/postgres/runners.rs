@@ -10,7 +10,7 @@ use deadpool_postgres::Client;
 use super::batch::{Batched, column};
 use super::cached::query_opt_cached;
 use super::context::PgContext;
-use super::notices::PAYLOAD_LIMIT;
+use super::notices::{PAYLOAD_LIMIT, WAITS_CHANNEL};
 use super::rows::read_record;
 use crate::workers::model::{WorkerId, WorkerRecord};
 use crate::workers::store::record::COLUMNS;
@@ -128,7 +128,7 @@ static PUBLISH_SQL: LazyLock<String> = LazyLock::new(|| {
                                               deadline_ms))::text AS p
                FROM added HAVING count(*) > 0
          )
-         SELECT pg_notify('agentry_runner_waits',
+         SELECT pg_notify('{WAITS_CHANNEL}',
                           CASE WHEN octet_length(p) < {PAYLOAD_LIMIT} THEN p ELSE '[]' END)
            FROM whole"
     )
