@@ -157,6 +157,9 @@ pub enum ExecutorKind {
     Model,
 }
 
+/// The longest `executor.start_hold`.
+pub const MAX_START_HOLD: Duration = Duration::from_secs(60);
+
 /// `executor`: how workers are run.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -177,6 +180,10 @@ pub struct ExecutorConfig {
     pub kill_grace: Duration,
     /// Bound on a worker's stdout, in bytes. Default 1 MiB.
     pub max_output_bytes: usize,
+    /// How long the start of a worker's process may wait for its end, to be written with it
+    /// (docs/workers.md §6.2). Default 5 ms; at most 1 minute; `0s` writes every start at once.
+    #[serde(with = "humantime_serde")]
+    pub start_hold: Duration,
 }
 
 impl Default for ExecutorConfig {
@@ -189,6 +196,7 @@ impl Default for ExecutorConfig {
             timeout: Duration::from_secs(600),
             kill_grace: Duration::from_secs(5),
             max_output_bytes: 1 << 20,
+            start_hold: Duration::from_millis(5),
         }
     }
 }
@@ -740,6 +748,18 @@ impl Config {
                     "({}) must be shorter than shutdown_grace ({}), so a shutdown can stop workers",
                     humantime::format_duration(self.executor.kill_grace),
                     humantime::format_duration(self.shutdown_grace)
+                ),
+            ));
+        }
+        // A held start is a worker shown `pending` while its process runs: a moment, not a
+        // state of its own.
+        if self.executor.start_hold > MAX_START_HOLD {
+            return Err(rule(
+                "executor.start_hold",
+                format!(
+                    "({}) must be at most {}",
+                    humantime::format_duration(self.executor.start_hold),
+                    humantime::format_duration(MAX_START_HOLD)
                 ),
             ));
         }

@@ -265,3 +265,111 @@ async fn bad_reports_are_refused_precisely_and_the_log_is_bounded() {
     let done = wait_state(&s, &w.id, pb::WorkerState::Completed).await;
     assert_eq!(done.sequence, 6);
 }
+
+/// A start held for its end (docs/workers.md §6.2, "A start written with its end"), with a
+/// hold far longer than any run here: a worker that ends is written once with both events and
+/// is not kept waiting for the hold; a report of a worker whose start is held has the start
+/// written first; a stop of one ends it as a worker that ran.
+#[tokio::test]
+async fn a_held_start_is_written_with_its_end_or_before_a_report() {
+    let quick_or_wait = format!(
+        "if grep -q quick \"$OUT/$AGENTRY_WORKER_ID.json\"; then echo quick; exit 0; fi\n{WAIT_FOR_GO}"
+    );
+    let s = with_runtime(&quick_or_wait, |c| {
+        c.executor.start_hold = std::time::Duration::from_secs(30);
+    })
+    .await;
+
+    // Ends at once: one write, both events, and the call is not held for the hold.
+    let began = std::time::Instant::now();
+    let quick = spawn(&s, spawn_req("task", "quick", true))
+        .await
+        .unwrap()
+        .worker
+        .unwrap();
+    assert!(
+        began.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        began.elapsed()
+    );
+    assert_eq!(quick.state, pb::WorkerState::Completed as i32, "{quick:?}");
+    assert_eq!(quick.sequence, 3, "{quick:?}");
+    let (start, close) = (quick.start_time.unwrap(), quick.close_time.unwrap());
+    assert!(
+        (start.seconds, start.nanos) <= (close.seconds, close.nanos),
+        "{start:?} → {close:?}"
+    );
+    // Replayed after the creation event (a watch from 0 of a finished worker is its snapshot).
+    assert_eq!(
+        watch_all(&s, &quick.id, 1).await,
+        [
+            (2, pb::WorkerState::Running as i32, None),
+            (3, pb::WorkerState::Completed as i32, None),
+        ]
+    );
+
+    // Runs: its process exists while its start is held, so it still shows pending; its report
+    // has the start written first, then is taken.
+    let w = spawn(&s, spawn_req("task", "report early", false))
+        .await
+        .unwrap()
+        .worker
+        .unwrap();
+    let token = env_of(&s, &w.id).await["AGENTRY_WORKER_TOKEN"].clone();
+    let held = get(&s, &w.id).await;
+    assert_eq!(held.state, pb::WorkerState::Pending as i32, "{held:?}");
+    let seq = send(&s, Some(&token), report(pb::ProgressKind::Status, "up", ""))
+        .await
+        .unwrap();
+    assert_eq!(
+        seq, 3,
+        "pending 1, the start written for the report 2, the report 3"
+    );
+    let now = get(&s, &w.id).await;
+    assert_eq!(
+        (now.state, now.sequence),
+        (pb::WorkerState::Running as i32, 3),
+        "{now:?}"
+    );
+    assert!(now.start_time.is_some(), "{now:?}");
+    std::fs::write(out(&s).join("go"), "").unwrap();
+    wait_state(&s, &w.id, pb::WorkerState::Completed).await;
+    assert_eq!(
+        watch_all(&s, &w.id, 1).await,
+        [
+            (2, pb::WorkerState::Running as i32, None),
+            (3, pb::WorkerState::Running as i32, Some("up".to_owned())),
+            (4, pb::WorkerState::Completed as i32, None),
+        ]
+    );
+    std::fs::remove_file(out(&s).join("go")).unwrap();
+
+    // Stopped while its start is held: it ran, so it ends killed from running, with its start.
+    let stopped = spawn(&s, spawn_req("task", "stop me", false))
+        .await
+        .unwrap()
+        .worker
+        .unwrap();
+    env_of(&s, &stopped.id).await;
+    let k = s
+        .client
+        .clone()
+        .stop_worker(pb::StopWorkerRequest {
+            worker_id: stopped.id.clone(),
+            reason: "enough".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .worker
+        .unwrap();
+    assert_eq!(k.state, pb::WorkerState::Killed as i32, "{k:?}");
+    assert!(k.start_time.is_some() && k.close_time.is_some(), "{k:?}");
+    assert_eq!(
+        watch_all(&s, &stopped.id, 1).await,
+        [
+            (2, pb::WorkerState::Running as i32, None),
+            (3, pb::WorkerState::Killed as i32, None),
+        ]
+    );
+}

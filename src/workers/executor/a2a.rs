@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::{Assignment, BoxFuture, Executor, Job, Outcome, model::Agentry, sse::Frames};
+use super::{Assignment, BoxFuture, Executor, Job, Outcome, Started, model::Agentry, sse::Frames};
 use crate::{config::A2aRemote, resolve::RemoteAgent, workers::model::ProgressKind};
 
 /// How long a forwarded stop (`CancelTask`) may take before the worker is recorded killed.
@@ -125,7 +125,7 @@ impl Executor for A2aExecutor {
         &self,
         job: Job,
         cancel: CancellationToken,
-        started: oneshot::Sender<()>,
+        started: oneshot::Sender<Started>,
     ) -> BoxFuture<'static, Outcome> {
         let inner = self.inner.clone();
         Box::pin(async move {
@@ -274,7 +274,7 @@ struct Run<'a> {
     inner: &'a Inner,
     a: &'a Assignment,
     cancel: &'a CancellationToken,
-    started: Option<oneshot::Sender<()>>,
+    started: Option<oneshot::Sender<Started>>,
     bearer: Option<String>,
     result: Artifacts,
     sent: u32,
@@ -722,7 +722,7 @@ impl Run<'_> {
     /// `Some` once the task has ended or is interrupted.
     fn absorb(&mut self, s: &mut Session, v: &Value) -> Result<Option<Step>, Stop> {
         if let Some(tx) = self.started.take() {
-            let _ = tx.send(());
+            let _ = tx.send(Started::Elsewhere);
         }
         // 1.0 wraps each kind in a field; 0.3 tags it with `kind`.
         let (kind, body) = if let Some(kind) = v.get("kind").and_then(Value::as_str) {

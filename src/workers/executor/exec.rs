@@ -27,7 +27,7 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::{BoxFuture, Executor, Job, Outcome, sweep};
+use super::{BoxFuture, Executor, Job, Outcome, Started, sweep};
 
 /// How much of stderr a failed run keeps: enough for a stack trace's last frames, small enough
 /// to store on every worker row.
@@ -150,7 +150,7 @@ impl ExecExecutor {
         self,
         job: Job,
         cancel: CancellationToken,
-        started: oneshot::Sender<()>,
+        started: oneshot::Sender<Started>,
     ) -> Outcome {
         let Some((program, args)) = self.command.split_first() else {
             return Outcome::CouldNotStart {
@@ -200,7 +200,7 @@ impl ExecExecutor {
         debug!(worker_id = %job.worker_id, pid = ?group.pgid.map(Pid::as_raw), "worker process started");
         // The supervisor may have stopped listening (the worker was stopped meanwhile); the
         // cancellation token, not this channel, tells us about that.
-        let _ = started.send(());
+        let _ = started.send(Started::Process);
         supervise(&mut group, &job, &cancel).await
     }
 }
@@ -210,7 +210,7 @@ impl Executor for ExecExecutor {
         &self,
         job: Job,
         cancel: CancellationToken,
-        started: oneshot::Sender<()>,
+        started: oneshot::Sender<Started>,
     ) -> BoxFuture<'static, Outcome> {
         Box::pin(self.clone().run_job(job, cancel, started))
     }

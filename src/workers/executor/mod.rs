@@ -274,6 +274,17 @@ pub enum Outcome {
         reason: String,
     },
 }
+/// What a run says when its agent exists (`started`): whether its start may wait a moment to
+/// be written with its end (docs/workers.md §6.2, "A start written with its end").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Started {
+    /// A process this host just started: nothing it sends can reach the service before its
+    /// program has loaded, so its start may wait `executor.start_hold` for its end.
+    Process,
+    /// Anything else (a runner's accept, a model loop, a remote agent), which may report at
+    /// once: its start is written at once.
+    Elsewhere,
+}
 
 /// Runs agents. Implementations must be cheap to share (`Arc<dyn Executor>`) and must leave
 /// nothing running once the returned future has finished or been dropped.
@@ -300,7 +311,7 @@ pub trait Executor: Send + Sync + 'static {
         &self,
         job: Job,
         cancel: CancellationToken,
-        started: oneshot::Sender<()>,
+        started: oneshot::Sender<Started>,
     ) -> BoxFuture<'static, Outcome>;
 
     /// Whether workers of `agent` take follow-up messages (docs §12.1): `Err` with the reason

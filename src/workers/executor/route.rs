@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, sync::Arc};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::{BoxFuture, Executor, Job, Outcome};
+use super::{BoxFuture, Executor, Job, Outcome, Started};
 
 /// Which executor runs an agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,7 +88,7 @@ impl Executor for ByKind {
         &self,
         job: Job,
         cancel: CancellationToken,
-        started: oneshot::Sender<()>,
+        started: oneshot::Sender<Started>,
     ) -> BoxFuture<'static, Outcome> {
         let (agent, remote) = job
             .assignment

@@ -10,7 +10,7 @@ use std::{sync::Arc, time::Duration};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::{BoxFuture, Executor, Job, Outcome};
+use super::{BoxFuture, Executor, Job, Outcome, Started};
 use crate::workers::{
     model::WorkerId,
     runners::{Finish, RunEvent, RunnerHub, fleet::Fleet},
@@ -150,7 +150,7 @@ async fn follow(
     job: Job,
     agent: String,
     cancel: CancellationToken,
-    started: oneshot::Sender<()>,
+    started: oneshot::Sender<Started>,
 ) -> Outcome {
     let timeout = job.timeout;
     let expiry = tokio::time::sleep(timeout);
@@ -169,7 +169,7 @@ async fn follow(
                         let _ = job.rotated_token.set(hash);
                     }
                     if let Some(s) = started.take() {
-                        let _ = s.send(());
+                        let _ = s.send(Started::Elsewhere);
                     }
                 }
                 Some(RunEvent::Finished(f)) => {
@@ -239,7 +239,7 @@ impl Executor for RunnerExecutor {
         &self,
         job: Job,
         cancel: CancellationToken,
-        started: oneshot::Sender<()>,
+        started: oneshot::Sender<Started>,
     ) -> BoxFuture<'static, Outcome> {
         let hub = self.hub.clone();
         let fleet = self.fleet.clone();

@@ -97,6 +97,24 @@ pub trait WorkerStore: Send + Sync + 'static {
         self.apply(&known.id, event, patch, now_ms).await
     }
 
+    /// The start of a run (at `started_ms`) and its end (`end`, with `patch`, at `now_ms`),
+    /// written together for a worker whose run ended before its start was written (docs
+    /// §6.2, "A start written with its end"): both events are kept, in order, and the row
+    /// moves once. `known` is the row as this process last wrote it, still `pending`. Returns
+    /// the start's event (`None` when the row was found already started, or the two were
+    /// found committed without their events) and the end's outcome, as
+    /// [`apply_from`](Self::apply_from) would answer it. A row that moved since `known` (a
+    /// stop, a start written elsewhere) is decided as it is: the start only if it is still
+    /// `pending`, then the end.
+    async fn apply_started(
+        &self,
+        known: &WorkerRecord,
+        started_ms: i64,
+        end: Event,
+        patch: Patch,
+        now_ms: i64,
+    ) -> Result<(Option<WorkerEvent>, Applied), StoreError>;
+
     /// The worker as stored, if it exists.
     async fn get(&self, id: &WorkerId) -> Result<Option<WorkerRecord>, StoreError>;
 

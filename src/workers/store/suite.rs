@@ -149,6 +149,12 @@ macro_rules! store_suite {
             $crate::workers::store::suite::a_transition_from_a_stale_record_is_decided_on_the_row(&*store).await;
         }
         #[tokio::test]
+        async fn a_start_written_with_its_end_keeps_both_events() {
+            let Some((_guard, store)): Option<(_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>)> =
+                $open.await else { return };
+            $crate::workers::store::suite::a_start_written_with_its_end_keeps_both_events(&*store).await;
+        }
+        #[tokio::test]
         async fn writes_made_together_each_get_their_own_answer() {
             let Some((_guard, store)): Option<(_, std::sync::Arc<dyn $crate::workers::store::WorkerStore>)> =
                 $open.await else { return };
@@ -1046,6 +1052,114 @@ pub(crate) async fn a_transition_from_a_stale_record_is_decided_on_the_row(
             (4, WorkerState::Completed)
         ]
     );
+}
+
+/// A start and the end that followed it, written together: both events are stored and
+/// answered, in order and at their own times, exactly as if written one by one; many of them at
+/// once each get their own; a row that moved since (a progress report, a kill) is decided on
+/// the row as it is.
+pub(crate) async fn a_start_written_with_its_end_keeps_both_events(store: &dyn WorkerStore) {
+    let pending = create(store, None, 1_000).await;
+    let patch = Patch {
+        result: Some("done".to_owned()),
+        exit_code: Some(0),
+        ..Patch::default()
+    };
+    let (start, end) = store
+        .apply_started(&pending, 1_100, Event::Complete, patch, 1_200)
+        .await
+        .unwrap();
+    let start = start.expect("the start is answered");
+    let end = moved(end);
+    assert_eq!(
+        (start.sequence, start.state, start.time_ms),
+        (2, WorkerState::Running, 1_100)
+    );
+    assert_eq!(start.worker.start_time_ms, Some(1_100));
+    assert!(start.worker.token_hash.is_some());
+    assert_eq!(
+        (end.sequence, end.state, end.time_ms),
+        (3, WorkerState::Completed, 1_200)
+    );
+    assert_eq!(
+        (end.worker.start_time_ms, end.worker.close_time_ms),
+        (Some(1_100), Some(1_200))
+    );
+    assert_eq!(end.worker.result.as_deref(), Some("done"));
+    assert_eq!(end.worker.token_hash, None);
+    assert_eq!(
+        store.get(&pending.id).await.unwrap(),
+        Some(end.worker.clone())
+    );
+    let stored = store.events_after(&pending.id, 1).await.unwrap();
+    assert_eq!(stored, vec![start, end]);
+
+    // Many at once: each its own pair, whatever the backend writes together.
+    let many: Vec<WorkerRecord> = join_all((0..24).map(|i| create(store, None, 2_000 + i))).await;
+    let answers = join_all(many.iter().enumerate().map(|(i, w)| {
+        let end = if i % 2 == 0 {
+            Event::Complete
+        } else {
+            Event::Fail
+        };
+        store.apply_started(w, 3_000, end, Patch::default(), 3_001)
+    }))
+    .await;
+    for (i, (w, answer)) in many.iter().zip(answers).enumerate() {
+        let (start, end) = answer.unwrap();
+        assert_eq!(
+            start.map(|s| (s.sequence, s.state)),
+            Some((2, WorkerState::Running))
+        );
+        let want = if i % 2 == 0 {
+            WorkerState::Completed
+        } else {
+            WorkerState::Failed
+        };
+        assert_eq!(moved(end).state, want);
+        let states: Vec<WorkerState> = store
+            .events_after(&w.id, 0)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.state)
+            .collect();
+        assert_eq!(states, [WorkerState::Pending, WorkerState::Running, want]);
+    }
+
+    // The row moved since the record: a progress report cannot (only a running worker
+    // reports), but a stop can — killed while pending, the end is the row's: absorbed.
+    let stopped = create(store, None, 4_000).await;
+    moved(
+        store
+            .apply(&stopped.id, Event::Kill, Patch::default(), 4_100)
+            .await
+            .unwrap(),
+    );
+    let (start, end) = store
+        .apply_started(&stopped, 4_200, Event::Kill, Patch::default(), 4_300)
+        .await
+        .unwrap();
+    assert!(start.is_none(), "{start:?}");
+    assert!(
+        matches!(end, Applied::Absorbed(ref w) if w.state == WorkerState::Killed),
+        "{end:?}"
+    );
+    // Started elsewhere meanwhile (the record still says pending): only the end is written.
+    let elsewhere = create(store, None, 5_000).await;
+    moved(
+        store
+            .apply(&elsewhere.id, Event::Start, Patch::default(), 5_100)
+            .await
+            .unwrap(),
+    );
+    let (start, end) = store
+        .apply_started(&elsewhere, 5_200, Event::Complete, Patch::default(), 5_300)
+        .await
+        .unwrap();
+    assert!(start.is_none(), "{start:?}");
+    let end = moved(end);
+    assert_eq!((end.sequence, end.worker.start_time_ms), (3, Some(5_100)));
 }
 
 /// Many creates and transitions at once (a backend may write them in one statement): each

@@ -513,6 +513,7 @@ impl Supervisor {
                 lineage: resolve::lineage::of_worker(&req.agent, eff),
                 stop_reason: stop_reason.clone(),
                 mail: mail.clone(),
+                held_start: None,
             },
         );
         drop(creation);

@@ -459,6 +459,7 @@ impl Supervisor {
                 lineage: resolve::lineage::of_worker(&record.spec.agent, eff),
                 stop_reason: stop_reason.clone(),
                 mail: mail.clone(),
+                held_start: None,
             },
         );
         self.announce(&created);

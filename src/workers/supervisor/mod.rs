@@ -70,6 +70,8 @@ pub struct Settings {
     pub timeout: Duration,
     /// SIGTERM → SIGKILL delay.
     pub kill_grace: Duration,
+    /// How long a process's start may wait for its end (`executor.start_hold`).
+    pub start_hold: Duration,
     /// Bound on stdout.
     pub max_output_bytes: usize,
     /// Workers running at once.
@@ -115,6 +117,7 @@ impl Settings {
             addr,
             timeout: cfg.executor.timeout,
             kill_grace: cfg.executor.kill_grace,
+            start_hold: cfg.executor.start_hold,
             max_output_bytes: cfg.executor.max_output_bytes,
             max_running: cfg.limits.max_running,
             max_pending: cfg.limits.max_pending,
@@ -435,6 +438,9 @@ struct Live {
     stop_reason: crate::workers::executor::StopReason,
     /// Where a message sent to it is posted (docs §12.2).
     mail: Arc<crate::workers::executor::Mailbox>,
+    /// While its start is held to be written with its end: told when the start must be
+    /// written now (a progress report arrived first: only a running worker reports).
+    held_start: Option<Arc<tokio::sync::Notify>>,
 }
 
 /// The supervisor. Cheap to share (`Arc`).
@@ -877,7 +883,7 @@ mod tests {
     use tokio::sync::oneshot;
 
     use crate::workers::{
-        executor::{BoxFuture, Job, Outcome},
+        executor::{BoxFuture, Job, Outcome, Started},
         model::WorkerState,
         store::SqliteStore,
     };
@@ -891,9 +897,9 @@ mod tests {
             &self,
             _job: Job,
             _cancel: CancellationToken,
-            started: oneshot::Sender<()>,
+            started: oneshot::Sender<Started>,
         ) -> BoxFuture<'static, Outcome> {
-            let _ = started.send(());
+            let _ = started.send(Started::Elsewhere);
             Box::pin(async {
                 Outcome::Completed {
                     stdout: "done".into(),

@@ -4,11 +4,19 @@
 //! on any replica) and a runner's stream (by worker id, after the lease was checked) come through
 //! here.
 
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+
 use super::{Supervisor, WorkerError, now_ms};
 use crate::workers::{
-    model::{Progress, WorkerEvent, WorkerId},
+    model::{Progress, WorkerEvent, WorkerId, WorkerState},
     store::StoreError,
 };
+
+/// How long a progress report of a worker whose start is held waits for that start to be
+/// written.
+const HELD_START_WAIT: Duration = Duration::from_secs(1);
 
 impl Supervisor {
     /// Appends a report of worker `id` as its next event, updates the live record and publishes
@@ -20,29 +28,23 @@ impl Supervisor {
         progress: Progress,
     ) -> Result<WorkerEvent, WorkerError> {
         let max = self.settings.max_events_per_worker;
-        let ev = match self
-            .store
-            .append_progress(id, progress, now_ms(), max)
-            .await
-        {
-            Ok(ev) => ev,
-            Err(StoreError::NotRunning { id, state }) => {
-                return Err(WorkerError::NotRunning {
-                    id: id.to_string(),
-                    state,
-                });
+        let mut flushed = false;
+        let ev = loop {
+            match self
+                .store
+                .append_progress(id, progress.clone(), now_ms(), max)
+                .await
+            {
+                Ok(ev) => break ev,
+                // Its start may be held here, to be written with its end: written now, then
+                // the report is taken.
+                Err(StoreError::NotRunning { .. })
+                    if !flushed && self.write_held_start(id).await =>
+                {
+                    flushed = true;
+                }
+                Err(e) => return Err(Self::refused_progress(e)),
             }
-            Err(StoreError::TooManyEvents { id, max }) => {
-                return Err(WorkerError::TooManyEvents {
-                    id: id.to_string(),
-                    max,
-                });
-            }
-            Err(StoreError::NotFound(id)) => return Err(WorkerError::NotFound(id.to_string())),
-            Err(e @ StoreError::ArtifactsTooLarge { .. }) => {
-                return Err(WorkerError::ArtifactsTooLarge(e.to_string()));
-            }
-            Err(e) => return Err(e.into()),
         };
         let events = {
             let mut live = self.live();
@@ -59,6 +61,56 @@ impl Supervisor {
         self.announce(&ev);
         let _ = events.send(ev.clone());
         Ok(ev)
+    }
+
+    /// Worker `id` runs here and its start is held for its end: the start is asked to be
+    /// written at once, and this waits, up to [`HELD_START_WAIT`], for that transition to be
+    /// published. Whether it was; `false` at once when no start is held.
+    async fn write_held_start(&self, id: &WorkerId) -> bool {
+        let (start_now, mut events) = {
+            let live = self.live();
+            let Some((l, start_now)) = live
+                .get(id)
+                .filter(|l| l.record.state == WorkerState::Pending)
+                .and_then(|l| Some((l, l.held_start.clone()?)))
+            else {
+                return false;
+            };
+            (start_now, l.events.subscribe())
+        };
+        start_now.notify_one();
+        let published = async {
+            loop {
+                match events.recv().await {
+                    Ok(ev) if ev.progress.is_none() => return true,
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => return true,
+                    Err(broadcast::error::RecvError::Closed) => return false,
+                }
+            }
+        };
+        tokio::time::timeout(HELD_START_WAIT, published)
+            .await
+            .unwrap_or(false)
+    }
+
+    /// The error of a progress report the store refused.
+    fn refused_progress(e: StoreError) -> WorkerError {
+        match e {
+            StoreError::NotRunning { id, state } => WorkerError::NotRunning {
+                id: id.to_string(),
+                state,
+            },
+            StoreError::TooManyEvents { id, max } => WorkerError::TooManyEvents {
+                id: id.to_string(),
+                max,
+            },
+            StoreError::NotFound(id) => WorkerError::NotFound(id.to_string()),
+            e @ StoreError::ArtifactsTooLarge { .. } => {
+                WorkerError::ArtifactsTooLarge(e.to_string())
+            }
+            e => e.into(),
+        }
     }
 }
 

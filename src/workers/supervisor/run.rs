@@ -12,7 +12,7 @@ use super::{
     outcome::{self, OutputRule},
 };
 use crate::workers::{
-    executor::Job,
+    executor::{Job, Started},
     lifecycle::Event,
     model::{WorkerEvent, WorkerId, WorkerRecord, WorkerState},
     store::{Applied, Patch, StoreError},
@@ -81,7 +81,7 @@ impl Supervisor {
                 tracing::Span::current(),
             ))
         };
-        let (event, patch) = match inner.await {
+        let (event, patch, held) = match inner.await {
             Ok(settled) => settled,
             Err(e) => {
                 tracing::error!(worker = %id, error = %e, "worker task panicked");
@@ -91,10 +91,14 @@ impl Supervisor {
                         error: Some(format!("executor panicked: {e}")),
                         ..Patch::default()
                     },
+                    None,
                 )
             }
         };
-        let rec = match self.settle_outcome(&id, &ctx.events, event, patch).await {
+        let rec = match self
+            .settle_outcome(&id, &ctx.events, event, patch, held)
+            .await
+        {
             Ok(r) => r,
             Err(e) => {
                 // Never leave the row open: close it as failed, saying why.
@@ -130,16 +134,27 @@ impl Supervisor {
         }
     }
 
-    /// Records the run's outcome. A completion (or a question) needs `running`, which may never have been
-    /// written (the database was away when the run started, longer than the store retries): the
-    /// live record, still `pending`, says so, and the start is recorded first.
+    /// Records the run's outcome. A start held for it (`held`, the time the run started) is
+    /// written with it, in one write. A completion (or a question) needs `running`, which may
+    /// never have been written (the database was away when the run started, longer than the
+    /// store retries): the live record, still `pending`, says so, and the start is recorded
+    /// first.
     async fn settle_outcome(
         &self,
         id: &WorkerId,
         events: &broadcast::Sender<WorkerEvent>,
         event: Event,
         patch: Patch,
+        held: Option<i64>,
     ) -> Result<WorkerRecord, WorkerError> {
+        let known = self.live().get(id).map(|l| l.record.clone());
+        if let Some(started_ms) = held
+            && let Some(known) = known.filter(|r| r.state == WorkerState::Pending)
+        {
+            return self
+                .record_started_until_stored(&known, events, started_ms, event, patch)
+                .await;
+        }
         let unstarted = self
             .live()
             .get(id)
@@ -201,8 +216,59 @@ impl Supervisor {
         }
     }
 
+    /// [`record_until_stored`](Self::record_until_stored) of a start and the end that
+    /// followed it, written together (`WorkerStore::apply_started`); both events are
+    /// published, in order.
+    async fn record_started_until_stored(
+        &self,
+        known: &WorkerRecord,
+        events: &broadcast::Sender<WorkerEvent>,
+        started_ms: i64,
+        event: Event,
+        patch: Patch,
+    ) -> Result<WorkerRecord, WorkerError> {
+        let id = &known.id;
+        let mut _backlog: Option<Unrecorded<'_>> = None;
+        loop {
+            match self
+                .store
+                .apply_started(known, started_ms, event, patch.clone(), now_ms())
+                .await
+            {
+                Ok((start, ended)) => {
+                    if let Some(start) = start {
+                        self.publish(id, events, start);
+                    }
+                    return Ok(match ended {
+                        Applied::Moved(ev) => {
+                            let rec = ev.worker.clone();
+                            self.publish(id, events, ev);
+                            rec
+                        }
+                        Applied::Absorbed(rec) => rec,
+                    });
+                }
+                Err(e @ StoreError::Lost { .. }) => {
+                    tracing::error!(worker = %id, error = %e, event = %event, "cannot record the start and the end yet; trying again");
+                    _backlog.get_or_insert_with(|| Unrecorded::count(&self.unrecorded));
+                    tokio::time::sleep(OUTCOME_RETRY).await;
+                    if let Ok(Some(rec)) = self.store.get(id).await
+                        && rec.state.is_terminal()
+                    {
+                        return Ok(rec);
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
     /// Waits for a run slot, runs the executor, and settles the outcome. Persists `running`
-    /// when the executor says the worker started, and gives its pending place back then.
+    /// when the executor says the worker started, and gives its pending place back then. The
+    /// start of a process this host started is held up to `executor.start_hold` for the
+    /// process's end (docs/workers.md §6.2, "A start written with its end": a worker that ends
+    /// within it costs the store one write instead of two): when the end comes first, the
+    /// start is left to be written with it, and its time is returned.
     #[allow(clippy::too_many_arguments)]
     async fn run_once(
         &self,
@@ -213,39 +279,67 @@ impl Supervisor {
         mut pending: Option<OwnedSemaphorePermit>,
         resumed: bool,
         job: Job,
-    ) -> (Event, Patch) {
+    ) -> (Event, Patch, Option<i64>) {
         let slot = tokio::select! {
             p = self.slots.clone().acquire_owned() => p.expect("slots never closed"),
             () = cancel.cancelled() => {
-                return (Event::Kill, Patch { error: Some(self.kill_reason(id)), ..Patch::default() });
+                let kill = Patch { error: Some(self.kill_reason(id)), ..Patch::default() };
+                return (Event::Kill, kill, None);
             }
         };
         let (started_tx, started_rx) = oneshot::channel();
         let meter = job.meter.clone();
         let session_ref = job.assignment.as_ref().map(|a| a.session_ref.clone());
         let rotated = job.rotated_token.clone();
-        let run = self.executor.run(job, cancel.clone(), started_tx);
+        let ran = CancellationToken::new();
+        let run = async {
+            let outcome = self.executor.run(job, cancel.clone(), started_tx).await;
+            ran.cancel();
+            outcome
+        };
         // `running` is persisted while the executor goes on (its commit overlaps the run instead
         // of delaying it), and before the outcome is: both futures end before this returns, and
         // the executor drops its sender at the latest when the run ends.
         let start = async {
-            if started_rx.await.is_ok() {
-                // A runner's replica claimed the worker and rotated its token: the row has that
-                // hash now, and the start is written against the row as it is.
-                if let Some(hash) = rotated.get()
-                    && let Some(l) = self.live().get_mut(id)
-                    && l.record.state == WorkerState::Pending
-                {
-                    l.record.token_hash = Some(hash.clone());
-                }
-                if resumed {
-                    drop(pending.take());
-                } else {
-                    self.record_start(id, events, &mut pending).await;
+            let how = started_rx.await.ok()?;
+            // A runner's replica claimed the worker and rotated its token: the row has that
+            // hash now, and the start is written against the row as it is.
+            if let Some(hash) = rotated.get()
+                && let Some(l) = self.live().get_mut(id)
+                && l.record.state == WorkerState::Pending
+            {
+                l.record.token_hash = Some(hash.clone());
+            }
+            drop(pending.take());
+            if resumed {
+                return None;
+            }
+            if how == Started::Process && !self.settings.start_hold.is_zero() {
+                let started_ms = now_ms();
+                let start_now = Arc::new(tokio::sync::Notify::new());
+                let holding = self.live().get_mut(id).is_some_and(|l| {
+                    l.held_start = Some(start_now.clone());
+                    true
+                });
+                if holding {
+                    let ended = tokio::select! {
+                        biased;
+                        () = ran.cancelled() => true,
+                        () = start_now.notified() => false,
+                        () = tokio::time::sleep(self.settings.start_hold) => false,
+                    };
+                    if let Some(l) = self.live().get_mut(id) {
+                        l.held_start = None;
+                    }
+                    if ended {
+                        return Some(started_ms);
+                    }
                 }
             }
+            self.record_start(id, events).await;
+            None
         };
-        let (outcome, ()) = tokio::join!(run, start);
+        let (outcome, held) = tokio::join!(run, start);
         drop(slot);
         let (event, mut patch) = outcome::settle(outcome, output, || self.kill_reason(id));
         patch.usage = meter.to_json();
@@ -256,17 +350,11 @@ impl Supervisor {
             let done = worktree::finish(w).await;
             patch.worktree = serde_json::to_string(&done).ok();
         }
-        (event, patch)
+        (event, patch, held)
     }
 
-    /// The executor started the worker: it leaves the pending ones and is persisted `running`.
-    async fn record_start(
-        &self,
-        id: &WorkerId,
-        events: &broadcast::Sender<WorkerEvent>,
-        pending: &mut Option<OwnedSemaphorePermit>,
-    ) {
-        drop(pending.take());
+    /// The executor started the worker: it is persisted `running`.
+    async fn record_start(&self, id: &WorkerId, events: &broadcast::Sender<WorkerEvent>) {
         if let Err(e) = self
             .transition(id, events, Event::Start, Patch::default())
             .await
@@ -309,16 +397,22 @@ impl Supervisor {
         match applied {
             Applied::Moved(ev) => {
                 let rec = ev.worker.clone();
-                if let Some(l) = self.live().get_mut(id) {
-                    self.metrics
-                        .worker_state(Some(l.record.state.as_str()), rec.state.as_str());
-                    l.record = rec.clone();
-                }
-                self.announce(&ev);
-                let _ = events.send(ev);
+                self.publish(id, events, ev);
                 Ok(rec)
             }
             Applied::Absorbed(rec) => Ok(rec),
         }
+    }
+
+    /// A persisted transition of a live worker: its live record and the metrics move on, and
+    /// the event goes to its followers and watchers.
+    fn publish(&self, id: &WorkerId, events: &broadcast::Sender<WorkerEvent>, ev: WorkerEvent) {
+        if let Some(l) = self.live().get_mut(id) {
+            self.metrics
+                .worker_state(Some(l.record.state.as_str()), ev.worker.state.as_str());
+            l.record = ev.worker.clone();
+        }
+        self.announce(&ev);
+        let _ = events.send(ev);
     }
 }

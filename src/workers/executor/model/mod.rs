@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::{Assignment, BoxFuture, Executor, Job, Outcome};
+use super::{Assignment, BoxFuture, Executor, Job, Outcome, Started};
 use crate::{
     config::{McpServer, ModelLoop, ModelsConfig},
     persona::ThinkingLevel,
@@ -286,7 +286,7 @@ impl Executor for ModelExecutor {
         &self,
         job: Job,
         cancel: CancellationToken,
-        started: oneshot::Sender<()>,
+        started: oneshot::Sender<Started>,
     ) -> BoxFuture<'static, Outcome> {
         let settings = self.settings.clone();
         let client = self.client.clone();
@@ -376,7 +376,7 @@ fn failed(reason: String) -> Outcome {
 }
 
 impl Run {
-    async fn drive(self, started: oneshot::Sender<()>) -> Outcome {
+    async fn drive(self, started: oneshot::Sender<Started>) -> Outcome {
         let spec = &self.assignment.spec;
         let agent = &spec.agent;
         let (endpoint, model) = match ModelExecutor::endpoint(
@@ -396,7 +396,7 @@ impl Run {
             Ok(t) => t,
             Err(reason) => return Outcome::CouldNotStart { reason },
         };
-        let _ = started.send(());
+        let _ = started.send(Started::Elsewhere);
         let outcome = self.converse(&toolbox, &endpoint, &model).await;
         toolbox.close().await;
         outcome

@@ -59,6 +59,17 @@ pub(super) struct TransitionWrite {
     pub expected_token: Option<String>,
     /// The event's snapshot (JSON).
     pub snapshot: String,
+    /// An event written just before this one, in the same statement, at the sequence before
+    /// it: the start of a run written with its end (`WorkerStore::apply_started`).
+    pub earlier: Option<EarlierEvent>,
+}
+
+/// An event of a [`TransitionWrite`] that comes before its own.
+#[derive(Debug)]
+pub(super) struct EarlierEvent {
+    pub event: WorkerEvent,
+    /// The event's snapshot (JSON).
+    pub snapshot: String,
 }
 
 /// A new worker as it is written (in `pending` at sequence 1): its creation event, its
@@ -116,12 +127,13 @@ const TRANSITIONS_SQL: &str = "WITH i AS (
                               $6::text[], $7::text[], $8::text[], $9::integer[], $10::text[],
                               $11::bigint[], $12::text[], $13::text[], $14::bigint[], $15::text[],
                               $16::bigint[], $17::text[], $18::text[], $19::text[],
-                              $21::boolean[])
+                              $21::boolean[], $22::text[], $23::bigint[], $24::text[])
              WITH ORDINALITY AS i(id, state, sequence, start_time_ms, close_time_ms, result,
                                   structured_result, error, exit_code, token_hash,
                                   last_activity_ms, usage, worktree, expected_sequence,
                                   expected_token, time_ms, snapshot, question, session_ref,
-                                  rejected, ord)
+                                  rejected, earlier_state, earlier_time_ms, earlier_snapshot,
+                                  ord)
      ), g AS (
          UPDATE workers w
             SET state = i.state, sequence = i.sequence, start_time_ms = i.start_time_ms,
@@ -141,6 +153,10 @@ const TRANSITIONS_SQL: &str = "WITH i AS (
      ), e AS (
          INSERT INTO worker_events (worker_id, sequence, state, time_ms, snapshot, progress)
          SELECT id, seq, st, at, snap, NULL FROM g
+         UNION ALL
+         SELECT g.id, g.seq - 1, i.earlier_state, i.earlier_time_ms, i.earlier_snapshot, NULL
+           FROM g JOIN i ON i.ord = g.ord
+          WHERE i.earlier_state IS NOT NULL
          RETURNING worker_id, sequence
      )
      SELECT array_agg(g.ord),
@@ -175,7 +191,12 @@ async fn write_transitions(
     let question = column(writes, |w| w.event.worker.question.as_deref());
     let session_ref = column(writes, |w| w.event.worker.session_ref.as_deref());
     let rejected = column(writes, |w| w.event.worker.rejected);
-    let params: [&(dyn ToSql + Sync); 21] = [
+    let earlier_state = column(writes, |w| {
+        w.earlier.as_ref().map(|e| e.event.state.as_str())
+    });
+    let earlier_time = column(writes, |w| w.earlier.as_ref().map(|e| e.event.time_ms));
+    let earlier_snapshot = column(writes, |w| w.earlier.as_ref().map(|e| e.snapshot.as_str()));
+    let params: [&(dyn ToSql + Sync); 24] = [
         &id,
         &state,
         &sequence,
@@ -197,6 +218,9 @@ async fn write_transitions(
         &session_ref,
         &origin,
         &rejected,
+        &earlier_state,
+        &earlier_time,
+        &earlier_snapshot,
     ];
     let statement = c.prepare_cached(TRANSITIONS_SQL).await?;
     let moved: HashSet<i64> = c

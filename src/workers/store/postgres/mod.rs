@@ -44,7 +44,7 @@ use super::{
 };
 use crate::workers::lifecycle::Event;
 use crate::workers::model::{Progress, WorkerEvent, WorkerId, WorkerRecord};
-use batch::{Batcher, ClaimWrite, CreateWrite, TransitionWrite};
+use batch::{Batcher, ClaimWrite, CreateWrite, EarlierEvent, TransitionWrite};
 use cached::exec_cached;
 use context::{PgContext, error_text};
 pub use lease::ReplicaSettings;
@@ -425,6 +425,67 @@ impl PostgresStore {
         }
     }
 
+    /// One attempt at [`WorkerStore::apply_started`]: the start and the end as one transition
+    /// write (the row moves once, both events go in) against `known`; when the row moved since,
+    /// or this retries an attempt whose fate is unknown, the two one after the other, each
+    /// decided on the row as it is.
+    async fn apply_started_once(
+        &self,
+        known: &WorkerRecord,
+        started_ms: i64,
+        end: Event,
+        patch: Patch,
+        now_ms: i64,
+        retry: bool,
+    ) -> Result<(Option<WorkerEvent>, Applied), StoreError> {
+        if retry {
+            // The attempt before may have committed both: then the row is two events on and
+            // its latest is this very end.
+            let client = self.client().await?;
+            if let Some(current) = select_worker(&client, &known.id, false).await?
+                && current.sequence == known.sequence + 2
+                && let Some(ev) = latest_event(&client, &current).await?
+                && ev.progress.is_none()
+                && ev.time_ms == now_ms
+                && Some(ev.state) == end.leads_to()
+            {
+                return Ok((None, Applied::Moved(ev)));
+            }
+        } else if let Some(started) = advance(known, Event::Start, Patch::default(), started_ms)?
+            && let Some(next) = advance(&started, end, patch.clone(), now_ms)?
+        {
+            let start = transition_write(known, started, started_ms)?;
+            let mut write = transition_write(known, next, now_ms)?;
+            write.earlier = Some(EarlierEvent {
+                event: start.event.clone(),
+                snapshot: start.snapshot,
+            });
+            let ended = write.event.clone();
+            if self.transitions.write(write).await? {
+                return Ok((Some(start.event), Applied::Moved(ended)));
+            }
+        }
+        let start = match self
+            .apply_once(
+                &known.id,
+                None,
+                Event::Start,
+                Patch::default(),
+                started_ms,
+                false,
+            )
+            .await
+        {
+            Ok(Applied::Moved(ev)) => Some(ev),
+            Ok(Applied::Absorbed(_)) | Err(StoreError::Illegal(_)) => None,
+            Err(e) => return Err(e),
+        };
+        let ended = self
+            .apply_once(&known.id, None, end, patch, now_ms, false)
+            .await?;
+        Ok((start, ended))
+    }
+
     /// Writes `next` over `current` with whatever other transitions are being written (the
     /// batcher); `None`: the row moved in between, so the caller reads it again.
     async fn write_transition(
@@ -559,6 +620,20 @@ impl WorkerStore for PostgresStore {
     ) -> Result<Applied, StoreError> {
         self.retrying("apply worker event", |n| {
             self.apply_once(&known.id, Some(known), event, patch.clone(), now_ms, n > 0)
+        })
+        .await
+    }
+
+    async fn apply_started(
+        &self,
+        known: &WorkerRecord,
+        started_ms: i64,
+        end: Event,
+        patch: Patch,
+        now_ms: i64,
+    ) -> Result<(Option<WorkerEvent>, Applied), StoreError> {
+        self.retrying("apply worker start and end", |n| {
+            self.apply_started_once(known, started_ms, end, patch.clone(), now_ms, n > 0)
         })
         .await
     }

@@ -286,6 +286,7 @@ pub(super) fn transition_write(
         snapshot: snapshot_of(&next)?,
         expected_sequence: to_sql_sequence(current.sequence),
         expected_token: current.token_hash.clone(),
+        earlier: None,
         event: WorkerEvent {
             worker_id: next.id.clone(),
             sequence: next.sequence,

@@ -33,7 +33,7 @@ use super::{
     Applied, Continued, ListQuery, Message, ORPHANED_ERROR, Patch, Sent, StoreError, WorkerStore,
 };
 use crate::workers::lifecycle::Event;
-use crate::workers::model::{Progress, WorkerEvent, WorkerId, WorkerRecord};
+use crate::workers::model::{Progress, WorkerEvent, WorkerId, WorkerRecord, WorkerState};
 use checkpoint::checkpoint_loop;
 use context::Context;
 use lock::{canonical, lock_exclusively, lock_the_file_itself};
@@ -283,6 +283,35 @@ impl WorkerStore for SqliteStore {
             .sum();
         self.write_sized("apply worker event", bytes, move |tx| {
             apply_in(tx, &id, event, patch, now_ms)
+        })
+        .await
+    }
+
+    async fn apply_started(
+        &self,
+        known: &WorkerRecord,
+        started_ms: i64,
+        end: Event,
+        patch: Patch,
+        now_ms: i64,
+    ) -> Result<(Option<WorkerEvent>, Applied), StoreError> {
+        let id = known.id.clone();
+        let bytes = [&patch.result, &patch.structured_result, &patch.error]
+            .iter()
+            .map(|f| f.as_ref().map_or(0, String::len))
+            .sum();
+        // One transaction: the start (unless the row was found started already) and the end.
+        self.write_sized("apply worker start and end", bytes, move |tx| {
+            let found = select_worker(tx, &id)?.ok_or_else(|| StoreError::NotFound(id.clone()))?;
+            let start = if found.state == WorkerState::Pending {
+                match apply_in(tx, &id, Event::Start, Patch::default(), started_ms)? {
+                    Applied::Moved(ev) => Some(ev),
+                    Applied::Absorbed(_) => None,
+                }
+            } else {
+                None
+            };
+            Ok((start, apply_in(tx, &id, end, patch, now_ms)?))
         })
         .await
     }
