@@ -317,6 +317,7 @@ fn main() {
             ReplicaSettings {
                 name: "bench".into(),
                 lease: Duration::from_secs(60),
+                commit_window: Duration::ZERO,
             },
         )
         .await

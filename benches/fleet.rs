@@ -27,7 +27,7 @@
 //! near its limit says more about the machine than about the replicas.
 //!
 //! `AGENTRY_TEST_POSTGRES_URL=postgres://… cargo bench --bench fleet -- [--quota 0.25]
-//! [--seconds 10] [--quick]`. Needs root and a writable cgroup `cpu` controller (v1
+//! [--seconds 10] [--quick] [--commit-window 2ms]`. Needs root and a writable cgroup `cpu` controller (v1
 //! `/sys/fs/cgroup/cpu`, or v2 `cpu.max`); without one, or without the database URL, it says so
 //! and measures nothing — and fails under `CI=true`.
 
@@ -64,6 +64,9 @@ const PERIOD_US: u64 = 100_000;
 /// `/proc/<pid>/stat` times are in clock ticks of 1/100 s on Linux (`USER_HZ`).
 const TICK_MS: f64 = 10.0;
 
+/// The replicas' `replica.commit_window` when `--commit-window` gives one (else their default).
+static COMMIT_WINDOW: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 struct Options {
     quota: f64,
     seconds: u64,
@@ -95,6 +98,14 @@ fn options() -> Options {
                     .map(|v| v.split(',').filter_map(|n| n.parse().ok()).collect())
                     .filter(|v: &Vec<usize>| !v.is_empty() && !v.contains(&0))
                     .expect("--replicas takes counts, e.g. 1,2,4");
+            }
+            "--commit-window" => {
+                let window = args
+                    .get(i + 1)
+                    .expect("--commit-window takes a duration, e.g. 5ms");
+                COMMIT_WINDOW
+                    .set(window.clone())
+                    .expect("one --commit-window");
             }
             "--only" => match args.get(i + 1).map(String::as_str) {
                 Some("spawns") => o.runners = false,
@@ -206,11 +217,15 @@ impl Replica {
             &config,
             format!(
                 "listen: 127.0.0.1:{port}\nhome: {home}\nstore: {{url: '{url}'}}\n\
-                 replica: {{name: {name}, lease: 15s}}\n\
+                 replica: {{name: {name}, lease: 15s{window}}}\n\
                  executor: {{command: [/bin/true]{kind}}}\n\
                  limits: {{max_running: 64, max_pending: 1000000}}\n",
                 home = home.display(),
                 kind = if runner { ", kind: runner" } else { "" },
+                window = COMMIT_WINDOW
+                    .get()
+                    .map(|w| format!(", commit_window: {w}"))
+                    .unwrap_or_default(),
             ),
         )
         .unwrap();

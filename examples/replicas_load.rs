@@ -100,6 +100,7 @@ fn config(root: &Path, name: &str, url: Option<&str>, command: &[&str]) -> Confi
         replica: ReplicaConfig {
             name: Some(name.to_owned()),
             lease: Duration::from_secs(15),
+            ..ReplicaConfig::default()
         },
         limits: Limits {
             max_running: 64,

@@ -124,13 +124,22 @@ pub struct ReplicaConfig {
     /// after that other replicas close its runs as orphans. Default 15 s.
     #[serde(with = "humantime_serde")]
     pub lease: Duration,
+    /// How long a batch of workers' writes may stay open for more while other workers of this
+    /// replica are open (docs/replicas.md, "Group commit"). Default 2 ms; at most 100 ms; `0s`
+    /// sends every batch at once.
+    #[serde(with = "humantime_serde")]
+    pub commit_window: Duration,
 }
+
+/// The longest `replica.commit_window`.
+pub const MAX_COMMIT_WINDOW: Duration = Duration::from_millis(100);
 
 impl Default for ReplicaConfig {
     fn default() -> Self {
         Self {
             name: None,
             lease: Duration::from_secs(15),
+            commit_window: Duration::from_millis(2),
         }
     }
 }
@@ -751,6 +760,17 @@ impl Config {
                 ),
             ));
         }
+        // Every write of a worker's life may wait this long: a moment, not a delay of its own.
+        if self.replica.commit_window > MAX_COMMIT_WINDOW {
+            return Err(rule(
+                "replica.commit_window",
+                format!(
+                    "({}) must be at most {}",
+                    humantime::format_duration(self.replica.commit_window),
+                    humantime::format_duration(MAX_COMMIT_WINDOW)
+                ),
+            ));
+        }
         // A held start is a worker shown `pending` while its process runs: a moment, not a
         // state of its own.
         if self.executor.start_hold > MAX_START_HOLD {
@@ -1012,6 +1032,32 @@ mod tests {
         assert!(e.to_string().contains("listne"), "{e}");
         let e = load_str("executor: {comand: [x]}\n", &[]).unwrap_err();
         assert!(e.to_string().contains("comand"), "{e}");
+    }
+
+    #[test]
+    fn the_hold_and_the_commit_window_are_moments() {
+        let c = load_str("", &[]).unwrap();
+        assert_eq!(c.executor.start_hold, Duration::from_millis(5));
+        assert_eq!(c.replica.commit_window, Duration::from_millis(2));
+        let c = load_str(
+            "executor: {start_hold: 0s}\nreplica: {commit_window: 100ms}\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            (c.executor.start_hold, c.replica.commit_window),
+            (Duration::ZERO, Duration::from_millis(100))
+        );
+        let e = load_str("executor: {start_hold: 2m}\n", &[]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid config key executor.start_hold: (2m) must be at most 1m"
+        );
+        let e = load_str("replica: {commit_window: 1s}\n", &[]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid config key replica.commit_window: (1s) must be at most 100ms"
+        );
     }
 
     #[test]

@@ -111,6 +111,7 @@ pub async fn run_announced(
             let replica = ReplicaSettings {
                 name: cfg.replica_name(),
                 lease: cfg.replica.lease,
+                commit_window: cfg.replica.commit_window,
             };
             let name = replica.name.clone();
             (

@@ -6,8 +6,11 @@
 //! commit with its WAL flush, and with many workers moving at once those overheads are most of
 //! what the database does. A [`Batcher`] writes the writes of one kind that arrive together as
 //! **one** statement: they queue while earlier batches are in flight (at most [`IN_FLIGHT`]),
-//! and the next free slot takes everything queued, up to [`MAX_BATCH`]. Under light load a
-//! batch is a single write, sent at once; nothing waits on a timer.
+//! and the next free slot takes everything queued, up to [`MAX_BATCH`]. A worker alone on its
+//! replica has its writes sent at once. While other workers are open, a batch of a worker's
+//! writes (creates, claims, transitions) stays open up to the replica's commit window for more
+//! ([`Gather`]): at a few workers a replica, writes rarely arrive while a batch is in flight,
+//! and without it almost every write would be a commit of its own.
 //!
 //! Each write keeps its own condition and its own answer: a transition is still a
 //! compare-and-set on its row's sequence and token (one that missed is read and decided again
@@ -23,9 +26,12 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use deadpool_postgres::{GenericClient, Pool};
 use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::time::Instant;
 use tokio_postgres::types::ToSql;
 
 use super::context::{PgContext, error_text};
@@ -466,11 +472,29 @@ pub(super) struct Batcher<T: Batched> {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// When a batch stays open for more writes (`replica.commit_window`, docs/replicas.md, "Group
+/// commit"): up to `window` after its first write, while at least one worker besides the
+/// writer's own is open on this replica (`open`, kept by the store: created here and not yet
+/// ended), so more writes are likely to come; a worker alone on its replica is written at once.
+#[derive(Clone)]
+pub(super) struct Gather {
+    pub window: Duration,
+    pub open: Arc<AtomicUsize>,
+}
+
+impl Gather {
+    /// Whether a batch that has a write waits now for others.
+    fn waits(&self) -> bool {
+        !self.window.is_zero() && self.open.load(Ordering::Relaxed) >= 2
+    }
+}
+
 impl<T: Batched> Batcher<T> {
-    /// Starts the batching task on `pool`; notifications name `origin` (this replica).
-    pub(super) fn start(pool: Pool, origin: Arc<str>) -> Self {
+    /// Starts the batching task on `pool`; notifications name `origin` (this replica). With
+    /// `gather`, a batch may stay open for more writes; without it, it is sent at once.
+    pub(super) fn start(pool: Pool, origin: Arc<str>, gather: Option<Gather>) -> Self {
         let (queue, rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(run(pool, origin, rx));
+        let task = tokio::spawn(run(pool, origin, rx, gather));
         Self { queue, task }
     }
 
@@ -494,7 +518,12 @@ impl<T: Batched> Drop for Batcher<T> {
     }
 }
 
-async fn run<T: Batched>(pool: Pool, origin: Arc<str>, mut rx: mpsc::UnboundedReceiver<Queued<T>>) {
+async fn run<T: Batched>(
+    pool: Pool,
+    origin: Arc<str>,
+    mut rx: mpsc::UnboundedReceiver<Queued<T>>,
+    gather: Option<Gather>,
+) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut next = None;
     loop {
@@ -505,6 +534,7 @@ async fn run<T: Batched>(pool: Pool, origin: Arc<str>, mut rx: mpsc::UnboundedRe
                 None => return,
             },
         };
+        let opened = Instant::now();
         // Wait for a free slot before taking the queue: what arrives meanwhile joins the batch.
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
@@ -513,8 +543,21 @@ async fn run<T: Batched>(pool: Pool, origin: Arc<str>, mut rx: mpsc::UnboundedRe
         // One write per row in a batch: a second one for the same row starts the next batch
         // (rare: two transitions of one worker at once, two claims of one key).
         let mut rows: HashSet<String> = HashSet::from([batch[0].write.row().to_owned()]);
+        let close_at = gather
+            .as_ref()
+            .filter(|g| g.waits())
+            .map(|g| opened + g.window);
         while batch.len() < MAX_BATCH {
-            let Ok(q) = rx.try_recv() else { break };
+            let q = match rx.try_recv() {
+                Ok(q) => q,
+                Err(_) => {
+                    let Some(close_at) = close_at else { break };
+                    match tokio::time::timeout_at(close_at, rx.recv()).await {
+                        Ok(Some(q)) => q,
+                        Ok(None) | Err(_) => break,
+                    }
+                }
+            };
             if !rows.insert(q.write.row().to_owned()) {
                 next = Some(q);
                 break;

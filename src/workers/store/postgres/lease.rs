@@ -22,6 +22,8 @@ pub struct ReplicaSettings {
     pub name: String,
     /// How long the replica row stays valid without renewal.
     pub lease: Duration,
+    /// How long a batch of a worker's writes may wait for others (`replica.commit_window`).
+    pub commit_window: Duration,
 }
 
 /// A lease (or a claim's time to live) in whole milliseconds, as the SQL intervals take it.

@@ -30,6 +30,7 @@
 
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use deadpool_postgres::{Client, Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -44,7 +45,7 @@ use super::{
 };
 use crate::workers::lifecycle::Event;
 use crate::workers::model::{Progress, WorkerEvent, WorkerId, WorkerRecord};
-use batch::{Batcher, ClaimWrite, CreateWrite, EarlierEvent, TransitionWrite};
+use batch::{Batcher, ClaimWrite, CreateWrite, EarlierEvent, Gather, TransitionWrite};
 use cached::exec_cached;
 use context::{PgContext, error_text};
 pub use lease::ReplicaSettings;
@@ -100,6 +101,9 @@ pub struct PostgresStore {
     wants_waits: tokio::sync::watch::Sender<bool>,
     /// The `LISTEN` task, ended with the store.
     listener: tokio::task::JoinHandle<()>,
+    /// Workers created here and not yet ended here: whether a batch may wait for more writes
+    /// (`batch::Gather`). An estimate (a worker ended by another replica is not counted off).
+    open: Arc<AtomicUsize>,
     /// Writes transitions, creates and dedupe claims in batches (group commit, `batch`).
     transitions: Batcher<TransitionWrite>,
     creates: Batcher<CreateWrite>,
@@ -249,13 +253,21 @@ impl PostgresStore {
         }
         tracing::info!(replica = %replica.name, replica_id = %replica_id, url = %shown, "registered replica");
         let origin: Arc<str> = Arc::from(replica_id.as_str());
+        // The writes of a worker's life may wait for each other; a runner's messages across
+        // replicas are sent at once.
+        let open = Arc::new(AtomicUsize::new(0));
+        let gather = Some(Gather {
+            window: replica.commit_window,
+            open: open.clone(),
+        });
         Ok(PostgresStore {
-            transitions: Batcher::start(batch_pool.clone(), origin.clone()),
-            creates: Batcher::start(batch_pool.clone(), origin.clone()),
-            claims: Batcher::start(batch_pool.clone(), origin.clone()),
-            publishes: Batcher::start(batch_pool.clone(), origin.clone()),
-            unpublishes: Batcher::start(batch_pool.clone(), origin.clone()),
-            relays: Batcher::start(batch_pool, origin),
+            open,
+            transitions: Batcher::start(batch_pool.clone(), origin.clone(), gather.clone()),
+            creates: Batcher::start(batch_pool.clone(), origin.clone(), gather.clone()),
+            claims: Batcher::start(batch_pool.clone(), origin.clone(), gather),
+            publishes: Batcher::start(batch_pool.clone(), origin.clone(), None),
+            unpublishes: Batcher::start(batch_pool.clone(), origin.clone(), None),
+            relays: Batcher::start(batch_pool, origin, None),
             pool,
             replica_id,
             replica,
@@ -322,10 +334,8 @@ impl PostgresStore {
         let w = &event.worker;
         let mut write = create_write(event)?;
         write.claim = claim.map(|(key, ttl)| (key.to_owned(), lease_ms(ttl)));
-        if self.creates.write(write).await? {
-            return Ok(Some(event.clone()));
-        }
-        if retry && self.get(&w.id).await?.is_some() {
+        if self.creates.write(write).await? || (retry && self.get(&w.id).await?.is_some()) {
+            self.open.fetch_add(1, Ordering::Relaxed);
             return Ok(Some(event.clone()));
         }
         if let Some((key, _)) = claim {
@@ -461,7 +471,7 @@ impl PostgresStore {
                 snapshot: start.snapshot,
             });
             let ended = write.event.clone();
-            if self.transitions.write(write).await? {
+            if self.write_batched(write).await? {
                 return Ok((Some(start.event), Applied::Moved(ended)));
             }
         }
@@ -496,7 +506,20 @@ impl PostgresStore {
     ) -> Result<Option<WorkerEvent>, StoreError> {
         let write = transition_write(current, next, now_ms)?;
         let event = write.event.clone();
-        Ok(self.transitions.write(write).await?.then_some(event))
+        Ok(self.write_batched(write).await?.then_some(event))
+    }
+
+    /// A transition through the batcher: whether it moved its row. One that ends a worker
+    /// counts it off the open ones.
+    async fn write_batched(&self, write: TransitionWrite) -> Result<bool, StoreError> {
+        let ends = write.event.state.is_terminal();
+        let moved = self.transitions.write(write).await?;
+        if moved && ends {
+            let _ = self
+                .open
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
+        Ok(moved)
     }
 
     /// One attempt at [`WorkerStore::append_progress`], optimistic like

@@ -15,6 +15,7 @@ fn replica(name: &str, lease_ms: u64) -> ReplicaSettings {
     ReplicaSettings {
         name: name.to_owned(),
         lease: Duration::from_millis(lease_ms),
+        commit_window: Duration::from_millis(2),
     }
 }
 
@@ -695,4 +696,85 @@ async fn a_refused_statement_names_the_servers_reason() {
     };
     assert_eq!(context, "divide");
     assert!(message.contains("division by zero"), "{message}");
+}
+
+/// The transaction ids that last wrote these workers' rows: writes of one batch share one.
+async fn writers(store: &PostgresStore, ids: &[&WorkerId]) -> HashSet<String> {
+    let ids: Vec<&str> = ids.iter().map(|id| id.as_str()).collect();
+    store
+        .client()
+        .await
+        .unwrap()
+        .query("SELECT xmin::text FROM workers WHERE id = ANY($1)", &[&ids])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get::<_, String>(0))
+        .collect()
+}
+
+/// `replica.commit_window`: while other workers of the replica are open, a batch stays open
+/// for writes that come within the window, and they commit together; a worker alone on its
+/// replica, or a window of zero, is written at once.
+#[tokio::test]
+async fn a_batch_stays_open_for_the_window_only_while_other_workers_are_open() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let settings = |window_ms| ReplicaSettings {
+        commit_window: Duration::from_millis(window_ms),
+        ..replica("gather", 60_000)
+    };
+    let gathering = PostgresStore::open(&db.url, settings(400)).await.unwrap();
+    // Alone: a worker's writes go at once, however long the window.
+    let alone = create(&gathering, None, 1_000).await;
+    let began = std::time::Instant::now();
+    gathering
+        .apply(&alone.id, Event::Start, Patch::default(), 1_100)
+        .await
+        .unwrap();
+    assert!(
+        began.elapsed() < Duration::from_millis(300),
+        "{:?}",
+        began.elapsed()
+    );
+    // Three open: starts sent 20 ms apart share one commit.
+    let (a, b) = (
+        create(&gathering, None, 2_000).await,
+        create(&gathering, None, 2_001).await,
+    );
+    let start = |w: &WorkerRecord, pause_ms: u64| {
+        let (store, id) = (&gathering, w.id.clone());
+        async move {
+            tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+            store
+                .apply(&id, Event::Start, Patch::default(), 2_100)
+                .await
+                .unwrap()
+        }
+    };
+    let (ra, rb) = tokio::join!(start(&a, 0), start(&b, 20));
+    assert_eq!((moved(ra).sequence, moved(rb).sequence), (2, 2));
+    assert_eq!(writers(&gathering, &[&a.id, &b.id]).await.len(), 1);
+    drop(gathering);
+
+    // No window: the same writes, each its own commit.
+    let at_once = PostgresStore::open(&db.url, settings(0)).await.unwrap();
+    let (c, d) = (
+        create(&at_once, None, 3_000).await,
+        create(&at_once, None, 3_001).await,
+    );
+    let start = |w: &WorkerRecord, pause_ms: u64| {
+        let (store, id) = (&at_once, w.id.clone());
+        async move {
+            tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+            store
+                .apply(&id, Event::Start, Patch::default(), 3_100)
+                .await
+                .unwrap()
+        }
+    };
+    let (rc, rd) = tokio::join!(start(&c, 0), start(&d, 20));
+    assert_eq!((moved(rc).sequence, moved(rd).sequence), (2, 2));
+    assert_eq!(writers(&at_once, &[&c.id, &d.id]).await.len(), 2);
 }
