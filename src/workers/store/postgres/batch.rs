@@ -475,7 +475,8 @@ pub(super) struct Batcher<T: Batched> {
 /// When a batch stays open for more writes (`replica.commit_window`, docs/replicas.md, "Group
 /// commit"): up to `window` after its first write, while at least one worker besides the
 /// writer's own is open on this replica (`open`, kept by the store: created here and not yet
-/// ended), so more writes are likely to come; a worker alone on its replica is written at once.
+/// ended), so more writes are likely to come, and until it holds as many writes as there are
+/// open workers; a worker alone on its replica is written at once.
 #[derive(Clone)]
 pub(super) struct Gather {
     pub window: Duration,
@@ -486,6 +487,11 @@ impl Gather {
     /// Whether a batch that has a write waits now for others.
     fn waits(&self) -> bool {
         !self.window.is_zero() && self.open.load(Ordering::Relaxed) >= 2
+    }
+
+    /// Whether a batch of `held` writes may still get more: fewer than the open workers.
+    fn more_likely(&self, held: usize) -> bool {
+        held < self.open.load(Ordering::Relaxed)
     }
 }
 
@@ -552,6 +558,10 @@ async fn run<T: Batched>(
                 Ok(q) => q,
                 Err(_) => {
                     let Some(close_at) = close_at else { break };
+                    // As many writes as open workers: the likely writers are all in.
+                    if gather.as_ref().is_some_and(|g| !g.more_likely(batch.len())) {
+                        break;
+                    }
                     match tokio::time::timeout_at(close_at, rx.recv()).await {
                         Ok(Some(q)) => q,
                         Ok(None) | Err(_) => break,

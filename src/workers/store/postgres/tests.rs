@@ -713,6 +713,24 @@ async fn writers(store: &PostgresStore, ids: &[&WorkerId]) -> HashSet<String> {
         .collect()
 }
 
+/// Starts two workers, the second 20 ms after the first, each written on its own.
+async fn start_apart(store: &PostgresStore, first: &WorkerRecord, second: &WorkerRecord) {
+    let start = |w: &WorkerRecord, pause_ms: u64| {
+        let id = w.id.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+            moved(
+                store
+                    .apply(&id, Event::Start, Patch::default(), 2_100)
+                    .await
+                    .unwrap(),
+            )
+        }
+    };
+    let (a, b) = tokio::join!(start(first, 0), start(second, 20));
+    assert_eq!((a.sequence, b.sequence), (2, 2));
+}
+
 /// `replica.commit_window`: while other workers of the replica are open, a batch stays open
 /// for writes that come within the window, and they commit together; a worker alone on its
 /// replica, or a window of zero, is written at once.
@@ -743,18 +761,7 @@ async fn a_batch_stays_open_for_the_window_only_while_other_workers_are_open() {
         create(&gathering, None, 2_000).await,
         create(&gathering, None, 2_001).await,
     );
-    let start = |w: &WorkerRecord, pause_ms: u64| {
-        let (store, id) = (&gathering, w.id.clone());
-        async move {
-            tokio::time::sleep(Duration::from_millis(pause_ms)).await;
-            store
-                .apply(&id, Event::Start, Patch::default(), 2_100)
-                .await
-                .unwrap()
-        }
-    };
-    let (ra, rb) = tokio::join!(start(&a, 0), start(&b, 20));
-    assert_eq!((moved(ra).sequence, moved(rb).sequence), (2, 2));
+    start_apart(&gathering, &a, &b).await;
     assert_eq!(writers(&gathering, &[&a.id, &b.id]).await.len(), 1);
     drop(gathering);
 
@@ -764,17 +771,6 @@ async fn a_batch_stays_open_for_the_window_only_while_other_workers_are_open() {
         create(&at_once, None, 3_000).await,
         create(&at_once, None, 3_001).await,
     );
-    let start = |w: &WorkerRecord, pause_ms: u64| {
-        let (store, id) = (&at_once, w.id.clone());
-        async move {
-            tokio::time::sleep(Duration::from_millis(pause_ms)).await;
-            store
-                .apply(&id, Event::Start, Patch::default(), 3_100)
-                .await
-                .unwrap()
-        }
-    };
-    let (rc, rd) = tokio::join!(start(&c, 0), start(&d, 20));
-    assert_eq!((moved(rc).sequence, moved(rd).sequence), (2, 2));
+    start_apart(&at_once, &c, &d).await;
     assert_eq!(writers(&at_once, &[&c.id, &d.id]).await.len(), 2);
 }
