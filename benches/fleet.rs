@@ -330,15 +330,18 @@ struct Mark {
     periods: Vec<[u64; 2]>,
 }
 
-impl Bottleneck {
+impl Mark {
     /// Counters now, to give to [`Bottleneck::since`] after the run.
-    fn mark(replicas: &[Replica]) -> Mark {
+    fn now(replicas: &[Replica]) -> Mark {
         Mark {
             machine: machine_ticks(),
             periods: replicas.iter().map(Replica::periods).collect(),
         }
     }
+}
 
+impl Bottleneck {
+    /// What bounded the time since `mark`.
     fn since(mark: &Mark, replicas: &[Replica]) -> Self {
         let now = machine_ticks();
         let d = |i: usize| now[i].saturating_sub(mark.machine[i]) as f64;
@@ -355,6 +358,16 @@ impl Bottleneck {
             busy: d(0) / d(2).max(1.0),
             steal: d(1) / d(2).max(1.0),
             throttled,
+        }
+    }
+
+    /// A remark for a row whose machine was busy or stolen through (nine tenths of its cores or
+    /// more): such a row says more about the machine than about the replicas.
+    fn limit_remark(&self) -> &'static str {
+        if self.busy + self.steal >= 0.9 {
+            " — the machine, not only the replicas, was near its limit"
+        } else {
+            ""
         }
     }
 
@@ -489,7 +502,7 @@ async fn spawns(cg: &Cgroups, n: usize, o: &Options) -> SpawnRow {
     let idle_ms_per_s = (postgres_cpu_ms() - idle_from) / idle_for.elapsed().as_secs_f64();
     let counted = db_counters(&db.url).await;
     let cpu_before = postgres_cpu_ms();
-    let mark = Bottleneck::mark(&replicas);
+    let mark = Mark::now(&replicas);
     let started = Instant::now();
     let tasks: Vec<_> = clients
         .into_iter()
@@ -554,7 +567,7 @@ async fn runner_rate(
     let dur = Duration::from_secs(o.seconds);
     let cpu = || [0, 1].map(|i| process_cpu_ms(replicas[i].child.id()));
     let cpu_before = cpu();
-    let mark = Bottleneck::mark(replicas);
+    let mark = Mark::now(replicas);
     let started = Instant::now();
     let mut tasks = Vec::new();
     for i in 0..clients {
@@ -680,11 +693,7 @@ async fn spawn_rows(cg: &Cgroups, o: &Options) {
             b.throttled_range(),
             b.busy * 100.0,
             b.steal * 100.0,
-            if b.busy + b.steal >= 0.9 {
-                " — the machine, not only the replicas, was near its limit"
-            } else {
-                ""
-            }
+            b.limit_remark()
         );
     }
     println!("the database's CPU per spawn (every PostgreSQL process, user + system)");
@@ -767,11 +776,12 @@ async fn runner_rows(cg: &Cgroups, o: &Options) {
         ] {
             let t = |i: usize| b.throttled.get(i).copied().unwrap_or(0.0) * 100.0;
             println!(
-                "      spawned on {label:<20} throttled in {:5.1} % of periods (the runner's replica), {:5.1} % (the other); machine {:5.1} % busy, {:4.1} % stolen",
+                "      spawned on {label:<20} throttled in {:5.1} % of periods (the runner's replica), {:5.1} % (the other); machine {:5.1} % busy, {:4.1} % stolen{}",
                 t(1),
                 t(0),
                 b.busy * 100.0,
-                b.steal * 100.0
+                b.steal * 100.0,
+                b.limit_remark()
             );
         }
     }
