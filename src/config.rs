@@ -760,28 +760,30 @@ impl Config {
                 ),
             ));
         }
-        // Every write of a worker's life may wait this long: a moment, not a delay of its own.
-        if self.replica.commit_window > MAX_COMMIT_WINDOW {
-            return Err(rule(
+        // Moments, not delays or states of their own: every write of a worker's life may wait
+        // the commit window, and a held start shows a worker `pending` while its process runs.
+        for (key, value, most) in [
+            (
                 "replica.commit_window",
-                format!(
-                    "({}) must be at most {}",
-                    humantime::format_duration(self.replica.commit_window),
-                    humantime::format_duration(MAX_COMMIT_WINDOW)
-                ),
-            ));
-        }
-        // A held start is a worker shown `pending` while its process runs: a moment, not a
-        // state of its own.
-        if self.executor.start_hold > MAX_START_HOLD {
-            return Err(rule(
+                self.replica.commit_window,
+                MAX_COMMIT_WINDOW,
+            ),
+            (
                 "executor.start_hold",
-                format!(
-                    "({}) must be at most {}",
-                    humantime::format_duration(self.executor.start_hold),
-                    humantime::format_duration(MAX_START_HOLD)
-                ),
-            ));
+                self.executor.start_hold,
+                MAX_START_HOLD,
+            ),
+        ] {
+            if value > most {
+                return Err(rule(
+                    key,
+                    format!(
+                        "({}) must be at most {}",
+                        humantime::format_duration(value),
+                        humantime::format_duration(most)
+                    ),
+                ));
+            }
         }
         for (i, d) in self.agent_dirs.iter().enumerate() {
             if !d.path.is_absolute() {

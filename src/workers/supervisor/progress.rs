@@ -6,11 +6,9 @@
 
 use std::time::Duration;
 
-use tokio::sync::broadcast;
-
 use super::{Supervisor, WorkerError, now_ms};
 use crate::workers::{
-    model::{Progress, WorkerEvent, WorkerId, WorkerState},
+    model::{Progress, WorkerEvent, WorkerId},
     store::StoreError,
 };
 
@@ -27,25 +25,15 @@ impl Supervisor {
         id: &WorkerId,
         progress: Progress,
     ) -> Result<WorkerEvent, WorkerError> {
+        // Its start may be held here, to be written with its end: only a running worker
+        // reports, so the start is written first.
+        self.write_held_start(id).await;
         let max = self.settings.max_events_per_worker;
-        let mut flushed = false;
-        let ev = loop {
-            match self
-                .store
-                .append_progress(id, progress.clone(), now_ms(), max)
-                .await
-            {
-                Ok(ev) => break ev,
-                // Its start may be held here, to be written with its end: written now, then
-                // the report is taken.
-                Err(StoreError::NotRunning { .. })
-                    if !flushed && self.write_held_start(id).await =>
-                {
-                    flushed = true;
-                }
-                Err(e) => return Err(Self::refused_progress(e)),
-            }
-        };
+        let ev = self
+            .store
+            .append_progress(id, progress, now_ms(), max)
+            .await
+            .map_err(Self::refused_progress)?;
         let events = {
             let mut live = self.live();
             let Some(l) = live.get_mut(id) else {
@@ -63,18 +51,15 @@ impl Supervisor {
         Ok(ev)
     }
 
-    /// Worker `id` runs here and its start is held for its end: the start is asked to be
-    /// written at once, and this waits, up to [`HELD_START_WAIT`], for that transition to be
-    /// published. Whether it was; `false` at once when no start is held.
-    async fn write_held_start(&self, id: &WorkerId) -> bool {
+    /// When worker `id` runs here and its start is held for its end, asks for the start to be
+    /// written at once and waits, up to [`HELD_START_WAIT`], for that transition to be
+    /// published; otherwise returns at once.
+    async fn write_held_start(&self, id: &WorkerId) {
         let (start_now, mut events) = {
             let live = self.live();
-            let Some((l, start_now)) = live
-                .get(id)
-                .filter(|l| l.record.state == WorkerState::Pending)
-                .and_then(|l| Some((l, l.held_start.clone()?)))
+            let Some((l, start_now)) = live.get(id).and_then(|l| Some((l, l.held_start.clone()?)))
             else {
-                return false;
+                return;
             };
             (start_now, l.events.subscribe())
         };
@@ -82,16 +67,12 @@ impl Supervisor {
         let published = async {
             loop {
                 match events.recv().await {
-                    Ok(ev) if ev.progress.is_none() => return true,
-                    Ok(_) => {}
-                    Err(broadcast::error::RecvError::Lagged(_)) => return true,
-                    Err(broadcast::error::RecvError::Closed) => return false,
+                    Ok(ev) if ev.progress.is_some() => {}
+                    Ok(_) | Err(_) => return,
                 }
             }
         };
-        tokio::time::timeout(HELD_START_WAIT, published)
-            .await
-            .unwrap_or(false)
+        let _ = tokio::time::timeout(HELD_START_WAIT, published).await;
     }
 
     /// The error of a progress report the store refused.

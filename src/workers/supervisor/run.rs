@@ -147,13 +147,15 @@ impl Supervisor {
         patch: Patch,
         held: Option<i64>,
     ) -> Result<WorkerRecord, WorkerError> {
-        let known = self.live().get(id).map(|l| l.record.clone());
-        if let Some(started_ms) = held
-            && let Some(known) = known.filter(|r| r.state == WorkerState::Pending)
-        {
-            return self
-                .record_started_until_stored(&known, events, started_ms, event, patch)
-                .await;
+        if let Some(started_ms) = held {
+            let known = self.live().get(id).map(|l| l.record.clone());
+            if let Some(known) = known.filter(|r| r.state == WorkerState::Pending) {
+                return self
+                    .until_stored(id, event, || {
+                        self.transition_started(&known, events, started_ms, event, patch.clone())
+                    })
+                    .await;
+            }
         }
         let unstarted = self
             .live()
@@ -184,13 +186,7 @@ impl Supervisor {
         self.record_until_stored(id, events, event, patch).await
     }
 
-    /// A transition the run must not lose. The store retries a lost connection for
-    /// `replica.lease`; past that it is tried again every [`OUTCOME_RETRY`] until it lands — a
-    /// result is never traded for "internal error" because the database was away — or until
-    /// the row is found closed by someone else (the lease sweeper of another replica, once this
-    /// one's lease ran out), whose record is then the worker's. Meanwhile it counts among the
-    /// unrecorded outcomes (health NOT_SERVING, no spawns), and waiters keep waiting: `wait=true`
-    /// never returns a worker that is not terminal.
+    /// A transition the run must not lose (see [`until_stored`](Self::until_stored)).
     async fn record_until_stored(
         &self,
         id: &WorkerId,
@@ -198,9 +194,33 @@ impl Supervisor {
         event: Event,
         patch: Patch,
     ) -> Result<WorkerRecord, WorkerError> {
+        self.until_stored(id, event, || {
+            self.transition(id, events, event, patch.clone())
+        })
+        .await
+    }
+
+    /// Tries `attempt` (recording `event` of worker `id`) until it lands. The store retries a
+    /// lost connection for `replica.lease`; past that it is tried again every
+    /// [`OUTCOME_RETRY`] until it lands — a result is never traded for "internal error"
+    /// because the database was away — or until the row is found closed by someone else (the
+    /// lease sweeper of another replica, once this one's lease ran out), whose record is then
+    /// the worker's. Meanwhile it counts among the unrecorded outcomes (health NOT_SERVING, no
+    /// spawns), and waiters keep waiting: `wait=true` never returns a worker that is not
+    /// terminal.
+    async fn until_stored<F, Fut>(
+        &self,
+        id: &WorkerId,
+        event: Event,
+        mut attempt: F,
+    ) -> Result<WorkerRecord, WorkerError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<WorkerRecord, WorkerError>>,
+    {
         let mut _backlog: Option<Unrecorded<'_>> = None;
         loop {
-            match self.transition(id, events, event, patch.clone()).await {
+            match attempt().await {
                 Err(WorkerError::Store(e @ StoreError::Lost { .. })) => {
                     tracing::error!(worker = %id, error = %e, event = %event, "cannot record the transition yet; trying again");
                     _backlog.get_or_insert_with(|| Unrecorded::count(&self.unrecorded));
@@ -212,53 +232,6 @@ impl Supervisor {
                     }
                 }
                 other => return other,
-            }
-        }
-    }
-
-    /// [`record_until_stored`](Self::record_until_stored) of a start and the end that
-    /// followed it, written together (`WorkerStore::apply_started`); both events are
-    /// published, in order.
-    async fn record_started_until_stored(
-        &self,
-        known: &WorkerRecord,
-        events: &broadcast::Sender<WorkerEvent>,
-        started_ms: i64,
-        event: Event,
-        patch: Patch,
-    ) -> Result<WorkerRecord, WorkerError> {
-        let id = &known.id;
-        let mut _backlog: Option<Unrecorded<'_>> = None;
-        loop {
-            match self
-                .store
-                .apply_started(known, started_ms, event, patch.clone(), now_ms())
-                .await
-            {
-                Ok((start, ended)) => {
-                    if let Some(start) = start {
-                        self.publish(id, events, start);
-                    }
-                    return Ok(match ended {
-                        Applied::Moved(ev) => {
-                            let rec = ev.worker.clone();
-                            self.publish(id, events, ev);
-                            rec
-                        }
-                        Applied::Absorbed(rec) => rec,
-                    });
-                }
-                Err(e @ StoreError::Lost { .. }) => {
-                    tracing::error!(worker = %id, error = %e, event = %event, "cannot record the start and the end yet; trying again");
-                    _backlog.get_or_insert_with(|| Unrecorded::count(&self.unrecorded));
-                    tokio::time::sleep(OUTCOME_RETRY).await;
-                    if let Ok(Some(rec)) = self.store.get(id).await
-                        && rec.state.is_terminal()
-                    {
-                        return Ok(rec);
-                    }
-                }
-                Err(e) => return Err(e.into()),
             }
         }
     }
@@ -314,27 +287,10 @@ impl Supervisor {
             if resumed {
                 return None;
             }
-            if how == Started::Process && !self.settings.start_hold.is_zero() {
-                let started_ms = now_ms();
-                let start_now = Arc::new(tokio::sync::Notify::new());
-                let holding = self.live().get_mut(id).is_some_and(|l| {
-                    l.held_start = Some(start_now.clone());
-                    true
-                });
-                if holding {
-                    let ended = tokio::select! {
-                        biased;
-                        () = ran.cancelled() => true,
-                        () = start_now.notified() => false,
-                        () = tokio::time::sleep(self.settings.start_hold) => false,
-                    };
-                    if let Some(l) = self.live().get_mut(id) {
-                        l.held_start = None;
-                    }
-                    if ended {
-                        return Some(started_ms);
-                    }
-                }
+            if how == Started::Process
+                && let Some(started_ms) = self.hold_start(id, &ran).await
+            {
+                return Some(started_ms);
             }
             self.record_start(id, events).await;
             None
@@ -351,6 +307,32 @@ impl Supervisor {
             patch.worktree = serde_json::to_string(&done).ok();
         }
         (event, patch, held)
+    }
+
+    /// Holds the start of worker `id`'s process up to `executor.start_hold`: the time it
+    /// started when the run ended first (`ran`), so the start is to be written with the end;
+    /// `None` when the hold passed, a progress report asked for the start
+    /// ([`Live::held_start`](super::Live)), or there is no hold.
+    async fn hold_start(&self, id: &WorkerId, ran: &CancellationToken) -> Option<i64> {
+        let started_ms = now_ms();
+        let start_now = Arc::new(tokio::sync::Notify::new());
+        {
+            let mut live = self.live();
+            let l = live
+                .get_mut(id)
+                .filter(|_| !self.settings.start_hold.is_zero())?;
+            l.held_start = Some(start_now.clone());
+        }
+        let ended = tokio::select! {
+            biased;
+            () = ran.cancelled() => true,
+            () = start_now.notified() => false,
+            () = tokio::time::sleep(self.settings.start_hold) => false,
+        };
+        if let Some(l) = self.live().get_mut(id) {
+            l.held_start = None;
+        }
+        ended.then_some(started_ms)
     }
 
     /// The executor started the worker: it is persisted `running`.
@@ -375,6 +357,27 @@ impl Supervisor {
         })
     }
 
+    /// Persists the start of a run (at `started_ms`) and its end together
+    /// (`WorkerStore::apply_started`), then publishes both, in order, as
+    /// [`transition`](Self::transition) does one.
+    async fn transition_started(
+        &self,
+        known: &WorkerRecord,
+        events: &broadcast::Sender<WorkerEvent>,
+        started_ms: i64,
+        event: Event,
+        patch: Patch,
+    ) -> Result<WorkerRecord, WorkerError> {
+        let (start, ended) = self
+            .store
+            .apply_started(known, started_ms, event, patch, now_ms())
+            .await?;
+        if let Some(start) = start {
+            self.publish(&known.id, events, start);
+        }
+        Ok(self.published(&known.id, events, ended))
+    }
+
     /// Persists a transition, then publishes it and updates the live record.
     pub(super) async fn transition(
         &self,
@@ -394,13 +397,23 @@ impl Supervisor {
             }
             None => self.store.apply(id, event, patch, now_ms()).await?,
         };
+        Ok(self.published(id, events, applied))
+    }
+
+    /// The worker after `applied`: a move is published first.
+    fn published(
+        &self,
+        id: &WorkerId,
+        events: &broadcast::Sender<WorkerEvent>,
+        applied: Applied,
+    ) -> WorkerRecord {
         match applied {
             Applied::Moved(ev) => {
                 let rec = ev.worker.clone();
                 self.publish(id, events, ev);
-                Ok(rec)
+                rec
             }
-            Applied::Absorbed(rec) => Ok(rec),
+            Applied::Absorbed(rec) => rec,
         }
     }
 

@@ -484,12 +484,8 @@ pub(super) struct Gather {
 }
 
 impl Gather {
-    /// Whether a batch that has a write waits now for others.
-    fn waits(&self) -> bool {
-        !self.window.is_zero() && self.open.load(Ordering::Relaxed) >= 2
-    }
-
-    /// Whether a batch of `held` writes may still get more: fewer than the open workers.
+    /// Whether a batch of `held` writes may still get more: fewer than the open workers (so a
+    /// batch of one waits only while another worker is open).
     fn more_likely(&self, held: usize) -> bool {
         held < self.open.load(Ordering::Relaxed)
     }
@@ -549,19 +545,19 @@ async fn run<T: Batched>(
         // One write per row in a batch: a second one for the same row starts the next batch
         // (rare: two transitions of one worker at once, two claims of one key).
         let mut rows: HashSet<String> = HashSet::from([batch[0].write.row().to_owned()]);
-        let close_at = gather
+        let gathering = gather
             .as_ref()
-            .filter(|g| g.waits())
-            .map(|g| opened + g.window);
+            .filter(|g| !g.window.is_zero())
+            .map(|g| (g, opened + g.window));
         while batch.len() < MAX_BATCH {
             let q = match rx.try_recv() {
                 Ok(q) => q,
                 Err(_) => {
-                    let Some(close_at) = close_at else { break };
                     // As many writes as open workers: the likely writers are all in.
-                    if gather.as_ref().is_some_and(|g| !g.more_likely(batch.len())) {
+                    let Some((_, close_at)) = gathering.filter(|(g, _)| g.more_likely(batch.len()))
+                    else {
                         break;
-                    }
+                    };
                     match tokio::time::timeout_at(close_at, rx.recv()).await {
                         Ok(Some(q)) => q,
                         Ok(None) | Err(_) => break,
