@@ -27,7 +27,7 @@ use crate::{
     paging::PageRequest,
     workers::{
         model::{ProgressKind, WorkerEvent, WorkerId, WorkerRecord, WorkerState},
-        store::{Notice, ParentFilter},
+        store::{Followed, Notice, ParentFilter},
         supervisor::{Visibility, WorkersQuery},
     },
 };
@@ -394,7 +394,7 @@ fn take(
 /// Waits for the next change the tree stream must look at.
 async fn wake(
     activity: &mut broadcast::Receiver<Arc<WorkerEvent>>,
-    notices: &mut Option<broadcast::Receiver<Notice>>,
+    notices: &mut Option<Followed>,
     tx: &mpsc::Sender<Event>,
     shutdown: &tokio_util::sync::CancellationToken,
 ) -> Woken {

@@ -223,7 +223,7 @@ async fn running_recorded(
     sup: &Supervisor,
     id: &WorkerId,
     mut events: Option<broadcast::Receiver<WorkerEvent>>,
-    mut notices: Option<broadcast::Receiver<crate::workers::store::Notice>>,
+    mut notices: Option<crate::workers::store::Followed>,
 ) {
     let mut read = events.is_some() || notices.is_none();
     loop {

@@ -255,6 +255,12 @@ pub trait SharedStore: Send + Sync {
     /// second.
     fn notices(&self) -> broadcast::Receiver<Notice>;
 
+    /// Follows events until the answer is dropped (docs §9, "Watching"): the other replicas
+    /// announce the events they commit only while one of theirs follows them, so a caller
+    /// that reads [`Self::notices`] for a worker this replica may not run holds this while it
+    /// does. Announcing starts a moment later, with a [`Notice::Resync`].
+    fn follow_events(&self) -> Following;
+
     /// The runner notices (docs §10, runners across replicas): [`Notice::RunnerWait`] (while
     /// [`Self::listen_for_waits`] is on), the [`Notice::Relay`]s addressed to this replica
     /// (those to others are dropped where they are read), and [`Notice::Resync`]. Apart from
@@ -505,6 +511,47 @@ pub enum Notice {
     },
     /// The listener (re)connected and may have missed notices: re-read everything.
     Resync,
+}
+
+/// A caller of this replica following events ([`SharedStore::follow_events`]), counted
+/// while it lives.
+#[derive(Debug)]
+pub struct Following(std::sync::Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Following {
+    /// Counts one more follower on `followers`.
+    pub fn new(followers: std::sync::Arc<tokio::sync::watch::Sender<usize>>) -> Self {
+        followers.send_modify(|n| *n += 1);
+        Self(followers)
+    }
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+/// The store's notices for a caller following events (it holds a [`Following`] as long).
+#[derive(Debug)]
+pub struct Followed {
+    notices: broadcast::Receiver<Notice>,
+    _following: Following,
+}
+
+impl Followed {
+    /// Subscribes to `store`'s notices, following events while the answer lives.
+    pub fn on(store: &dyn SharedStore) -> Self {
+        Self {
+            _following: store.follow_events(),
+            notices: store.notices(),
+        }
+    }
+
+    /// The next notice, as [`broadcast::Receiver::recv`].
+    pub async fn recv(&mut self) -> Result<Notice, broadcast::error::RecvError> {
+        self.notices.recv().await
+    }
 }
 
 /// Outcome fields to write together with a transition; `None` leaves the stored value unchanged,

@@ -720,7 +720,7 @@ impl Supervisor {
     pub async fn store_changed(
         &self,
         id: &WorkerId,
-        notices: &mut Option<broadcast::Receiver<super::store::Notice>>,
+        notices: &mut Option<super::store::Followed>,
         poll: Duration,
     ) -> Option<u64> {
         use super::store::Notice;
@@ -747,10 +747,12 @@ impl Supervisor {
         }
     }
 
-    /// The notices of the shared store, if any (for watchers following another replica's
-    /// worker).
-    pub fn notices(&self) -> Option<broadcast::Receiver<super::store::Notice>> {
-        self.shared.as_ref().map(|shared| shared.notices())
+    /// The notices of the shared store, if any, following events as long as they are held
+    /// (for watchers following another replica's worker).
+    pub fn notices(&self) -> Option<super::store::Followed> {
+        self.shared
+            .as_ref()
+            .map(|shared| super::store::Followed::on(&**shared))
     }
 
     /// Follows every event this replica commits, of every worker (docs §14.3). A receiver

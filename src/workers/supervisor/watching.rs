@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Supervisor, Visibility, WorkerError};
 use crate::workers::{
     model::{WorkerEvent, WorkerId},
-    store::Notice,
+    store::Followed,
 };
 
 /// The slowest a watcher of another replica's worker re-reads the store between notices.
@@ -33,7 +33,7 @@ enum Source {
     Live(broadcast::Receiver<WorkerEvent>),
     /// It does not (another replica runs it, or it ended between the two reads): the store,
     /// woken by its notices when it has them.
-    Store(Option<broadcast::Receiver<Notice>>),
+    Store(Option<Followed>),
 }
 
 /// One watch's state. The stream is polled by the consumer itself — no task and no channel

@@ -26,7 +26,7 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use deadpool_postgres::{GenericClient, Pool};
@@ -155,7 +155,7 @@ const TRANSITIONS_SQL: &str = "WITH i AS (
           WHERE w.id = i.id AND w.sequence = i.expected_sequence
             AND w.token_hash IS NOT DISTINCT FROM i.expected_token
          RETURNING w.id, i.sequence AS seq, i.state AS st, i.time_ms AS at, i.snapshot AS snap,
-                   i.ord
+                   i.ord, w.replica_id AS owner
      ), e AS (
          INSERT INTO worker_events (worker_id, sequence, state, time_ms, snapshot, progress)
          SELECT id, seq, st, at, snap, NULL FROM g
@@ -164,17 +164,21 @@ const TRANSITIONS_SQL: &str = "WITH i AS (
            FROM g JOIN i ON i.ord = g.ord
           WHERE i.earlier_state IS NOT NULL
          RETURNING worker_id, sequence
+     ), n AS (
+         SELECT array_agg(g.ord) AS moved,
+                string_agg(e.worker_id || ':' || e.sequence || ':' || $20::text, ',')
+                    FILTER (WHERE $25::boolean OR g.owner IS DISTINCT FROM $20::text) AS heard
+           FROM g JOIN e ON e.worker_id = g.id AND e.sequence = g.seq
+         HAVING count(*) > 0
      )
-     SELECT array_agg(g.ord),
-            pg_notify('agentry_events',
-                      string_agg(e.worker_id || ':' || e.sequence || ':' || $20::text, ','))
-       FROM g JOIN e ON e.worker_id = g.id AND e.sequence = g.seq
-     HAVING count(*) > 0";
+     SELECT moved, CASE WHEN heard IS NOT NULL THEN pg_notify('agentry_events', heard) END
+       FROM n";
 
 /// Writes `writes` as one statement on `c`: whether each moved its row.
 async fn write_transitions(
     c: &impl GenericClient,
     origin: &str,
+    announce: bool,
     writes: &[TransitionWrite],
 ) -> Result<Vec<bool>, tokio_postgres::Error> {
     let id = column(writes, |w| w.event.worker_id.as_str());
@@ -202,7 +206,7 @@ async fn write_transitions(
     });
     let earlier_time = column(writes, |w| w.earlier.as_ref().map(|e| e.event.time_ms));
     let earlier_snapshot = column(writes, |w| w.earlier.as_ref().map(|e| e.snapshot.as_str()));
-    let params: [&(dyn ToSql + Sync); 24] = [
+    let params: [&(dyn ToSql + Sync); 25] = [
         &id,
         &state,
         &sequence,
@@ -227,6 +231,7 @@ async fn write_transitions(
         &earlier_state,
         &earlier_time,
         &earlier_snapshot,
+        &announce,
     ];
     let statement = c.prepare_cached(TRANSITIONS_SQL).await?;
     let moved: HashSet<i64> = c
@@ -286,7 +291,9 @@ const CREATES_SQL: &str = concat!(
          RETURNING worker_id
      )
      SELECT array_agg(worker_id),
-            pg_notify('agentry_events', string_agg(worker_id || ':1:' || $16::text, ','))
+            CASE WHEN $22::boolean
+                 THEN pg_notify('agentry_events', string_agg(worker_id || ':1:' || $16::text, ','))
+            END
        FROM e HAVING count(*) > 0"
 );
 
@@ -294,6 +301,7 @@ const CREATES_SQL: &str = concat!(
 async fn write_creates(
     c: &impl GenericClient,
     origin: &str,
+    announce: bool,
     writes: &[CreateWrite],
 ) -> Result<Vec<bool>, tokio_postgres::Error> {
     let id = column(writes, |w| w.event.worker_id.as_str());
@@ -317,7 +325,7 @@ async fn write_creates(
     let a2a_message = column(writes, |w| w.event.worker.spec.a2a_message.as_deref());
     let claim_key = column(writes, |w| w.claim.as_ref().map(|(k, _)| k.as_str()));
     let claim_ttl = column(writes, |w| w.claim.as_ref().map(|(_, ttl)| *ttl));
-    let params: [&(dyn ToSql + Sync); 21] = [
+    let params: [&(dyn ToSql + Sync); 22] = [
         &id,
         &agent,
         &description,
@@ -339,6 +347,7 @@ async fn write_creates(
         &claim_key,
         &claim_ttl,
         &CLAIM_WITHOUT_ROW_SECS,
+        &announce,
     ];
     let statement = c.prepare_cached(CREATES_SQL).await?;
     let written: HashSet<String> = c
@@ -400,7 +409,7 @@ pub(super) trait Batched: Send + Sync + 'static {
     /// Writes `batch` as one statement, answering each write in order.
     fn write_all(
         c: &deadpool_postgres::Client,
-        origin: &str,
+        origin: &Origin,
         batch: &[Self],
     ) -> impl Future<Output = Result<Vec<bool>, tokio_postgres::Error>> + Send
     where
@@ -414,10 +423,10 @@ impl Batched for TransitionWrite {
     }
     async fn write_all(
         c: &deadpool_postgres::Client,
-        origin: &str,
+        origin: &Origin,
         batch: &[Self],
     ) -> Result<Vec<bool>, tokio_postgres::Error> {
-        write_transitions(c, origin, batch).await
+        write_transitions(c, &origin.id, origin.announces(), batch).await
     }
 }
 
@@ -428,10 +437,10 @@ impl Batched for CreateWrite {
     }
     async fn write_all(
         c: &deadpool_postgres::Client,
-        origin: &str,
+        origin: &Origin,
         batch: &[Self],
     ) -> Result<Vec<bool>, tokio_postgres::Error> {
-        write_creates(c, origin, batch).await
+        write_creates(c, &origin.id, origin.announces(), batch).await
     }
 }
 
@@ -442,22 +451,42 @@ impl Batched for ClaimWrite {
     }
     async fn write_all(
         c: &deadpool_postgres::Client,
-        _origin: &str,
+        _origin: &Origin,
         batch: &[Self],
     ) -> Result<Vec<bool>, tokio_postgres::Error> {
         write_claims(c, batch).await
     }
 }
 
-/// The one-write form of the transitions statement, for a caller inside its own transaction.
+/// The one-write form of the transitions statement, for a caller inside its own transaction
+/// (its event always announced: such writes are rare, and some concern another replica's
+/// worker).
 pub(super) async fn write_transition_in(
     c: &impl GenericClient,
     origin: &str,
     write: &TransitionWrite,
 ) -> Result<bool, tokio_postgres::Error> {
-    Ok(write_transitions(c, origin, std::slice::from_ref(write))
-        .await?
-        .contains(&true))
+    Ok(
+        write_transitions(c, origin, true, std::slice::from_ref(write))
+            .await?
+            .contains(&true),
+    )
+}
+
+/// Who the batches are written by: this replica's id, which their notifications name, and
+/// whether another replica follows events now (docs/replicas.md, "Watching"): only then are
+/// this replica's creates and transitions announced (a transition of a worker another replica
+/// owns always is, for its owner).
+#[derive(Clone)]
+pub(super) struct Origin {
+    pub id: Arc<str>,
+    pub followed: Arc<AtomicBool>,
+}
+
+impl Origin {
+    fn announces(&self) -> bool {
+        self.followed.load(Ordering::Acquire)
+    }
 }
 
 /// A write waiting for its batch, and where its answer goes.
@@ -492,9 +521,9 @@ impl Gather {
 }
 
 impl<T: Batched> Batcher<T> {
-    /// Starts the batching task on `pool`; notifications name `origin` (this replica). With
+    /// Starts the batching task on `pool`, writing as `origin` (this replica). With
     /// `gather`, a batch may stay open for more writes; without it, it is sent at once.
-    pub(super) fn start(pool: Pool, origin: Arc<str>, gather: Option<Gather>) -> Self {
+    pub(super) fn start(pool: Pool, origin: Origin, gather: Option<Gather>) -> Self {
         let (queue, rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(run(pool, origin, rx, gather));
         Self { queue, task }
@@ -522,7 +551,7 @@ impl<T: Batched> Drop for Batcher<T> {
 
 async fn run<T: Batched>(
     pool: Pool,
-    origin: Arc<str>,
+    origin: Origin,
     mut rx: mpsc::UnboundedReceiver<Queued<T>>,
     gather: Option<Gather>,
 ) {
@@ -579,7 +608,7 @@ async fn run<T: Batched>(
 }
 
 /// Writes one batch and answers each of its writes.
-async fn commit<T: Batched>(pool: &Pool, origin: &str, batch: Vec<Queued<T>>) {
+async fn commit<T: Batched>(pool: &Pool, origin: &Origin, batch: Vec<Queued<T>>) {
     let (writes, answers): (Vec<T>, Vec<_>) =
         batch.into_iter().map(|q| (q.write, q.answer)).unzip();
     let client = match pool.get().await {

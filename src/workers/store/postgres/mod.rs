@@ -30,7 +30,7 @@
 
 use std::str::FromStr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use deadpool_postgres::{Client, Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -40,12 +40,12 @@ use tokio_postgres::types::ToSql;
 
 use super::record::{advance, creation_event, progress_event, to_sql_sequence};
 use super::{
-    Applied, Continued, Lease, ListQuery, Message, Notice, Patch, Relayed, RunnerClaim, RunnerWait,
-    Sent, SharedStore, StoreError, WorkerStore,
+    Applied, Continued, Following, Lease, ListQuery, Message, Notice, Patch, Relayed, RunnerClaim,
+    RunnerWait, Sent, SharedStore, StoreError, WorkerStore,
 };
 use crate::workers::lifecycle::Event;
 use crate::workers::model::{Progress, WorkerEvent, WorkerId, WorkerRecord};
-use batch::{Batcher, ClaimWrite, CreateWrite, EarlierEvent, Gather, TransitionWrite};
+use batch::{Batcher, ClaimWrite, CreateWrite, EarlierEvent, Gather, Origin, TransitionWrite};
 use cached::exec_cached;
 use context::{PgContext, error_text};
 pub use lease::ReplicaSettings;
@@ -58,6 +58,7 @@ mod batch;
 mod cached;
 mod context;
 mod dedupe;
+mod follows;
 mod holds;
 mod lease;
 mod messages;
@@ -99,6 +100,9 @@ pub struct PostgresStore {
     runner_notices: broadcast::Sender<Notice>,
     /// Whether the listener listens for published runner waits (`listen_for_waits`).
     wants_waits: tokio::sync::watch::Sender<bool>,
+    /// This replica's callers following events (`follow_events`), which the `follows` task
+    /// records; it ends when this is dropped.
+    followers: Arc<tokio::sync::watch::Sender<usize>>,
     /// The `LISTEN` task, ended with the store.
     listener: tokio::task::JoinHandle<()>,
     /// Workers created here and not yet ended here: whether a batch may wait for more writes
@@ -236,12 +240,14 @@ impl PostgresStore {
         let (runner_notices, _) = broadcast::channel(NOTICE_BUFFER);
         let (ready_tx, ready) = tokio::sync::oneshot::channel();
         let wants_waits = tokio::sync::watch::Sender::new(false);
+        let heard = Arc::new(tokio::sync::Notify::new());
         let listener = tokio::spawn(listen(
             config,
             replica_id.clone(),
             Senders {
                 notices: notices.clone(),
                 runners: runner_notices.clone(),
+                follows: heard.clone(),
             },
             wants_waits.subscribe(),
             ready_tx,
@@ -252,7 +258,21 @@ impl PostgresStore {
             tracing::warn!(url = %shown, "store listener not connected yet; watchers poll until it is");
         }
         tracing::info!(replica = %replica.name, replica_id = %replica_id, url = %shown, "registered replica");
-        let origin: Arc<str> = Arc::from(replica_id.as_str());
+        // Announcing everything until the first read says whether anyone follows.
+        let followed = Arc::new(AtomicBool::new(true));
+        let followers = Arc::new(tokio::sync::watch::Sender::new(0));
+        tokio::spawn(follows::run(
+            pool.clone(),
+            replica_id.clone(),
+            followers.subscribe(),
+            heard,
+            followed.clone(),
+            replica.lease / 3,
+        ));
+        let origin = Origin {
+            id: Arc::from(replica_id.as_str()),
+            followed,
+        };
         // The writes of a worker's life may wait for each other; a runner's messages across
         // replicas are sent at once.
         let open = Arc::new(AtomicUsize::new(0));
@@ -274,6 +294,7 @@ impl PostgresStore {
             notices,
             runner_notices,
             wants_waits,
+            followers,
             listener,
         })
     }
@@ -810,6 +831,10 @@ impl SharedStore for PostgresStore {
 
     fn runner_notices(&self) -> broadcast::Receiver<Notice> {
         self.runner_notices.subscribe()
+    }
+
+    fn follow_events(&self) -> Following {
+        Following::new(self.followers.clone())
     }
 
     fn listen_for_waits(&self, on: bool) {

@@ -4,11 +4,13 @@
 //! forever (with a [`Notice::Resync`] after each connect), and the parsing of their payloads.
 //! Notices are hints: anything malformed is dropped.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{Notify, broadcast, watch};
 use tokio_postgres::{AsyncMessage, NoTls};
 
+use super::follows::FOLLOWS_CHANNEL;
 use crate::workers::model::WorkerId;
 use crate::workers::store::{Notice, Relayed, RunnerWait};
 
@@ -28,6 +30,9 @@ pub(super) struct Senders {
     pub notices: broadcast::Sender<Notice>,
     /// Runner waits and the relays to this replica.
     pub runners: broadcast::Sender<Notice>,
+    /// Wakes the task that keeps who follows events (`follows`): on a notice on its channel,
+    /// and on each connect.
+    pub follows: Arc<Notify>,
 }
 
 impl Senders {
@@ -39,6 +44,7 @@ impl Senders {
             Notice::Relay { to_replica, .. } if to_replica == me => self.runners.send(notice),
             Notice::Relay { .. } => return,
             Notice::Resync => {
+                self.follows.notify_one();
                 let _ = self.notices.send(Notice::Resync);
                 self.runners.send(notice)
             }
@@ -52,8 +58,8 @@ impl Senders {
 pub(super) const WAITS_CHANNEL: &str = "agentry_runner_waits";
 
 /// The channels every replica listens on, [`WAITS_CHANNEL`] aside.
-const CHANNELS: &str =
-    "LISTEN agentry_events; LISTEN agentry_stop; LISTEN agentry_holds; LISTEN agentry_relays";
+const CHANNELS: &str = "LISTEN agentry_events; LISTEN agentry_stop; LISTEN agentry_holds; \
+                        LISTEN agentry_relays; LISTEN agentry_follows";
 
 /// The listener: one dedicated connection that `LISTEN`s on the channels, turning
 /// notifications into [`Notice`]s for `senders`; reconnects forever, sending
@@ -67,7 +73,7 @@ pub(super) async fn listen(
     mut waits: watch::Receiver<bool>,
     ready: tokio::sync::oneshot::Sender<()>,
 ) {
-    let senders = std::sync::Arc::new(senders);
+    let senders = Arc::new(senders);
     let mut ready = Some(ready);
     loop {
         match config.connect(NoTls).await {
@@ -80,6 +86,9 @@ pub(super) async fn listen(
                         std::future::poll_fn(|cx| connection.poll_message(cx)).await
                     {
                         match message {
+                            Ok(AsyncMessage::Notification(n)) if n.channel() == FOLLOWS_CHANNEL => {
+                                to.follows.notify_one();
+                            }
                             Ok(AsyncMessage::Notification(n)) => {
                                 for notice in parse_notices(n.channel(), n.payload(), &me) {
                                     to.send(notice, &me);
@@ -181,7 +190,13 @@ fn parse_notice(channel: &str, payload: &str, this_replica: &str) -> Option<Noti
         "agentry_events" => {
             // `worker:sequence:replica`; a replica of an earlier build sends no replica.
             let mut parts = payload.splitn(3, ':');
-            let worker_id = WorkerId::parse(parts.next()?).ok()?;
+            let worker = parts.next()?;
+            // `*:replica`: a replica learned that events are followed; what it committed
+            // before was not announced (`follows`).
+            if worker == "*" {
+                return Some(Notice::Resync);
+            }
+            let worker_id = WorkerId::parse(worker).ok()?;
             let sequence = parts.next()?.parse().ok()?;
             Some(Notice::Event {
                 worker_id,

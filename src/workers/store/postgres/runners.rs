@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 
 use deadpool_postgres::Client;
 
-use super::batch::{Batched, column};
+use super::batch::{Batched, Origin, column};
 use super::cached::query_opt_cached;
 use super::context::PgContext;
 use super::notices::{PAYLOAD_LIMIT, WAITS_CHANNEL};
@@ -84,7 +84,7 @@ impl Batched for RelayWrite {
     }
     async fn write_all(
         c: &Client,
-        origin: &str,
+        origin: &Origin,
         batch: &[Self],
     ) -> Result<Vec<bool>, tokio_postgres::Error> {
         let (mut to, mut worker, mut message) = (Vec::new(), Vec::new(), Vec::new());
@@ -102,8 +102,11 @@ impl Batched for RelayWrite {
             .collect();
         // Carried by the notice, the messages need no read by their addressee.
         let statement = c.prepare_cached(&RELAY_SQL).await?;
-        c.execute(&statement, &[&to, &worker, &message, &gone, &origin])
-            .await?;
+        c.execute(
+            &statement,
+            &[&to, &worker, &message, &gone, &origin.id.as_ref()],
+        )
+        .await?;
         Ok(vec![true; batch.len()])
     }
 }
@@ -141,7 +144,7 @@ impl Batched for PublishWrite {
     }
     async fn write_all(
         c: &Client,
-        _origin: &str,
+        _origin: &Origin,
         batch: &[Self],
     ) -> Result<Vec<bool>, tokio_postgres::Error> {
         let worker = column(batch, |w| w.0.worker_id.as_str());
@@ -169,7 +172,7 @@ impl Batched for UnpublishWrite {
     }
     async fn write_all(
         c: &Client,
-        _origin: &str,
+        _origin: &Origin,
         batch: &[Self],
     ) -> Result<Vec<bool>, tokio_postgres::Error> {
         let worker = column(batch, |w| w.0.as_str());

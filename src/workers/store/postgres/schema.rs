@@ -166,6 +166,9 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // event and per worker that could never fail.
     r#"ALTER TABLE worker_events DROP CONSTRAINT IF EXISTS worker_events_worker_id_fkey;
     ALTER TABLE workers DROP CONSTRAINT IF EXISTS workers_replica_id_fkey;"#,
+    // 14: whether a replica follows the events of others' workers (docs §9, "Watching"): a
+    // replica announces its events only while another live replica does.
+    "ALTER TABLE replicas ADD COLUMN follows_events BOOLEAN NOT NULL DEFAULT false;",
 ];
 
 /// Brings the schema up to date under the migration advisory lock, or refuses a newer one.

@@ -160,6 +160,8 @@ async fn events_committed_anywhere_are_announced_everywhere() {
     let a = open(&db, "a").await;
     let b = open(&db, "b").await;
     let mut on_b = b.notices();
+    let _following = b.follow_events();
+    announcing(&a, &mut on_b).await;
     let mut on_a = a.notices();
     let rec = create(&a, None, 1_000).await;
     a.apply(&rec.id, Event::Start, Patch::default(), 1_100)
@@ -203,6 +205,125 @@ async fn events_committed_anywhere_are_announced_everywhere() {
             unheard.remove(&worker_id);
         }
     }
+}
+
+/// Once `store` announces its events to `notices` (its creates heard there), within ten
+/// seconds.
+async fn announcing(store: &PostgresStore, notices: &mut broadcast::Receiver<Notice>) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let rec = create(store, None, 500).await;
+        let heard = tokio::time::timeout(Duration::from_millis(200), async {
+            loop {
+                if let Ok(Notice::Event { worker_id, .. }) = notices.recv().await
+                    && worker_id == rec.id
+                {
+                    return;
+                }
+            }
+        });
+        if heard.await.is_ok() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not announced within ten seconds of following"
+        );
+    }
+}
+
+/// Whether `notices` brings an event of `id` within `within`, and whether a resync came first.
+async fn heard_of(
+    notices: &mut broadcast::Receiver<Notice>,
+    id: &WorkerId,
+    within: Duration,
+) -> (bool, bool) {
+    let mut resync = false;
+    let heard = tokio::time::timeout(within, async {
+        loop {
+            match notices.recv().await {
+                Ok(Notice::Event { worker_id, .. }) if worker_id == *id => return,
+                Ok(Notice::Resync) => resync = true,
+                _ => {}
+            }
+        }
+    })
+    .await
+    .is_ok();
+    (heard, resync)
+}
+
+#[tokio::test]
+async fn events_are_announced_only_while_another_replica_follows_them() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let a = open(&db, "a").await;
+    let b = open(&db, "b").await;
+    let mut on_a = a.notices();
+    let mut on_b = b.notices();
+    // Each has read that no one follows.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let quiet = create(&a, None, 1_000).await;
+    a.apply(&quiet.id, Event::Start, Patch::default(), 1_100)
+        .await
+        .unwrap();
+    assert_eq!(
+        heard_of(&mut on_b, &quiet.id, Duration::from_millis(500)).await,
+        (false, false),
+        "announced with no follower"
+    );
+    // A transition of a worker another replica owns is announced to its owner all the same.
+    b.apply(&quiet.id, Event::Complete, Patch::default(), 1_200)
+        .await
+        .unwrap();
+    assert!(
+        heard_of(&mut on_a, &quiet.id, Duration::from_secs(10))
+            .await
+            .0,
+        "the owner did not hear of its worker's transition by another replica"
+    );
+    // `b` follows: `a` learns it, tells every replica to read again (a resync), and
+    // announces its events from then on.
+    let following = b.follow_events();
+    let rec = create(&a, None, 2_000).await;
+    let mut resync = false;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !resync {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no resync within ten seconds of following"
+        );
+        resync = matches!(
+            tokio::time::timeout(Duration::from_millis(100), on_b.recv()).await,
+            Ok(Ok(Notice::Resync))
+        );
+    }
+    a.apply(&rec.id, Event::Start, Patch::default(), 2_100)
+        .await
+        .unwrap();
+    assert!(
+        heard_of(&mut on_b, &rec.id, Duration::from_secs(10))
+            .await
+            .0,
+        "not announced to a follower"
+    );
+    // The row says so, and the follower's end lingers before it is written.
+    let follows = |id: String| {
+        let pool = a.pool.clone();
+        async move {
+            let c = pool.get().await.unwrap();
+            c.query_one("SELECT follows_events FROM replicas WHERE id = $1", &[&id])
+                .await
+                .unwrap()
+                .get::<_, bool>(0)
+        }
+    };
+    assert!(follows(b.replica_id.clone()).await);
+    assert!(!follows(a.replica_id.clone()).await);
+    drop(following);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(follows(b.replica_id.clone()).await, "no linger");
 }
 
 #[tokio::test]

@@ -1,0 +1,161 @@
+//! Who follows events (docs/replicas.md, "Watching"). A replica announces the creates and
+//! transitions it commits (`NOTIFY agentry_events`) only while another live replica follows
+//! events: has a caller watching or waiting for a worker it may not run, or a console stream.
+//! Every notification wakes every listening connection of the database, so announcing what no
+//! one follows cost each commit one wake-up per replica of the fleet.
+//!
+//! Each replica says whether it follows in its `replicas` row (`follows_events`, written as
+//! its followers here come and go, the last one's end [`LINGER`]ing), and announces a change on
+//! `agentry_follows`. Each replica keeps whether another follows ([`Origin::followed`](super::batch::Origin::followed),
+//! read on such a notice, on every listener connect and every `lease / 3`); when that turns
+//! true it sends `NOTIFY agentry_events '*:<replica>'`, which every receiver takes as a resync:
+//! what it committed before it knew was not announced. Until its first read, and whenever a
+//! read fails, a replica announces everything.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+
+use super::context::error_text;
+
+/// The channel on which a replica says that its `follows_events` changed.
+pub(super) const FOLLOWS_CHANNEL: &str = "agentry_follows";
+
+/// How long a replica still follows after its last follower ended: callers that wait for other
+/// replicas' workers now and then do not turn it on and off for each.
+const LINGER: Duration = Duration::from_secs(10);
+
+/// Pause after a failed read or write, before the next attempt.
+const RETRY: Duration = Duration::from_millis(500);
+
+/// Keeps this replica's `follows_events` as `wanted` says (followers here: more than none) and
+/// `followed` as the other live replicas' rows say, until `wanted`'s sender is dropped (the
+/// store is gone). `heard` wakes it for a read: a notice on [`FOLLOWS_CHANNEL`], or a listener
+/// connect. It reads again at least every `every`.
+pub(super) async fn run(
+    pool: Pool,
+    me: String,
+    mut wanted: watch::Receiver<usize>,
+    heard: Arc<Notify>,
+    followed: Arc<AtomicBool>,
+    every: Duration,
+) {
+    // What the database holds for this replica (`None`: not known, write it).
+    let mut written: Option<bool> = None;
+    // Whether this replica follows: while it has followers, and until `off_at` after that.
+    let mut follows = false;
+    let mut off_at: Option<Instant> = None;
+    let mut read = true;
+    loop {
+        // The store is gone (its sender dropped).
+        if wanted.has_changed().is_err() {
+            return;
+        }
+        if *wanted.borrow_and_update() > 0 {
+            follows = true;
+            off_at = None;
+        } else if follows {
+            let at = *off_at.get_or_insert_with(|| Instant::now() + LINGER);
+            if Instant::now() >= at {
+                follows = false;
+                off_at = None;
+            }
+        }
+        if written != Some(follows) {
+            match write(&pool, &me, follows).await {
+                Ok(()) => written = Some(follows),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot record whether this replica follows events");
+                    tokio::time::sleep(RETRY).await;
+                    continue;
+                }
+            }
+        }
+        if read {
+            match others_follow(&pool, &me).await {
+                Ok(now) => {
+                    read = false;
+                    if now && !followed.swap(true, Ordering::AcqRel) {
+                        // Followers may have missed what was committed before this was known.
+                        if let Err(e) = resync_followers(&pool, &me).await {
+                            tracing::warn!(error = %e, "cannot tell followers to read again");
+                        }
+                    } else if !now {
+                        followed.store(false, Ordering::Release);
+                    }
+                }
+                Err(e) => {
+                    // Unknown: announce everything until a read succeeds.
+                    followed.store(true, Ordering::Release);
+                    tracing::warn!(error = %e, "cannot read whether other replicas follow events");
+                    tokio::time::sleep(RETRY).await;
+                    continue;
+                }
+            }
+        }
+        let lingering = async {
+            match off_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            changed = wanted.changed() => if changed.is_err() { return },
+            () = heard.notified() => read = true,
+            () = tokio::time::sleep(every) => {
+                // The row could have been written again meanwhile (a lapsed lease).
+                read = true;
+                written = None;
+            }
+            () = lingering => {}
+        }
+    }
+}
+
+/// Records whether this replica follows events, and says so when that changed.
+async fn write(pool: &Pool, me: &str, follows: bool) -> Result<(), String> {
+    let client = pool.get().await.map_err(|e| error_text(&e))?;
+    client
+        .execute(
+            "WITH u AS (
+                 UPDATE replicas SET follows_events = $2
+                  WHERE id = $1 AND follows_events <> $2 RETURNING 1
+             )
+             SELECT pg_notify('agentry_follows', $1::text) FROM u",
+            &[&me, &follows],
+        )
+        .await
+        .map_err(|e| error_text(&e))?;
+    Ok(())
+}
+
+/// Whether another live replica follows events.
+async fn others_follow(pool: &Pool, me: &str) -> Result<bool, String> {
+    let client = pool.get().await.map_err(|e| error_text(&e))?;
+    let row = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM replicas
+                             WHERE follows_events AND id <> $1 AND expires_at > now())",
+            &[&me],
+        )
+        .await
+        .map_err(|e| error_text(&e))?;
+    Ok(row.get(0))
+}
+
+/// Tells every replica to read again what it follows (a resync on `agentry_events`).
+async fn resync_followers(pool: &Pool, me: &str) -> Result<(), String> {
+    let client = pool.get().await.map_err(|e| error_text(&e))?;
+    client
+        .execute(
+            "SELECT pg_notify('agentry_events', '*:' || $1::text)",
+            &[&me],
+        )
+        .await
+        .map_err(|e| error_text(&e))?;
+    Ok(())
+}
