@@ -252,7 +252,8 @@ pub trait SharedStore: Send + Sync {
     /// Wake-ups from other processes sharing the store (events committed, stops requested,
     /// holds changed); the runner notices go to [`SharedStore::runner_notices`]. Hints
     /// only: a receiver must still re-read the store on [`Notice::Resync`] and at least every
-    /// second.
+    /// second. Other replicas' creates and transitions of their own workers come only while
+    /// this replica follows events ([`Self::follow_events`]).
     fn notices(&self) -> broadcast::Receiver<Notice>;
 
     /// Follows events until the answer is dropped (docs §9, "Watching"): the other replicas
