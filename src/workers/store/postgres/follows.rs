@@ -50,6 +50,7 @@ pub(super) async fn run(
     let mut follows = false;
     let mut off_at: Option<Instant> = None;
     let mut read = true;
+    let mut next_read = Instant::now() + every;
     loop {
         // The store is gone (its sender dropped).
         if wanted.has_changed().is_err() {
@@ -79,6 +80,7 @@ pub(super) async fn run(
             match others_follow(&pool, &me).await {
                 Ok(now) => {
                     read = false;
+                    next_read = Instant::now() + every;
                     if now && !followed.swap(true, Ordering::AcqRel) {
                         // Followers may have missed what was committed before this was known.
                         if let Err(e) = resync_followers(&pool, &me).await {
@@ -106,7 +108,7 @@ pub(super) async fn run(
         tokio::select! {
             changed = wanted.changed() => if changed.is_err() { return },
             () = heard.notified() => read = true,
-            () = tokio::time::sleep(every) => {
+            () = tokio::time::sleep_until(next_read) => {
                 // The row could have been written again meanwhile (a lapsed lease).
                 read = true;
                 written = None;
