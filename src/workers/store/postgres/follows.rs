@@ -81,13 +81,17 @@ pub(super) async fn run(
                 Ok(now) => {
                     read = false;
                     next_read = Instant::now() + every;
-                    if now && !followed.swap(true, Ordering::AcqRel) {
+                    let was = followed.swap(now, Ordering::AcqRel);
+                    if now && !was {
+                        tracing::info!("another replica follows events: announcing this one's");
                         // Followers may have missed what was committed before this was known.
                         if let Err(e) = resync_followers(&pool, &me).await {
                             tracing::warn!(error = %e, "cannot tell followers to read again");
                         }
-                    } else if !now {
-                        followed.store(false, Ordering::Release);
+                    } else if was && !now {
+                        tracing::info!(
+                            "no other replica follows events: not announcing this one's"
+                        );
                     }
                 }
                 Err(e) => {
