@@ -314,15 +314,12 @@ impl Supervisor {
     /// `None` when the hold passed, a progress report asked for the start
     /// ([`Live::held_start`](super::Live)), or there is no hold.
     async fn hold_start(&self, id: &WorkerId, ran: &CancellationToken) -> Option<i64> {
+        if self.settings.start_hold.is_zero() {
+            return None;
+        }
         let started_ms = now_ms();
         let start_now = Arc::new(tokio::sync::Notify::new());
-        {
-            let mut live = self.live();
-            let l = live
-                .get_mut(id)
-                .filter(|_| !self.settings.start_hold.is_zero())?;
-            l.held_start = Some(start_now.clone());
-        }
+        self.live().get_mut(id)?.held_start = Some(start_now.clone());
         let ended = tokio::select! {
             biased;
             () = ran.cancelled() => true,

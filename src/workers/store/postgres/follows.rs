@@ -6,8 +6,10 @@
 //!
 //! Each replica says whether it follows in its `replicas` row (`follows_events`, written as
 //! its followers here come and go, the last one's end [`LINGER`]ing), and announces a change on
-//! `agentry_follows`. Each replica keeps whether another follows ([`Origin::followed`](super::batch::Origin::followed),
-//! read on such a notice, on every listener connect and every `lease / 3`); when that turns
+//! `agentry_follows`. Each replica keeps whether another follows
+//! ([`Origin::followed`](super::batch::Origin::followed), read in the same statement that
+//! writes its own flag: on such a notice from another replica, on every listener connect and
+//! every `lease / 3`); when that turns
 //! true it sends `NOTIFY agentry_events '*:<replica>'`, which every receiver takes as a resync:
 //! what it committed before it knew was not announced. Until its first read, and whenever a
 //! read fails, a replica announces everything.
@@ -20,7 +22,8 @@ use deadpool_postgres::Pool;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
-use super::context::error_text;
+use super::context::PgContext;
+use crate::workers::store::StoreError;
 
 /// The channel on which a replica says that its `follows_events` changed.
 pub(super) const FOLLOWS_CHANNEL: &str = "agentry_follows";
@@ -66,28 +69,15 @@ pub(super) async fn run(
                 off_at = None;
             }
         }
-        if written != Some(follows) {
-            match write(&pool, &me, follows).await {
-                Ok(()) => written = Some(follows),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot record whether this replica follows events");
-                    tokio::time::sleep(RETRY).await;
-                    continue;
-                }
-            }
-        }
-        if read {
-            match others_follow(&pool, &me).await {
+        if read || written != Some(follows) {
+            let was = followed.load(Ordering::Acquire);
+            match exchange(&pool, &me, follows, was).await {
                 Ok(now) => {
-                    read = false;
+                    (written, read) = (Some(follows), false);
                     next_read = Instant::now() + every;
-                    let was = followed.swap(now, Ordering::AcqRel);
+                    followed.store(now, Ordering::Release);
                     if now && !was {
                         tracing::info!("another replica follows events: announcing this one's");
-                        // Followers may have missed what was committed before this was known.
-                        if let Err(e) = resync_followers(&pool, &me).await {
-                            tracing::warn!(error = %e, "cannot tell followers to read again");
-                        }
                     } else if was && !now {
                         tracing::info!(
                             "no other replica follows events: not announcing this one's"
@@ -95,9 +85,9 @@ pub(super) async fn run(
                     }
                 }
                 Err(e) => {
-                    // Unknown: announce everything until a read succeeds.
+                    // Unknown: announce everything until an exchange succeeds.
                     followed.store(true, Ordering::Release);
-                    tracing::warn!(error = %e, "cannot read whether other replicas follow events");
+                    tracing::warn!(error = %e, "cannot exchange with the other replicas whether they follow events");
                     tokio::time::sleep(RETRY).await;
                     continue;
                 }
@@ -122,46 +112,30 @@ pub(super) async fn run(
     }
 }
 
-/// Records whether this replica follows events, and says so when that changed.
-async fn write(pool: &Pool, me: &str, follows: bool) -> Result<(), String> {
-    let client = pool.get().await.map_err(|e| error_text(&e))?;
-    client
-        .execute(
-            "WITH u AS (
-                 UPDATE replicas SET follows_events = $2
-                  WHERE id = $1 AND follows_events <> $2 RETURNING 1
-             )
-             SELECT pg_notify('agentry_follows', $1::text) FROM u",
-            &[&me, &follows],
-        )
-        .await
-        .map_err(|e| error_text(&e))?;
-    Ok(())
-}
-
-/// Whether another live replica follows events.
-async fn others_follow(pool: &Pool, me: &str) -> Result<bool, String> {
-    let client = pool.get().await.map_err(|e| error_text(&e))?;
+/// In one statement: records whether this replica `follows` events (saying so on
+/// [`FOLLOWS_CHANNEL`] when that changed), and reads whether another live replica does; when
+/// one does and this replica did not know it (`was`), tells every replica to read again what
+/// it follows (a resync on `agentry_events`): what this one committed before was not announced.
+async fn exchange(pool: &Pool, me: &str, follows: bool, was: bool) -> Result<bool, StoreError> {
+    let client = pool.get().await.pg("follow events: get a connection")?;
     let row = client
         .query_one(
-            "SELECT EXISTS (SELECT 1 FROM replicas
-                             WHERE follows_events AND id <> $1 AND expires_at > now())",
-            &[&me],
+            "WITH u AS (
+                 UPDATE replicas SET follows_events = $2
+                  WHERE id = $1 AND follows_events <> $2
+                 RETURNING pg_notify('agentry_follows', $1::text)
+             ), f AS (
+                 SELECT EXISTS (SELECT 1 FROM replicas
+                                 WHERE follows_events AND id <> $1 AND expires_at > now())
+                        AS others
+             )
+             SELECT others,
+                    CASE WHEN others AND NOT $3::boolean
+                         THEN pg_notify('agentry_events', '*:' || $1::text) END
+               FROM f",
+            &[&me, &follows, &was],
         )
         .await
-        .map_err(|e| error_text(&e))?;
+        .pg("exchange whether replicas follow events")?;
     Ok(row.get(0))
-}
-
-/// Tells every replica to read again what it follows (a resync on `agentry_events`).
-async fn resync_followers(pool: &Pool, me: &str) -> Result<(), String> {
-    let client = pool.get().await.map_err(|e| error_text(&e))?;
-    client
-        .execute(
-            "SELECT pg_notify('agentry_events', '*:' || $1::text)",
-            &[&me],
-        )
-        .await
-        .map_err(|e| error_text(&e))?;
-    Ok(())
 }

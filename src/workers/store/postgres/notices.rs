@@ -86,8 +86,12 @@ pub(super) async fn listen(
                         std::future::poll_fn(|cx| connection.poll_message(cx)).await
                     {
                         match message {
+                            // Another replica's flag changed (its own payload is its id;
+                            // this replica's own change needs no read).
                             Ok(AsyncMessage::Notification(n)) if n.channel() == FOLLOWS_CHANNEL => {
-                                to.follows.notify_one();
+                                if n.payload() != me {
+                                    to.follows.notify_one();
+                                }
                             }
                             Ok(AsyncMessage::Notification(n)) => {
                                 for notice in parse_notices(n.channel(), n.payload(), &me) {
