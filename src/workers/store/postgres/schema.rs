@@ -171,7 +171,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "ALTER TABLE replicas ADD COLUMN follows_events BOOLEAN NOT NULL DEFAULT false;",
     // 15: fewer index entries per worker life (docs §9, "Schema"): a worker without a parent is
     // not in `workers_by_parent`, and a completed one not in `workers_by_state`, so a top-level
-    // worker's row and the transition that completes it skip both.
+    // worker's create skips the first and the transition that completes it both.
     r#"DROP INDEX workers_by_parent;
     CREATE INDEX workers_by_parent ON workers (parent_id, create_time_ms, id)
         WHERE parent_id IS NOT NULL;
