@@ -21,7 +21,8 @@ use crate::{
 };
 
 /// The agent: records its pid, token and each run, then answers fast (`quick`), after a
-/// second (`slowish`) or never (anything else: sleeps until killed).
+/// second (`slowish`), once the file `$OUT/<worker id>.go` exists (`gated`) or never (anything
+/// else: sleeps until killed).
 const AGENT: &str = r#"input=$(cat)
 echo $$ > "$OUT/$AGENTRY_WORKER_ID.pid"
 printf %s "$AGENTRY_WORKER_TOKEN" > "$OUT/$AGENTRY_WORKER_ID.token"
@@ -29,6 +30,7 @@ echo "$AGENTRY_WORKER_ID" >> "$OUT/runs"
 case "$input" in
   *quick*) echo fast-result ;;
   *slowish*) sleep 1; echo slow-result ;;
+  *gated*) while [ ! -e "$OUT/$AGENTRY_WORKER_ID.go" ]; do sleep 0.05; done; echo gated-result ;;
   *) exec sleep 30 ;;
 esac"#;
 
@@ -279,6 +281,71 @@ async fn replicas_a_watch_on_b_sees_every_event_of_a_worker_on_a_in_order() {
     );
     let done = get(&p.b.client, &w.id).await;
     assert_eq!(done.result.as_deref(), Some("slow-result\n"));
+}
+
+/// The first payload `heard` receives that `pred` accepts, within 15 seconds.
+async fn heard_until(
+    heard: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    what: &str,
+    pred: impl Fn(&str) -> bool,
+) -> String {
+    tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            let payload = heard.recv().await.expect("the listening connection");
+            if pred(&payload) {
+                return payload;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no notification of {what} in 15 s"))
+}
+
+#[tokio::test]
+async fn replicas_a_watch_on_b_makes_a_announce_its_worker_s_events() {
+    // docs/replicas.md, "Followed events": a replica sends its events' notifications only
+    // while another replica follows them. Here the database's own channel is read: a watch on
+    // b must make a announce (first its resync, `*:<a>`, then the worker's next event), or b
+    // would learn of the worker's end only by re-reading.
+    let Some(p) = pair("").await else { return };
+    let (client, mut connection) = tokio_postgres::connect(&p.db.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let (tx, mut heard) = tokio::sync::mpsc::unbounded_channel::<String>();
+    tokio::spawn(async move {
+        while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            if let Ok(tokio_postgres::AsyncMessage::Notification(n)) = message
+                && tx.send(n.payload().to_owned()).is_err()
+            {
+                return;
+            }
+        }
+    });
+    client.batch_execute("LISTEN agentry_events").await.unwrap();
+
+    let w = spawn(&p.a.client, "gated job", false).await.worker.unwrap();
+    wait_state(&p.a.client, &w.id, RUNNING).await;
+    let watch = watch_attached(p.b.client.clone(), w.id.clone()).await;
+    let a_id: String = client
+        .query_one("SELECT id FROM replicas WHERE name = 'a'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let resync = format!("*:{a_id}");
+    heard_until(&mut heard, "a's resync", |p| p == resync).await;
+    std::fs::write(p.dir.path().join(format!("{}.go", w.id)), "").unwrap();
+    let id = w.id.clone();
+    let end = heard_until(&mut heard, "the worker's end", |p| {
+        p.split(',').any(|e| e.starts_with(&format!("{id}:3:")))
+    })
+    .await;
+    assert!(end.contains(&w.id), "{end}");
+    let seen = tokio::time::timeout(Duration::from_secs(10), watch)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(seen.last(), Some(&(3, COMPLETED)), "{seen:?}");
+    drop(client);
 }
 
 #[tokio::test]
