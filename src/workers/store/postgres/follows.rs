@@ -9,10 +9,9 @@
 //! `agentry_follows`. Each replica keeps whether another follows
 //! ([`Origin::followed`](super::batch::Origin::followed), read in the same statement that
 //! writes its own flag: on such a notice from another replica, on every listener connect and
-//! every `lease / 3`); when that turns
-//! true it sends `NOTIFY agentry_events '*:<replica>'`, which every receiver takes as a resync:
-//! what it committed before it knew was not announced. Until its first read, and whenever a
-//! read fails, a replica announces everything.
+//! every `lease / 3`); when that turns true it sends `NOTIFY agentry_events '*:<replica>'`,
+//! which every receiver takes as a resync: what it committed before it knew was not announced.
+//! Until its first read, and whenever a read fails, a replica announces everything.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -102,11 +101,9 @@ pub(super) async fn run(
         tokio::select! {
             changed = wanted.changed() => if changed.is_err() { return },
             () = heard.notified() => read = true,
-            () = tokio::time::sleep_until(next_read) => {
-                // The row could have been written again meanwhile (a lapsed lease).
-                read = true;
-                written = None;
-            }
+            // The exchange also writes the flag again, should the row have changed meanwhile
+            // (a lapsed lease).
+            () = tokio::time::sleep_until(next_read) => read = true,
             () = lingering => {}
         }
     }
