@@ -91,8 +91,6 @@ async fn run(sup: Arc<Supervisor>, store: Arc<dyn SharedStore>, lease: Duration)
                 notices = None;
                 continue;
             }
-            // They come on the fleet's own receiver (`runner_notices`), never on this one.
-            Some(Ok(Notice::RunnerWait(_) | Notice::Relay { .. })) => continue,
             None => {}
         }
         // Half a tick of slack: a tick fires a little less than `renew_every` after the last

@@ -348,17 +348,10 @@ impl Binary {
     /// prints after the listening line when `http.listen` is set.
     pub async fn http_addr(&self) -> String {
         const HTTP: &str = "http listening ";
-        eventually(
-            &format!("{} to say where its HTTP listener is", self.what),
-            START_WITHIN,
-            || async {
-                let out = lock(&self.output);
-                match out.stdout.iter().find(|l| l.starts_with(HTTP)) {
-                    Some(line) => Ok(line[HTTP.len()..].to_owned()),
-                    None => Err(out.show()),
-                }
-            },
-        )
+        self.output_until("say where its HTTP listener is", START_WITHIN, |out| {
+            let line = out.stdout.iter().find(|l| l.starts_with(HTTP))?;
+            Some(line[HTTP.len()..].to_owned())
+        })
         .await
     }
 
@@ -369,17 +362,25 @@ impl Binary {
 
     /// Waits for a stderr line containing `needle`; returns the log lines up to that one.
     pub async fn log_until(&self, needle: &str, within: Duration) -> Vec<String> {
-        eventually(
-            &format!("{} to log {needle:?}", self.what),
-            within,
-            || async {
-                let out = lock(&self.output);
-                match out.stderr.iter().position(|l| l.contains(needle)) {
-                    Some(i) => Ok(out.stderr[..=i].to_vec()),
-                    None => Err(out.show()),
-                }
-            },
-        )
+        self.output_until(&format!("log {needle:?}"), within, |out| {
+            let i = out.stderr.iter().position(|l| l.contains(needle))?;
+            Some(out.stderr[..=i].to_vec())
+        })
+        .await
+    }
+
+    /// Waits until `find` finds what it looks for in the output so far; fails after `within`
+    /// with everything the binary wrote, saying it did not `what`.
+    async fn output_until<T>(
+        &self,
+        what: &str,
+        within: Duration,
+        find: impl Fn(&Output) -> Option<T>,
+    ) -> T {
+        eventually(&format!("{} to {what}", self.what), within, || async {
+            let out = lock(&self.output);
+            find(&out).ok_or_else(|| out.show())
+        })
         .await
     }
 }

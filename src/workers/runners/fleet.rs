@@ -35,7 +35,7 @@ use crate::workers::{
     executor::Assignment,
     model::{WorkerId, WorkerRecord, generate_token, hash_token},
     spec::WorkerSpec,
-    store::{Notice, Relayed, RunnerClaim, RunnerWait, SharedStore, StoreError, WorkerStore},
+    store::{Relayed, RunnerClaim, RunnerNotice, RunnerWait, SharedStore, StoreError, WorkerStore},
 };
 
 /// How often waits are looked for and relays taken without a notice.
@@ -80,23 +80,22 @@ impl Round {
     /// ([`SharedStore::runner_notices`]).
     fn note(
         &mut self,
-        n: Result<Notice, RecvError>,
-        notices: &mut Option<tokio::sync::broadcast::Receiver<Notice>>,
+        n: Result<RunnerNotice, RecvError>,
+        notices: &mut Option<tokio::sync::broadcast::Receiver<RunnerNotice>>,
     ) {
         match n {
-            Ok(Notice::RunnerWait(Some(wait))) => self.waits.push(wait),
-            Ok(Notice::RunnerWait(None)) => self.look = true,
-            Ok(Notice::Relay { relayed, .. }) => match relayed {
+            Ok(RunnerNotice::Wait(Some(wait))) => self.waits.push(wait),
+            Ok(RunnerNotice::Wait(None)) => self.look = true,
+            Ok(RunnerNotice::Relay { relayed }) => match relayed {
                 Some(relayed) => self.relayed.extend(relayed),
                 None => self.take = true,
             },
             // Notices may have been missed: read everything.
-            Ok(Notice::Resync) | Err(RecvError::Lagged(_)) => {
+            Ok(RunnerNotice::Resync) | Err(RecvError::Lagged(_)) => {
                 self.look = true;
                 self.take = true;
             }
             Err(RecvError::Closed) => *notices = None,
-            Ok(_) => {}
         }
     }
 }
@@ -239,7 +238,7 @@ impl Fleet {
 
     /// Withdraws the wait of an owned worker whose run ended, claimed or not.
     pub async fn unpublish(&self, id: &WorkerId) {
-        if let Err(e) = self.shared.withdraw_runner_wait(id, false).await {
+        if let Err(e) = self.shared.unpublish_runner_wait(id).await {
             tracing::warn!(worker = %id, error = %e, "cannot withdraw a runner wait");
         }
     }
@@ -247,7 +246,7 @@ impl Fleet {
     /// Withdraws an owned worker nobody claimed yet; true when it was still unclaimed.
     pub async fn withdraw_unclaimed(&self, id: &WorkerId) -> bool {
         self.shared
-            .withdraw_runner_wait(id, true)
+            .withdraw_unclaimed_wait(id)
             .await
             .unwrap_or(false)
     }

@@ -262,12 +262,12 @@ pub trait SharedStore: Send + Sync {
     /// does. Announcing starts a moment later, with a [`Notice::Resync`].
     fn follow_events(&self) -> Following;
 
-    /// The runner notices (docs §10, runners across replicas): [`Notice::RunnerWait`] (while
-    /// [`Self::listen_for_waits`] is on), the [`Notice::Relay`]s addressed to this replica
-    /// (those to others are dropped where they are read), and [`Notice::Resync`]. Apart from
-    /// the others, so that the fleet's loop wakes only for these and the other receivers never
-    /// for these. Hints, like [`Self::notices`].
-    fn runner_notices(&self) -> broadcast::Receiver<Notice>;
+    /// The runner notices (docs §10, runners across replicas): [`RunnerNotice::Wait`] (while
+    /// [`Self::listen_for_waits`] is on), the [`RunnerNotice::Relay`]s addressed to this
+    /// replica (those to others are dropped where they are read), and [`RunnerNotice::Resync`].
+    /// Apart from [`Self::notices`], so that the fleet's loop wakes only for these and the
+    /// other receivers never for these. Hints, like [`Self::notices`].
+    fn runner_notices(&self) -> broadcast::Receiver<RunnerNotice>;
 
     /// Records a stop request on an open row owned by **another** replica and notifies it;
     /// returns whether one was recorded (false: the row is terminal, unknown, or this process
@@ -313,8 +313,8 @@ pub trait SharedStore: Send + Sync {
     async fn publish_runner_wait(&self, wait: &RunnerWait) -> Result<(), StoreError>;
 
     /// Whether this replica hears of the waits other replicas publish
-    /// ([`Notice::RunnerWait`]): only while a runner is connected to it (off at first), since
-    /// nothing else claims them. Turned on, a [`Notice::RunnerWait`]`(None)` follows once it
+    /// ([`RunnerNotice::Wait`]): only while a runner is connected to it (off at first), since
+    /// nothing else claims them. Turned on, a [`RunnerNotice::Wait`]`(None)` follows once it
     /// takes effect, so that the waits published meanwhile are read.
     fn listen_for_waits(&self, on: bool);
 
@@ -331,12 +331,12 @@ pub trait SharedStore: Send + Sync {
         token_hash: &str,
     ) -> Result<Option<WorkerRecord>, StoreError>;
 
-    /// Deletes a wait (only while unclaimed, when `only_unclaimed`); whether one was deleted.
-    async fn withdraw_runner_wait(
-        &self,
-        id: &WorkerId,
-        only_unclaimed: bool,
-    ) -> Result<bool, StoreError>;
+    /// Deletes the wait of a worker whose run ended here, claimed or not (none there is no
+    /// error).
+    async fn unpublish_runner_wait(&self, id: &WorkerId) -> Result<(), StoreError>;
+
+    /// Deletes a wait only while no replica has claimed it; whether it was deleted.
+    async fn withdraw_unclaimed_wait(&self, id: &WorkerId) -> Result<bool, StoreError>;
 
     /// Who claimed the runner wait of worker `id`.
     async fn runner_claim(&self, id: &WorkerId) -> Result<RunnerClaim, StoreError>;
@@ -498,19 +498,27 @@ pub enum Notice {
         /// The worker.
         worker_id: WorkerId,
     },
+    /// The listener (re)connected and may have missed notices, or a replica began announcing
+    /// what it commits: re-read everything.
+    Resync,
+}
+
+/// A wake-up about runners across replicas (docs §10), on its own channel
+/// ([`SharedStore::runner_notices`]) so that the fleet's loop wakes only for these.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunnerNotice {
     /// A runner worker was published for the runners of every replica: the wait itself when
     /// the notice carried it whole (a replica may claim it without reading the table), else
     /// `None` (read the waits).
-    RunnerWait(Option<RunnerWait>),
-    /// Messages were relayed to a replica: only the addressee takes them.
+    Wait(Option<RunnerWait>),
+    /// Messages were relayed to this replica.
     Relay {
-        /// The addressee's replica id.
-        to_replica: String,
         /// The messages, when the notice carried them whole (the addressee applies them at
         /// once and deletes their rows later); `None`: take them from the store.
         relayed: Option<Vec<Relayed>>,
     },
-    /// The listener (re)connected and may have missed notices: re-read everything.
+    /// The listener (re)connected and may have missed notices: re-read the waits and the
+    /// relays.
     Resync,
 }
 

@@ -41,7 +41,7 @@ use tokio_postgres::types::ToSql;
 use super::record::{advance, creation_event, progress_event, to_sql_sequence};
 use super::{
     Applied, Continued, Following, Lease, ListQuery, Message, Notice, Patch, Relayed, RunnerClaim,
-    RunnerWait, Sent, SharedStore, StoreError, WorkerStore,
+    RunnerNotice, RunnerWait, Sent, SharedStore, StoreError, WorkerStore,
 };
 use crate::workers::lifecycle::Event;
 use crate::workers::model::{Progress, WorkerEvent, WorkerId, WorkerRecord};
@@ -97,7 +97,7 @@ pub struct PostgresStore {
     /// Where [`Notice`]s are published; the listener task holds a clone.
     notices: broadcast::Sender<Notice>,
     /// The runner notices (waits, relays to this replica), apart.
-    runner_notices: broadcast::Sender<Notice>,
+    runner_notices: broadcast::Sender<RunnerNotice>,
     /// Whether the listener listens for published runner waits (`listen_for_waits`).
     wants_waits: tokio::sync::watch::Sender<bool>,
     /// This replica's callers following events (`follow_events`), which the `follows` task
@@ -829,7 +829,7 @@ impl SharedStore for PostgresStore {
         self.notices.subscribe()
     }
 
-    fn runner_notices(&self) -> broadcast::Receiver<Notice> {
+    fn runner_notices(&self) -> broadcast::Receiver<RunnerNotice> {
         self.runner_notices.subscribe()
     }
 
@@ -927,14 +927,14 @@ impl SharedStore for PostgresStore {
         runners::claim_wait(&client, &self.replica_id, id, token_hash).await
     }
 
-    async fn withdraw_runner_wait(
-        &self,
-        id: &WorkerId,
-        only_unclaimed: bool,
-    ) -> Result<bool, StoreError> {
-        if !only_unclaimed {
-            return self.unpublishes.write(UnpublishWrite(id.clone())).await;
-        }
+    async fn unpublish_runner_wait(&self, id: &WorkerId) -> Result<(), StoreError> {
+        self.unpublishes
+            .write(UnpublishWrite(id.clone()))
+            .await
+            .map(drop)
+    }
+
+    async fn withdraw_unclaimed_wait(&self, id: &WorkerId) -> Result<bool, StoreError> {
         let client = self.client().await?;
         runners::withdraw_unclaimed(&client, id).await
     }

@@ -1,7 +1,8 @@
 //! Notices between replicas: one dedicated `LISTEN` connection per process that turns the
 //! notifications of `agentry_events`, `agentry_stop`, `agentry_holds`, `agentry_relays` and
-//! (while a runner is connected here) `agentry_runner_waits` into [`Notice`]s, reconnecting
-//! forever (with a [`Notice::Resync`] after each connect), and the parsing of their payloads.
+//! (while a runner is connected here) `agentry_runner_waits` into [`Notice`]s and
+//! [`RunnerNotice`]s, reconnecting forever (with a resync after each connect), and the parsing
+//! of their payloads.
 //! Notices are hints: anything malformed is dropped.
 
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use tokio_postgres::{AsyncMessage, NoTls};
 
 use super::follows::FOLLOWS_CHANNEL;
 use crate::workers::model::WorkerId;
-use crate::workers::store::{Notice, Relayed, RunnerWait};
+use crate::workers::store::{Notice, Relayed, RunnerNotice, RunnerWait};
 
 /// Pause between two attempts of the listener to reconnect.
 const LISTEN_RETRY: Duration = Duration::from_millis(500);
@@ -29,27 +30,46 @@ pub(super) struct Senders {
     /// Events, stops, holds.
     pub notices: broadcast::Sender<Notice>,
     /// Runner waits and the relays to this replica.
-    pub runners: broadcast::Sender<Notice>,
+    pub runners: broadcast::Sender<RunnerNotice>,
     /// Wakes the task that keeps who follows events (`follows`): on a notice on its channel,
     /// and on each connect.
     pub follows: Arc<Notify>,
 }
 
 impl Senders {
-    /// Sends `notice` to its receivers: a runner notice to the fleet's, a relay only when it
-    /// is addressed to `me`, a resync to both, anything else to the others.
-    fn send(&self, notice: Notice, me: &str) {
-        let _ = match &notice {
-            Notice::RunnerWait(_) => self.runners.send(notice),
-            Notice::Relay { to_replica, .. } if to_replica == me => self.runners.send(notice),
-            Notice::Relay { .. } => return,
-            Notice::Resync => {
-                self.follows.notify_one();
-                let _ = self.notices.send(Notice::Resync);
-                self.runners.send(notice)
+    /// Sends what a notification on `channel` says to its receivers: runner waits, and relays
+    /// addressed to `me`, to the fleet's; a resync to every receiver; events, stops and holds
+    /// to the others.
+    fn hear(&self, channel: &str, payload: &str, me: &str) {
+        match channel {
+            WAITS_CHANNEL => {
+                for notice in parse_waits(payload) {
+                    let _ = self.runners.send(notice);
+                }
             }
-            _ => self.notices.send(notice),
-        };
+            RELAYS_CHANNEL => {
+                if let Some((to, relayed)) = parse_relay(payload)
+                    && to == me
+                {
+                    let _ = self.runners.send(RunnerNotice::Relay { relayed });
+                }
+            }
+            _ => {
+                for notice in parse_notices(channel, payload, me) {
+                    match notice {
+                        Notice::Resync => self.resync(),
+                        notice => drop(self.notices.send(notice)),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Tells every receiver to re-read what it may have missed.
+    fn resync(&self) {
+        self.follows.notify_one();
+        let _ = self.notices.send(Notice::Resync);
+        let _ = self.runners.send(RunnerNotice::Resync);
     }
 }
 
@@ -57,15 +77,18 @@ impl Senders {
 /// ([`SharedStore::listen_for_waits`](crate::workers::store::SharedStore::listen_for_waits)).
 pub(super) const WAITS_CHANNEL: &str = "agentry_runner_waits";
 
+/// The channel of messages relayed between replicas about runner workers.
+pub(super) const RELAYS_CHANNEL: &str = "agentry_relays";
+
 /// The channels every replica listens on, [`WAITS_CHANNEL`] aside.
 const CHANNELS: &str = "LISTEN agentry_events; LISTEN agentry_stop; LISTEN agentry_holds; \
                         LISTEN agentry_relays; LISTEN agentry_follows";
 
 /// The listener: one dedicated connection that `LISTEN`s on the channels, turning
-/// notifications into [`Notice`]s for `senders`; reconnects forever, sending
-/// [`Notice::Resync`] after each connect so receivers re-read what they may have missed. It
-/// listens for published runner waits only while `waits` is true, and when that turns true it
-/// sends a [`Notice::RunnerWait`]`(None)` once the `LISTEN` took effect (read the waits).
+/// notifications into notices for `senders`; reconnects forever, sending a resync after each
+/// connect so receivers re-read what they may have missed. It listens for published runner
+/// waits only while `waits` is true, and when that turns true it sends a
+/// [`RunnerNotice::Wait`]`(None)` once the `LISTEN` took effect (read the waits).
 pub(super) async fn listen(
     config: tokio_postgres::Config,
     this_replica: String,
@@ -94,9 +117,7 @@ pub(super) async fn listen(
                                 }
                             }
                             Ok(AsyncMessage::Notification(n)) => {
-                                for notice in parse_notices(n.channel(), n.payload(), &me) {
-                                    to.send(notice, &me);
-                                }
+                                to.hear(n.channel(), n.payload(), &me);
                             }
                             Ok(_) => {}
                             Err(e) => {
@@ -117,7 +138,7 @@ pub(super) async fn listen(
                     pump.abort();
                 } else {
                     // Whatever was committed before LISTEN took effect is re-read.
-                    senders.send(Notice::Resync, &this_replica);
+                    senders.resync();
                     if let Some(ready) = ready.take() {
                         let _ = ready.send(());
                     }
@@ -162,25 +183,23 @@ async fn follow_waits(
                     return;
                 }
                 if on {
-                    let _ = senders.runners.send(Notice::RunnerWait(None));
+                    let _ = senders.runners.send(RunnerNotice::Wait(None));
                 }
             }
         }
     }
 }
 
-/// The [`Notice`]s of one notification: on `agentry_events`, a batch's notification names
-/// every event it wrote, joined by `,`; on `agentry_runner_waits` it carries every wait its
-/// statement published; on the other channels it is one notice. Anything
-/// malformed is dropped (only a hint), each event on its own.
+/// The [`Notice`]s of one notification on `agentry_events`, `agentry_stop` or
+/// `agentry_holds`: on `agentry_events`, a batch's notification names every event it wrote,
+/// joined by `,`; on the other channels it is one notice. Anything malformed is dropped (only
+/// a hint), each event on its own.
 fn parse_notices(channel: &str, payload: &str, this_replica: &str) -> Vec<Notice> {
     if channel == "agentry_events" {
         payload
             .split(',')
             .filter_map(|one| parse_notice(channel, one, this_replica))
             .collect()
-    } else if channel == WAITS_CHANNEL {
-        parse_waits(payload)
     } else {
         parse_notice(channel, payload, this_replica)
             .into_iter()
@@ -188,7 +207,8 @@ fn parse_notices(channel: &str, payload: &str, this_replica: &str) -> Vec<Notice
     }
 }
 
-/// A notification payload as a [`Notice`]; anything malformed is dropped (only a hint).
+/// A notification payload of `agentry_events`, `agentry_stop` or `agentry_holds` as a
+/// [`Notice`]; anything malformed, or on another channel, is dropped (only a hint).
 fn parse_notice(channel: &str, payload: &str, this_replica: &str) -> Option<Notice> {
     match channel {
         "agentry_events" => {
@@ -214,24 +234,19 @@ fn parse_notice(channel: &str, payload: &str, this_replica: &str) -> Option<Noti
         "agentry_holds" => Some(Notice::Holds {
             worker_id: WorkerId::parse(payload).ok()?,
         }),
-        "agentry_relays" => parse_relay(payload),
         _ => None,
     }
 }
 
-/// An `agentry_relays` notice: `[to, [[seq, worker, message], …]]` with the messages of one
-/// statement, `[to, worker, [[seq, message], …]]` (a replica of an earlier build), or `[to]`
-/// (too large to carry; they are taken from the table). Without an addressee it is dropped; a
-/// carried message about an unreadable worker id makes it `[to]`.
-fn parse_relay(payload: &str) -> Option<Notice> {
+/// An `agentry_relays` notice as its addressee's replica id and the messages it carried:
+/// `[to, [[seq, worker, message], …]]` with the messages of one statement, `[to, worker,
+/// [[seq, message], …]]` (a replica of an earlier build), or `[to]` (too large to carry, then
+/// `None`: they are taken from the table). Without an addressee it is dropped; a carried
+/// message about an unreadable worker id makes it `[to]`.
+fn parse_relay(payload: &str) -> Option<(String, Option<Vec<Relayed>>)> {
     type Batch = (String, Vec<(i64, String, String)>);
     type One = (String, String, Vec<(i64, String)>);
-    let carried = |to_replica: String, relayed: Option<Vec<Relayed>>| {
-        Some(Notice::Relay {
-            to_replica,
-            relayed,
-        })
-    };
+    let carried = |to_replica: String, relayed: Option<Vec<Relayed>>| Some((to_replica, relayed));
     if let Ok((to_replica, messages)) = serde_json::from_str::<Batch>(payload) {
         let relayed = messages
             .into_iter()
@@ -277,9 +292,9 @@ fn wait_of((worker_id, owner, agent, caller_scope, deadline_ms): WaitJson) -> Op
 
 /// The waits an `agentry_runner_waits` notice carries: a statement's list of them (`[[worker,
 /// owner, agent, principal, deadline_ms], …]`), or one wait alone (a replica of an earlier
-/// build). Anything else — `[]` (too many to carry), a malformed wait — is one
-/// `RunnerWait(None)`: read the waits.
-fn parse_waits(payload: &str) -> Vec<Notice> {
+/// build). Anything else — `[]` (too many to carry), a malformed wait — is one `Wait(None)`:
+/// read the waits.
+fn parse_waits(payload: &str) -> Vec<RunnerNotice> {
     let carried: Option<Vec<RunnerWait>> = match serde_json::from_str::<Vec<WaitJson>>(payload) {
         Ok(list) => list.into_iter().map(wait_of).collect(),
         Err(_) => serde_json::from_str::<WaitJson>(payload)
@@ -290,9 +305,9 @@ fn parse_waits(payload: &str) -> Vec<Notice> {
     match carried {
         Some(waits) if !waits.is_empty() => waits
             .into_iter()
-            .map(|w| Notice::RunnerWait(Some(w)))
+            .map(|w| RunnerNotice::Wait(Some(w)))
             .collect(),
-        _ => vec![Notice::RunnerWait(None)],
+        _ => vec![RunnerNotice::Wait(None)],
     }
 }
 
@@ -334,12 +349,12 @@ mod tests {
             deadline_ms: 1_700_000_000_000,
         };
         // One wait alone (a replica of an earlier build), or a statement's list of them.
-        let waits = |payload: &str| parse_notices("agentry_runner_waits", payload, "r-me");
+        let waits = parse_waits;
         assert_eq!(
             waits(&format!(
                 r#"["{id}", "r-1", "reviewer", "team:a", 1700000000000]"#
             )),
-            vec![Notice::RunnerWait(Some(wait.clone()))]
+            vec![RunnerNotice::Wait(Some(wait.clone()))]
         );
         let other = RunnerWait {
             worker_id: WorkerId::generate(),
@@ -352,8 +367,8 @@ mod tests {
                 other.worker_id
             )),
             vec![
-                Notice::RunnerWait(Some(wait.clone())),
-                Notice::RunnerWait(Some(other))
+                RunnerNotice::Wait(Some(wait.clone())),
+                RunnerNotice::Wait(Some(other))
             ]
         );
         // A wait notice that does not carry its waits whole still says "look", once.
@@ -364,46 +379,45 @@ mod tests {
             r#"["not-an-id", "r", "a", "s", 1]"#,
             &format!(r#"[["{id}", "r-1", "reviewer", "team:a", 1], ["bad", "r", "a", "s", 1]]"#),
         ] {
-            assert_eq!(waits(payload), vec![Notice::RunnerWait(None)], "{payload}");
+            assert_eq!(waits(payload), vec![RunnerNotice::Wait(None)], "{payload}");
         }
         // A relay notice to `r-2`, carrying `messages` (seq, worker, text) or not.
         let relay = |messages: Option<&[(i64, &WorkerId, &str)]>| {
-            Some(Notice::Relay {
-                to_replica: "r-2".into(),
-                relayed: messages.map(|ms| {
-                    ms.iter()
-                        .map(|&(seq, worker, text)| Relayed {
-                            seq,
-                            worker_id: worker.clone(),
-                            message: text.into(),
-                        })
-                        .collect()
-                }),
-            })
+            let relayed = messages.map(|ms| {
+                ms.iter()
+                    .map(|&(seq, worker, text)| Relayed {
+                        seq,
+                        worker_id: worker.clone(),
+                        message: text.into(),
+                    })
+                    .collect()
+            });
+            Some(("r-2".to_owned(), relayed))
         };
-        assert_eq!(parse("agentry_relays", r#"["r-2"]"#), relay(None));
+        assert_eq!(parse_relay(r#"["r-2"]"#), relay(None));
         let carried = format!(r#"["r-2", "{id}", [[7, "{{\"kind\":\"accepted\"}}"], [8, "x"]]]"#);
         assert_eq!(
-            parse("agentry_relays", &carried),
+            parse_relay(&carried),
             relay(Some(&[(7, &id, r#"{"kind":"accepted"}"#), (8, &id, "x")]))
         );
         // One statement's relays to a replica (one notice, several workers); one unreadable
         // worker id and the notice only says "take them".
         let second = WorkerId::generate();
         assert_eq!(
-            parse(
-                "agentry_relays",
-                &format!(r#"["r-2", [[7, "{id}", "a"], [9, "{second}", "b"]]]"#)
-            ),
+            parse_relay(&format!(
+                r#"["r-2", [[7, "{id}", "a"], [9, "{second}", "b"]]]"#
+            )),
             relay(Some(&[(7, &id, "a"), (9, &second, "b")]))
         );
         assert_eq!(
-            parse(
-                "agentry_relays",
-                &format!(r#"["r-2", [[7, "{id}", "a"], [9, "not-an-id", "b"]]]"#)
-            ),
+            parse_relay(&format!(
+                r#"["r-2", [[7, "{id}", "a"], [9, "not-an-id", "b"]]]"#
+            )),
             relay(None)
         );
+        for payload in ["", "[]", "[1]"] {
+            assert_eq!(parse_relay(payload), None, "{payload}");
+        }
         // A batch's notification: every event it names, a malformed one dropped alone.
         let other = WorkerId::generate();
         assert_eq!(
@@ -427,20 +441,15 @@ mod tests {
         );
         // Other channels are not split.
         assert_eq!(
-            parse_notices("agentry_relays", r#"["r-2"]"#, "r-me"),
-            vec![Notice::Relay {
-                to_replica: "r-2".into(),
-                relayed: None
-            }]
+            parse_notices("agentry_stop", &format!("{id},{other}"), "r-me"),
+            vec![]
         );
         for (channel, payload) in [
             ("agentry_events", "nonsense"),
             ("agentry_events", "w:x"),
             ("agentry_events", "w-1:7:r-me"),
             ("agentry_stop", ""),
-            ("agentry_relays", ""),
-            ("agentry_relays", "[]"),
-            ("agentry_relays", "[1]"),
+            ("agentry_relays", r#"["r-me"]"#),
             ("other", "x"),
         ] {
             assert_eq!(parse(channel, payload), None, "{channel} {payload}");

@@ -2,7 +2,6 @@
 //! every replica, the claim that takes one (`FOR UPDATE SKIP LOCKED`, the worker's token
 //! rotated in the same statement), and the messages relayed between the owner and the claimer.
 
-use std::collections::HashSet;
 use std::sync::LazyLock;
 
 use deadpool_postgres::Client;
@@ -10,7 +9,7 @@ use deadpool_postgres::Client;
 use super::batch::{Batched, Origin, column};
 use super::cached::query_opt_cached;
 use super::context::PgContext;
-use super::notices::{PAYLOAD_LIMIT, WAITS_CHANNEL};
+use super::notices::{PAYLOAD_LIMIT, RELAYS_CHANNEL, WAITS_CHANNEL};
 use super::rows::read_record;
 use crate::workers::model::{WorkerId, WorkerRecord};
 use crate::workers::store::record::COLUMNS;
@@ -60,7 +59,7 @@ static RELAY_SQL: LazyLock<String> = LazyLock::new(|| {
                         json_agg(json_build_array(seq, worker_id, message) ORDER BY seq))::text AS p
                FROM sent GROUP BY to_replica
          )
-         SELECT pg_notify('agentry_relays', CASE WHEN octet_length(p) < {PAYLOAD_LIMIT}
+         SELECT pg_notify('{RELAYS_CHANNEL}', CASE WHEN octet_length(p) < {PAYLOAD_LIMIT}
                                                  THEN p ELSE json_build_array(to_replica)::text END)
            FROM whole"
     )
@@ -161,7 +160,7 @@ impl Batched for PublishWrite {
 }
 
 /// The wait of a worker whose run ended, deleted claimed or not (`SharedStore::
-/// withdraw_runner_wait` with `only_unclaimed` false), as the batch writer takes it.
+/// unpublish_runner_wait`), as the batch writer takes it.
 #[derive(Debug)]
 pub(super) struct UnpublishWrite(pub WorkerId);
 
@@ -177,17 +176,11 @@ impl Batched for UnpublishWrite {
     ) -> Result<Vec<bool>, tokio_postgres::Error> {
         let worker = column(batch, |w| w.0.as_str());
         let statement = c
-            .prepare_cached(
-                "DELETE FROM runner_waits WHERE worker_id = ANY($1::text[]) RETURNING worker_id",
-            )
+            .prepare_cached("DELETE FROM runner_waits WHERE worker_id = ANY($1::text[])")
             .await?;
-        let gone: HashSet<String> = c
-            .query(&statement, &[&worker])
-            .await?
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
-        Ok(worker.iter().map(|w| gone.contains(*w)).collect())
+        c.execute(&statement, &[&worker]).await?;
+        // A wait already gone (the claimer's last relay withdrew it) is withdrawn all the same.
+        Ok(vec![true; batch.len()])
     }
 }
 
@@ -237,7 +230,7 @@ pub(super) async fn claim_wait(
 }
 
 /// Deletes the wait of worker `id` if no replica claimed it (`SharedStore::
-/// withdraw_runner_wait` with `only_unclaimed`); whether one was deleted.
+/// withdraw_unclaimed_wait`); whether one was deleted.
 pub(super) async fn withdraw_unclaimed(client: &Client, id: &WorkerId) -> Result<bool, StoreError> {
     let n = client
         .execute(
