@@ -308,8 +308,8 @@ pub trait SharedStore: Send + Sync {
     /// lost.
     async fn prune_holds(&self) -> Result<(), StoreError>;
 
-    /// Publishes a runner worker of this replica for the runners of every replica (docs
-    /// §10, runners across replicas), and notifies them.
+    /// Publishes a runner worker of this replica (`wait.owner` is this replica's id) for the
+    /// runners of every replica (docs §10, runners across replicas), and notifies them.
     async fn publish_runner_wait(&self, wait: &RunnerWait) -> Result<(), StoreError>;
 
     /// Whether this replica hears of the waits other replicas publish

@@ -114,15 +114,16 @@ impl Batched for RelayWrite {
 #[derive(Debug)]
 pub(super) struct PublishWrite(pub RunnerWait);
 
-/// Runner waits published together: each inserted (one already there is left as it is), and
-/// one notice for the statement that carries them (`[[worker, owner, agent, principal,
+/// Runner waits published together, all of this replica's (`$2`): each inserted (one already
+/// there is left as it is), and one notice for the statement that carries them (`[[worker, owner, agent, principal,
 /// deadline_ms], …]`) so a replica whose runners can take them claims without reading the
 /// table; when they do not fit in a notice it carries `[]` (read the waits).
 static PUBLISH_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH added AS (
              INSERT INTO runner_waits (worker_id, owner_replica, agent, caller_scope, deadline_ms)
-             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[])
+             SELECT w, $2::text, a, s, d
+               FROM unnest($1::text[], $3::text[], $4::text[], $5::bigint[]) AS u(w, a, s, d)
              ON CONFLICT (worker_id) DO NOTHING
              RETURNING worker_id, owner_replica, agent, caller_scope, deadline_ms
          ), whole AS (
@@ -143,11 +144,13 @@ impl Batched for PublishWrite {
     }
     async fn write_all(
         c: &Client,
-        _origin: &Origin,
+        origin: &Origin,
         batch: &[Self],
     ) -> Result<Vec<bool>, tokio_postgres::Error> {
+        // Only the owner publishes its workers' waits.
+        debug_assert!(batch.iter().all(|w| *w.0.owner == *origin.id));
         let worker = column(batch, |w| w.0.worker_id.as_str());
-        let owner = column(batch, |w| w.0.owner.as_str());
+        let owner: &str = &origin.id;
         let agent = column(batch, |w| w.0.agent.as_str());
         let scope = column(batch, |w| w.0.caller_scope.as_str());
         let deadline = column(batch, |w| w.0.deadline_ms);
