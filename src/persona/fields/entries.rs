@@ -187,7 +187,10 @@ pub(in crate::persona) fn entries(block: &Block, diag: &mut DiagFn<'_>) -> Vec<E
 /// The block through YAML (tabs replaced by two spaces): the mapping's entries, or the line and
 /// reason why it is not a mapping.
 fn yaml_entries(block: &Block) -> Result<Vec<Entry>, (Option<u32>, String)> {
-    let yaml_text = block.text.replace('\t', "  ");
+    let yaml_text = match memchr::memchr(b'\t', block.text.as_bytes()) {
+        Some(_) => Cow::Owned(block.text.replace('\t', "  ")),
+        None => Cow::Borrowed(&*block.text),
+    };
     match serde_yaml::from_str::<Yaml>(&yaml_text) {
         Ok(Yaml::Mapping(m)) => {
             let lines = key_lines(block);
