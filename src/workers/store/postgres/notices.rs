@@ -5,7 +5,7 @@
 //! of their payloads.
 //! Notices are hints: anything malformed is dropped.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use tokio::sync::{Notify, broadcast, watch};
@@ -80,9 +80,13 @@ pub(super) const WAITS_CHANNEL: &str = "agentry_runner_waits";
 /// The channel of messages relayed between replicas about runner workers.
 pub(super) const RELAYS_CHANNEL: &str = "agentry_relays";
 
-/// The channels every replica listens on, [`WAITS_CHANNEL`] aside.
-const CHANNELS: &str = "LISTEN agentry_events; LISTEN agentry_stop; LISTEN agentry_holds; \
-                        LISTEN agentry_relays; LISTEN agentry_follows";
+/// The `LISTEN` of every channel a replica listens on, [`WAITS_CHANNEL`] aside.
+static CHANNELS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "LISTEN agentry_events; LISTEN agentry_stop; LISTEN agentry_holds; \
+         LISTEN {RELAYS_CHANNEL}; LISTEN {FOLLOWS_CHANNEL}"
+    )
+});
 
 /// The listener: one dedicated connection that `LISTEN`s on the channels, turning
 /// notifications into notices for `senders`; reconnects forever, sending a resync after each
@@ -129,9 +133,9 @@ pub(super) async fn listen(
                 });
                 let with_waits = *waits.borrow_and_update();
                 let channels = if with_waits {
-                    format!("{CHANNELS}; LISTEN {WAITS_CHANNEL}")
+                    format!("{}; LISTEN {WAITS_CHANNEL}", *CHANNELS)
                 } else {
-                    CHANNELS.to_owned()
+                    CHANNELS.clone()
                 };
                 if let Err(e) = client.batch_execute(&channels).await {
                     tracing::warn!(error = %e, "store listener cannot LISTEN");

@@ -115,9 +115,10 @@ impl Batched for RelayWrite {
 pub(super) struct PublishWrite(pub RunnerWait);
 
 /// Runner waits published together, all of this replica's (`$2`): each inserted (one already
-/// there is left as it is), and one notice for the statement that carries them (`[[worker, owner, agent, principal,
-/// deadline_ms], …]`) so a replica whose runners can take them claims without reading the
-/// table; when they do not fit in a notice it carries `[]` (read the waits).
+/// there is left as it is), and one notice for the statement that carries them (`[[worker,
+/// owner, agent, principal, deadline_ms], …]`) so a replica whose runners can take them claims
+/// without reading the table; when they do not fit in a notice it carries `[]` (read the
+/// waits).
 static PUBLISH_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH added AS (
