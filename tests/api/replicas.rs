@@ -363,6 +363,46 @@ async fn replicas_a_watch_on_b_makes_a_announce_its_worker_s_events() {
 }
 
 #[tokio::test]
+async fn replicas_b_lists_a_s_workers_by_state() {
+    // On PostgreSQL a completed worker is in no state index (docs/replicas.md, "Schema"):
+    // listed by state, with other states or alone, it is still found.
+    let Some(p) = pair("").await else { return };
+    let done = spawn(&p.a.client, "quick job", true).await.worker.unwrap();
+    assert_eq!(done.state, COMPLETED);
+    let open = spawn(&p.a.client, "gated job", false).await.worker.unwrap();
+    let b = p.b.client.clone();
+    wait_state(&b, &open.id, RUNNING).await;
+    let by_state = |states: &[i32]| {
+        let (mut b, states) = (b.clone(), states.to_vec());
+        async move {
+            let listed = b
+                .list_workers(pb::ListWorkersRequest {
+                    states,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .workers;
+            listed.into_iter().map(|w| w.id).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(by_state(&[COMPLETED]).await, std::slice::from_ref(&done.id));
+    assert_eq!(by_state(&[RUNNING]).await, std::slice::from_ref(&open.id));
+    assert_eq!(
+        by_state(&[RUNNING, COMPLETED]).await,
+        [done.id.clone(), open.id.clone()]
+    );
+    assert_eq!(by_state(&[FAILED, KILLED]).await, Vec::<String>::new());
+    std::fs::write(p.dir.path().join(format!("{}.go", open.id)), "").unwrap();
+    wait_state(&b, &open.id, COMPLETED).await;
+    assert_eq!(
+        by_state(&[COMPLETED]).await,
+        [done.id.clone(), open.id.clone()]
+    );
+}
+
+#[tokio::test]
 async fn replicas_an_identical_dispatch_to_a_and_b_at_once_runs_once() {
     let Some(p) = pair("").await else { return };
     let (a, b) = (p.a.client.clone(), p.b.client.clone());
