@@ -270,10 +270,37 @@ fn spawn_req(prompt: String, wait: bool) -> pb::SpawnWorkerRequest {
     }
 }
 
-/// CPU time of every PostgreSQL process so far, in ms: each one's own, and what the processes
-/// that exited left in their parent's `cutime`/`cstime`.
-fn postgres_cpu_ms() -> f64 {
-    let mut ticks = 0u64;
+/// CPU time of PostgreSQL's processes so far, in ms, split by kind.
+#[derive(Clone, Copy, Default)]
+struct PgCpu {
+    /// The backends, each serving one client connection (its title names the client's
+    /// address), and what the processes that exited left in the postmaster's
+    /// `cutime`/`cstime` (backends, nearly always: the background processes live as long as
+    /// the server).
+    backends: f64,
+    /// The postmaster's own time and every other process's: the checkpointer, the writers,
+    /// autovacuum, parallel workers.
+    others: f64,
+}
+
+impl PgCpu {
+    fn total(self) -> f64 {
+        self.backends + self.others
+    }
+
+    fn since(self, before: PgCpu) -> PgCpu {
+        PgCpu {
+            backends: self.backends - before.backends,
+            others: self.others - before.others,
+        }
+    }
+}
+
+/// CPU time of every PostgreSQL process so far: each one's own, and what the processes that
+/// exited left in their parent's `cutime`/`cstime`; by kind from each process's title
+/// (`/proc/<pid>/cmdline`).
+fn postgres_cpu_ms() -> PgCpu {
+    let mut cpu = PgCpu::default();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
             continue;
@@ -287,11 +314,23 @@ fn postgres_cpu_ms() -> f64 {
         // After the name: state ppid … utime(14) stime(15) cutime(16) cstime(17), counted
         // from the state as field 3.
         let f: Vec<&str> = rest.split_whitespace().collect();
-        for i in [11, 12, 13, 14] {
-            ticks += f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let own = (ticks(11) + ticks(12)) as f64 * TICK_MS;
+        let children = (ticks(13) + ticks(14)) as f64 * TICK_MS;
+        let title = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let title = String::from_utf8_lossy(&title);
+        // A child's title is `postgres: <cluster>: <what>`; a backend's `<what>` names its
+        // client as `host(port)` or `[local]`. The postmaster keeps its command line.
+        let backend =
+            title.starts_with("postgres:") && (title.contains("[local]") || title.contains(')'));
+        if backend {
+            cpu.backends += own;
+        } else {
+            cpu.others += own;
         }
+        cpu.backends += children;
     }
-    ticks as f64 * TICK_MS
+    cpu
 }
 
 /// The whole machine's CPU so far, in ticks of every core: busy (user, nice, system, irq,
@@ -453,14 +492,14 @@ async fn durable_commit_floor(dur: Duration) -> f64 {
         .prepare("INSERT INTO floor (id, v) VALUES ($1, 'x')")
         .await
         .expect("prepare the floor's insert");
-    let before = postgres_cpu_ms();
+    let before = postgres_cpu_ms().total();
     let started = Instant::now();
     let mut n = 0i64;
     while started.elapsed() < dur {
         client.execute(&insert, &[&n]).await.expect("insert");
         n += 1;
     }
-    let cpu = postgres_cpu_ms() - before;
+    let cpu = postgres_cpu_ms().total() - before;
     drop(client);
     let _ = conn.await;
     drop(db);
@@ -471,6 +510,9 @@ async fn durable_commit_floor(dur: Duration) -> f64 {
 struct SpawnRow {
     per_s: f64,
     db_ms: f64,
+    /// The backends' part of the database's CPU (the rest: the postmaster and the background
+    /// processes).
+    backends_share: f64,
     spawns: usize,
     /// Commits, rows inserted, updated, deleted and bytes of write-ahead log over the run.
     counters: [i64; 5],
@@ -496,10 +538,10 @@ async fn spawns(cg: &Cgroups, n: usize, o: &Options) -> SpawnRow {
     let dur = Duration::from_secs(o.seconds);
     // What the database spends with the replicas up and no load (lease renewals, the sweeper's
     // and the stop requests' polls): the fixed part of its cost.
-    let idle_from = postgres_cpu_ms();
+    let idle_from = postgres_cpu_ms().total();
     let idle_for = Instant::now();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let idle_ms_per_s = (postgres_cpu_ms() - idle_from) / idle_for.elapsed().as_secs_f64();
+    let idle_ms_per_s = (postgres_cpu_ms().total() - idle_from) / idle_for.elapsed().as_secs_f64();
     let counted = db_counters(&db.url).await;
     let cpu_before = postgres_cpu_ms();
     let mark = Mark::now(&replicas);
@@ -533,7 +575,7 @@ async fn spawns(cg: &Cgroups, n: usize, o: &Options) -> SpawnRow {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let elapsed = started.elapsed();
-    let cpu = postgres_cpu_ms() - cpu_before;
+    let cpu = postgres_cpu_ms().since(cpu_before);
     let bound = Bottleneck::since(&mark, &replicas);
     // Backends publish their counters at most every second.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -543,7 +585,8 @@ async fn spawns(cg: &Cgroups, n: usize, o: &Options) -> SpawnRow {
     drop(db);
     SpawnRow {
         per_s: total as f64 / elapsed.as_secs_f64(),
-        db_ms: cpu / total.max(1) as f64,
+        db_ms: cpu.total() / total.max(1) as f64,
+        backends_share: cpu.backends / cpu.total().max(f64::MIN_POSITIVE),
         spawns: total,
         counters,
         idle_ms_per_s,
@@ -712,6 +755,18 @@ async fn spawn_rows(cg: &Cgroups, o: &Options) {
         );
     }
 
+    println!(
+        "whose: the backends serving the replicas' connections, and the postmaster with the \
+         background processes (checkpointer, writers, autovacuum)"
+    );
+    for (n, r) in &rows {
+        println!(
+            "  {n} replica{}  backends {:5.1} %, the rest {:5.1} %",
+            if *n == 1 { " " } else { "s" },
+            r.backends_share * 100.0,
+            (1.0 - r.backends_share) * 100.0
+        );
+    }
     println!(
         "the database's fixed cost: its CPU with the replicas up and idle, and that share of a spawn's"
     );
