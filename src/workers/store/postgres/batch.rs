@@ -281,8 +281,8 @@ const CREATES_SQL: &str = concat!(
          SELECT id, agent, description, prompt, workspace, parent_id, depth, 'pending', 1,
                 create_time_ms, caller_scope, request_id, token_hash, effective,
                 last_activity_ms, worktree, $16::text, context_id, a2a_message
-           FROM i
-          WHERE i.claim_key IS NULL OR i.claim_key IN (SELECT key FROM c)
+           FROM i LEFT JOIN c ON c.key = i.claim_key
+          WHERE i.claim_key IS NULL OR c.key IS NOT NULL
          ON CONFLICT DO NOTHING
          RETURNING id
      ), e AS (
