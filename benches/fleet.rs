@@ -15,7 +15,8 @@
 //!    that exited — over the same run, divided by the spawns; and from it the ceiling of one
 //!    database core in spawns per second. Target: ≤ 0.3 ms per spawn. Its floor, in the same
 //!    run: the CPU of one durable one-row commit alone, twice (a worker's create and outcome),
-//!    and what the database did per spawn (commits, rows, bytes of WAL).
+//!    and what the database did per spawn (commits, rows, bytes of WAL), and which part of its
+//!    CPU the backends spent (the rest: the postmaster and its background processes).
 //! 3. **Runner workers across replicas**: two capped replicas, a runner (in this process) on the
 //!    second; 8 clients send `SpawnWorker{wait: true}` to the second (the runner's own replica)
 //!    and then to the first (the worker crosses through the store). Target: across ≥ 0.8× the
