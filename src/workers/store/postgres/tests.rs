@@ -727,6 +727,40 @@ async fn a_newer_schema_is_refused_naming_both_versions() {
 }
 
 #[tokio::test]
+async fn the_hot_tables_carry_no_check_constraints_after_migration_16() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let store = open(&db, "a").await;
+    let client = store.client().await.unwrap();
+    let left: Vec<String> = client
+        .query(
+            "SELECT conrelid::regclass::text || '.' || conname FROM pg_constraint
+              WHERE contype = 'c' AND conrelid IN ('workers'::regclass, 'worker_events'::regclass)
+              ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    // Each DROP names its constraint `IF EXISTS`: a misspelt name would leave one silently.
+    assert_eq!(left, Vec::<String>::new());
+    // Constraints elsewhere are untouched: the schema's version row keeps its two.
+    let kept: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_constraint
+              WHERE contype = 'c' AND conrelid = 'agentry_schema'::regclass",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, 2, "agentry_schema's one-row and version checks");
+}
+
+#[tokio::test]
 async fn replicas_starting_together_migrate_once() {
     let Some(db) = TestDb::create().await else {
         return;
