@@ -363,6 +363,22 @@ pub async fn get_on(c: &AgentRegistryServiceClient<Channel>, id: &str) -> pb::Wo
         .unwrap()
 }
 
+/// Waits until GetWorker through any client says `state`.
+pub async fn wait_state_on(c: &AgentRegistryServiceClient<Channel>, id: &str, state: i32) {
+    eventually(
+        &format!("worker {id} in state {state}"),
+        Duration::from_secs(10),
+        || {
+            let (c, id) = (c.clone(), id.to_owned());
+            async move {
+                let w = get_on(&c, &id).await;
+                (w.state == state).then_some(()).ok_or(format!("{w:?}"))
+            }
+        },
+    )
+    .await;
+}
+
 /// StopWorker of `id` with `reason`, unwrapped: the stopped worker.
 pub async fn stop_worker(s: &TestServer, id: &str, reason: &str) -> pb::Worker {
     s.client

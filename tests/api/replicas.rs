@@ -17,6 +17,7 @@ use crate::{
     binary::{self, Binary, Launch},
     helpers::{
         eventually, get_on as get, pid_alive, pid_in, req, script, spawn_task_reply as spawn,
+        wait_state_on as wait_state,
     },
 };
 
@@ -151,22 +152,6 @@ async fn watch_attached(
 /// The pid the agent of worker `id` wrote, once it has.
 async fn pid_of(root: &std::path::Path, id: &str) -> i32 {
     pid_in(&root.join(format!("{id}.pid"))).await
-}
-
-/// Waits until GetWorker on `c` says `state`.
-async fn wait_state(c: &AgentRegistryServiceClient<Channel>, id: &str, state: i32) {
-    eventually(
-        &format!("worker {id} in state {state}"),
-        Duration::from_secs(10),
-        || {
-            let (c, id) = (c.clone(), id.to_owned());
-            async move {
-                let w = get(&c, &id).await;
-                (w.state == state).then_some(()).ok_or(format!("{w:?}"))
-            }
-        },
-    )
-    .await;
 }
 
 const RUNNING: i32 = pb::WorkerState::Running as i32;

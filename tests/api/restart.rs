@@ -8,7 +8,7 @@ use tokio_stream::StreamExt;
 
 use crate::{
     binary::{self, Launch, start},
-    helpers::{eventually, get_on, pid_in, spawn_task},
+    helpers::{get_on, pid_in, spawn_task, wait_state_on},
 };
 
 /// A directory with an agentry config for the real binary: a fake home, a store, and
@@ -55,21 +55,7 @@ async fn kill_9_then_restart_closes_orphans_and_keeps_results() {
     let pid = pid_in(&root.join("pid")).await;
     // Its start is recorded (the held start writes it up to `executor.start_hold` after the
     // process started, docs/workers.md §6.2) before the server is killed.
-    eventually(
-        "the long worker recorded running",
-        Duration::from_secs(10),
-        || {
-            let c = c.clone();
-            let id = long.id.clone();
-            async move {
-                let w = get_on(&c, &id).await;
-                (w.state == pb::WorkerState::Running as i32)
-                    .then_some(())
-                    .ok_or_else(|| format!("state {}", w.state))
-            }
-        },
-    )
-    .await;
+    wait_state_on(&c, &long.id, pb::WorkerState::Running as i32).await;
     server.kill_9();
     assert!(
         crate::helpers::pid_alive(pid),
