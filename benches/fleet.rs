@@ -9,7 +9,7 @@
 //!    replica send `SpawnWorker{wait: false}` with distinct prompts back to back for `--seconds`
 //!    (default 10); the rate is every accepted spawn over the time until the last row is closed
 //!    (completed workers per second, not accepted ones). Targets: 2 replicas ≥ 1.8× one, 4
-//!    replicas ≥ 3.2× one.
+//!    replicas ≥ 3.2× one. The same rows again at 16 clients per replica (`--clients 4,16`).
 //! 2. **The database's CPU per spawn**: the CPU time (user + system, from `/proc`) of every
 //!    PostgreSQL process — the backends, and through the postmaster's `cutime`/`cstime` the ones
 //!    that exited — over the same run, divided by the spawns; and from it the ceiling of one
@@ -28,7 +28,8 @@
 //! near its limit says more about the machine than about the replicas.
 //!
 //! `AGENTRY_TEST_POSTGRES_URL=postgres://… cargo bench --bench fleet -- [--quota 0.25]
-//! [--seconds 10] [--quick] [--commit-window 2ms]`. Needs root and a writable cgroup `cpu` controller (v1
+//! [--seconds 10] [--quick] [--commit-window 2ms] [--clients 4,16] [--replicas 1,2,4]
+//! [--only spawns|runners]`. Needs root and a writable cgroup `cpu` controller (v1
 //! `/sys/fs/cgroup/cpu`, or v2 `cpu.max`); without one, or without the database URL, it says so
 //! and measures nothing — and fails under `CI=true`.
 
@@ -53,8 +54,12 @@ use tonic::transport::Channel;
 
 type Client = AgentRegistryServiceClient<Channel>;
 
-/// Clients per replica for the background spawns.
-const CLIENTS_PER_REPLICA: usize = 4;
+/// The loads of the background spawns, in clients per replica, each sending its next spawn when
+/// the last is accepted: 4 already saturate a quarter-core replica (its cap reached in nearly
+/// every period); 16 keep calls queued at every replica, as at a fleet's capacity, where more of
+/// a replica's writes share each commit (docs/replicas.md, "Group commit"). The database's cost
+/// per spawn is printed for both.
+const CLIENTS_PER_REPLICA: [usize; 2] = [4, 16];
 /// Clients of the runner rows: as many as the runner's slots (a closed loop, latency-bound), and
 /// four times that (enough calls in flight that the capped replicas' CPU bounds the rate).
 const RUNNER_CLIENTS: [usize; 2] = [8, 32];
@@ -76,6 +81,9 @@ struct Options {
     /// Which parts run (`--only spawns` or `--only runners`; both by default).
     spawns: bool,
     runners: bool,
+    /// The loads of the background-spawn rows, in clients per replica (`--clients 4,16`): each
+    /// gets the whole set of rows.
+    clients: Vec<usize>,
 }
 
 fn options() -> Options {
@@ -85,6 +93,7 @@ fn options() -> Options {
         replicas: vec![1, 2, 4],
         spawns: true,
         runners: true,
+        clients: CLIENTS_PER_REPLICA.to_vec(),
     };
     let args: Vec<String> = std::env::args().collect();
     for (i, a) in args.iter().enumerate() {
@@ -93,6 +102,13 @@ fn options() -> Options {
             "--quota" => o.quota = next().expect("--quota takes cores, e.g. 0.25"),
             "--seconds" => o.seconds = next().map(|s: f64| s as u64).expect("--seconds N"),
             "--quick" => o.seconds = 2,
+            "--clients" => {
+                o.clients = args
+                    .get(i + 1)
+                    .map(|v| v.split(',').filter_map(|n| n.parse().ok()).collect())
+                    .filter(|v: &Vec<usize>| !v.is_empty() && !v.contains(&0))
+                    .expect("--clients takes counts of clients per replica, e.g. 4,16");
+            }
             "--replicas" => {
                 o.replicas = args
                     .get(i + 1)
@@ -526,14 +542,14 @@ struct SpawnRow {
 }
 
 /// `n` capped replicas on a fresh database under background spawns.
-async fn spawns(cg: &Cgroups, n: usize, o: &Options) -> SpawnRow {
+async fn spawns(cg: &Cgroups, n: usize, clients_each: usize, o: &Options) -> SpawnRow {
     let db = TestDb::create().await.expect("a test database");
     let dir = tempfile::tempdir().unwrap();
     let replicas: Vec<Replica> = (0..n)
         .map(|i| Replica::start(cg, dir.path(), &format!("r{i}"), &db.url, o.quota, false))
         .collect();
     let mut clients = Vec::new();
-    for i in 0..n * CLIENTS_PER_REPLICA {
+    for i in 0..n * clients_each {
         clients.push(connect(replicas[i % n].addr).await);
     }
     let dur = Duration::from_secs(o.seconds);
@@ -681,7 +697,9 @@ async fn run(cg: &Cgroups, o: &Options) {
         o.quota, o.seconds
     );
     if o.spawns {
-        spawn_rows(cg, o).await;
+        for &clients in &o.clients {
+            spawn_rows(cg, clients, o).await;
+        }
     }
     if o.runners {
         runner_rows(cg, o).await;
@@ -689,15 +707,18 @@ async fn run(cg: &Cgroups, o: &Options) {
 }
 
 /// The background-spawn rows: rate and its ratios, the database's cost per spawn.
-async fn spawn_rows(cg: &Cgroups, o: &Options) {
+async fn spawn_rows(cg: &Cgroups, clients: usize, o: &Options) {
     let mut rows = Vec::new();
     for &n in &o.replicas {
-        let r = spawns(cg, n, o).await;
+        let r = spawns(cg, n, clients, o).await;
         rows.push((n, r));
     }
     let commit = durable_commit_floor(Duration::from_secs(o.seconds.clamp(2, 5))).await;
     let one = rows[0].1.per_s / rows[0].0 as f64;
-    println!("completed background spawns per second ({CLIENTS_PER_REPLICA} clients per replica)");
+    println!(
+        "completed background spawns per second ({clients} clients per replica, each sending \
+         its next spawn when the last is accepted)"
+    );
     for (n, r) in &rows {
         let target = match n {
             2 => format!(
