@@ -329,14 +329,30 @@ impl State {
     }
 
     /// Offers waiting workers, oldest first, to the runner with the most free slots that serves
-    /// them. This claim is the part a shared store takes over.
+    /// them. This claim is the part a shared store takes over. It walks the queue only while
+    /// some connected runner has a free slot: with every slot taken, a queue of any length
+    /// costs nothing here, and each call is made on every enqueue and every end.
     fn dispatch(&mut self, accept_timeout: Duration) {
-        if self.queue.is_empty() {
-            return;
-        }
+        let mut free: usize = self
+            .runners
+            .values()
+            .filter(|r| r.tx.is_some())
+            .map(Runner::free)
+            .sum();
         let now = Instant::now();
-        let waiting: Vec<(u64, WorkerId)> = self.queue.iter().cloned().collect();
-        for (seq, id) in waiting {
+        let mut after: Option<(u64, WorkerId)> = None;
+        while free > 0 {
+            let next = match &after {
+                None => self.queue.first(),
+                Some(a) => self
+                    .queue
+                    .range((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded))
+                    .next(),
+            };
+            let Some((seq, id)) = next.cloned() else {
+                break;
+            };
+            after = Some((seq, id.clone()));
             let Some(w) = self.works.get(&id) else {
                 self.queue.remove(&(seq, id));
                 continue;
@@ -366,6 +382,7 @@ impl State {
                 lease,
                 until: now + accept_timeout,
             };
+            free -= 1;
         }
     }
 
