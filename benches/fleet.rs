@@ -103,18 +103,11 @@ fn options() -> Options {
             "--seconds" => o.seconds = next().map(|s: f64| s as u64).expect("--seconds N"),
             "--quick" => o.seconds = 2,
             "--clients" => {
-                o.clients = args
-                    .get(i + 1)
-                    .map(|v| v.split(',').filter_map(|n| n.parse().ok()).collect())
-                    .filter(|v: &Vec<usize>| !v.is_empty() && !v.contains(&0))
+                o.clients = counts(args.get(i + 1))
                     .expect("--clients takes counts of clients per replica, e.g. 4,16");
             }
             "--replicas" => {
-                o.replicas = args
-                    .get(i + 1)
-                    .map(|v| v.split(',').filter_map(|n| n.parse().ok()).collect())
-                    .filter(|v: &Vec<usize>| !v.is_empty() && !v.contains(&0))
-                    .expect("--replicas takes counts, e.g. 1,2,4");
+                o.replicas = counts(args.get(i + 1)).expect("--replicas takes counts, e.g. 1,2,4");
             }
             "--commit-window" => {
                 let window = args
@@ -136,6 +129,12 @@ fn options() -> Options {
         o.seconds = 2;
     }
     o
+}
+
+/// A comma-separated list of positive counts (`1,2,4`); `None` when empty or when one is 0.
+fn counts(arg: Option<&String>) -> Option<Vec<usize>> {
+    arg.map(|v| v.split(',').filter_map(|n| n.parse().ok()).collect())
+        .filter(|v: &Vec<usize>| !v.is_empty() && !v.contains(&0))
 }
 
 /// Where CPU groups can be made: the v1 `cpu` hierarchy, or a v2 hierarchy with `cpu`.
