@@ -922,3 +922,41 @@ async fn a_batch_stays_open_for_the_window_only_while_other_workers_are_open() {
     start_apart(&at_once, &c, &d).await;
     assert_eq!(writers(&at_once, &[&c.id, &d.id]).await.len(), 2);
 }
+
+/// Creates and transitions share one batch writer: a new worker's create and another worker's
+/// start sent 20 ms apart, while workers are open, are written in one transaction (one
+/// commit), and each gets its own answer.
+#[tokio::test]
+async fn a_create_and_a_transition_sent_together_share_one_commit() {
+    let Some(db) = TestDb::create().await else {
+        return;
+    };
+    let store = PostgresStore::open(
+        &db.url,
+        ReplicaSettings {
+            commit_window: Duration::from_millis(400),
+            ..replica("lives", 60_000)
+        },
+    )
+    .await
+    .unwrap();
+    let (a, _b) = (
+        create(&store, None, 1_000).await,
+        create(&store, None, 1_001).await,
+    );
+    let start_a = async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        moved(
+            store
+                .apply(&a.id, Event::Start, Patch::default(), 2_100)
+                .await
+                .unwrap(),
+        )
+    };
+    let (c, started) = tokio::join!(create(&store, None, 2_000), start_a);
+    assert_eq!(started.sequence, 2);
+    assert_eq!(started.state, WorkerState::Running);
+    let stored = store.get(&c.id).await.unwrap().expect("the created row");
+    assert_eq!((stored.state, stored.sequence), (WorkerState::Pending, 1));
+    assert_eq!(writers(&store, &[&a.id, &c.id]).await.len(), 1);
+}
