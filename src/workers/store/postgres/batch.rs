@@ -6,9 +6,7 @@
 //! commit with its WAL flush, and with many workers moving at once those overheads are most of
 //! what the database does. A [`Batcher`] writes the writes of one kind that arrive together as
 //! **one** statement: they queue while earlier batches are in flight (at most [`IN_FLIGHT`]),
-//! and the next free slot takes everything queued, up to [`MAX_BATCH`]. Creates and
-//! transitions share a batcher ([`LifeWrite`]): a batch of both is their two statements in one
-//! transaction, sent together, so one commit serves both kinds. A worker alone on its
+//! and the next free slot takes everything queued, up to [`MAX_BATCH`]. A worker alone on its
 //! replica has its writes sent at once. While other workers are open, a batch of a worker's
 //! writes (creates, claims, transitions) stays open up to the replica's commit window for more
 //! ([`Gather`]): at a few workers a replica, writes rarely arrive while a batch is in flight,
@@ -181,7 +179,7 @@ async fn write_transitions(
     c: &impl GenericClient,
     origin: &str,
     announce: bool,
-    writes: &[&TransitionWrite],
+    writes: &[TransitionWrite],
 ) -> Result<Vec<bool>, tokio_postgres::Error> {
     let id = column(writes, |w| w.event.worker_id.as_str());
     let state = column(writes, |w| w.event.state.as_str());
@@ -304,7 +302,7 @@ async fn write_creates(
     c: &impl GenericClient,
     origin: &str,
     announce: bool,
-    writes: &[&CreateWrite],
+    writes: &[CreateWrite],
 ) -> Result<Vec<bool>, tokio_postgres::Error> {
     let id = column(writes, |w| w.event.worker_id.as_str());
     let agent = column(writes, |w| w.event.worker.spec.agent.as_str());
@@ -406,11 +404,6 @@ async fn write_claims(
 pub(super) trait Batched: Send + Sync + 'static {
     /// What a failed batch was doing, for its error.
     const CONTEXT: &'static str;
-    /// What this write was doing, for its own error (the kind's [`Batched::CONTEXT`] unless a
-    /// batch mixes kinds).
-    fn context(&self) -> &'static str {
-        Self::CONTEXT
-    }
     /// The row it writes: two writes of one row never share a batch.
     fn row(&self) -> &str;
     /// Writes `batch` as one statement, answering each write in order.
@@ -423,80 +416,31 @@ pub(super) trait Batched: Send + Sync + 'static {
         Self: Sized;
 }
 
-/// A write of a worker's life: its create or one of its transitions. Both kinds share one
-/// batch, and a batch that holds both is written as one transaction whose four messages
-/// (`BEGIN`, the creates, the transitions, `COMMIT`) are sent together: one commit, and one
-/// wake-up of the database's backend, where the two kinds written apart took two of each.
-#[derive(Debug)]
-pub(super) enum LifeWrite {
-    // Boxed: each is several hundred bytes, of different sizes, moved through the queue.
-    Create(Box<CreateWrite>),
-    Transition(Box<TransitionWrite>),
-}
-
-impl Batched for LifeWrite {
-    const CONTEXT: &'static str = "write workers";
-    fn context(&self) -> &'static str {
-        match self {
-            LifeWrite::Create(_) => "insert worker",
-            LifeWrite::Transition(_) => "update worker",
-        }
-    }
+impl Batched for TransitionWrite {
+    const CONTEXT: &'static str = "update worker";
     fn row(&self) -> &str {
-        match self {
-            LifeWrite::Create(w) => w.event.worker_id.as_str(),
-            LifeWrite::Transition(w) => w.event.worker_id.as_str(),
-        }
+        self.event.worker_id.as_str()
     }
     async fn write_all(
         c: &deadpool_postgres::Client,
         origin: &Origin,
         batch: &[Self],
     ) -> Result<Vec<bool>, tokio_postgres::Error> {
-        let (mut creates, mut transitions) = (Vec::new(), Vec::new());
-        for w in batch {
-            match w {
-                LifeWrite::Create(w) => creates.push(&**w),
-                LifeWrite::Transition(w) => transitions.push(&**w),
-            }
-        }
-        let (id, announce) = (&*origin.id, origin.announces());
-        let (created, moved) = if transitions.is_empty() {
-            (write_creates(c, id, announce, &creates).await?, Vec::new())
-        } else if creates.is_empty() {
-            (
-                Vec::new(),
-                write_transitions(c, id, announce, &transitions).await?,
-            )
-        } else {
-            // Prepared first (from the connection's cache after the first batch), so that each
-            // statement's first poll sends it: the four go out in order, before any answer,
-            // and both statements run inside the transaction.
-            c.prepare_cached(CREATES_SQL).await?;
-            c.prepare_cached(TRANSITIONS_SQL).await?;
-            let (begin, created, moved, commit) = futures_util::future::join4(
-                c.batch_execute("BEGIN"),
-                write_creates(c, id, announce, &creates),
-                write_transitions(c, id, announce, &transitions),
-                c.batch_execute("COMMIT"),
-            )
-            .await;
-            // A statement refused aborts the transaction, and `COMMIT` then rolls it back:
-            // nothing of the batch was written, and its writes are written again one by one.
-            begin?;
-            let (created, moved) = (created?, moved?);
-            commit?;
-            (created, moved)
-        };
-        let (mut created, mut moved) = (created.into_iter(), moved.into_iter());
-        Ok(batch
-            .iter()
-            .map(|w| match w {
-                LifeWrite::Create(_) => created.next(),
-                LifeWrite::Transition(_) => moved.next(),
-            })
-            .map(|yes| yes.unwrap_or(false))
-            .collect())
+        write_transitions(c, &origin.id, origin.announces(), batch).await
+    }
+}
+
+impl Batched for CreateWrite {
+    const CONTEXT: &'static str = "insert worker";
+    fn row(&self) -> &str {
+        self.event.worker_id.as_str()
+    }
+    async fn write_all(
+        c: &deadpool_postgres::Client,
+        origin: &Origin,
+        batch: &[Self],
+    ) -> Result<Vec<bool>, tokio_postgres::Error> {
+        write_creates(c, &origin.id, origin.announces(), batch).await
     }
 }
 
@@ -522,9 +466,11 @@ pub(super) async fn write_transition_in(
     origin: &str,
     write: &TransitionWrite,
 ) -> Result<bool, tokio_postgres::Error> {
-    Ok(write_transitions(c, origin, true, &[write])
-        .await?
-        .contains(&true))
+    Ok(
+        write_transitions(c, origin, true, std::slice::from_ref(write))
+            .await?
+            .contains(&true),
+    )
 }
 
 /// Who the batches are written by: this replica's id, which their notifications name, and
@@ -586,9 +532,8 @@ impl<T: Batched> Batcher<T> {
     /// Writes `write` with whatever else of its kind is queued.
     pub(super) async fn write(&self, write: T) -> Result<bool, StoreError> {
         let (answer, rx) = oneshot::channel();
-        let context = write.context();
         let lost = || StoreError::Lost {
-            context: context.to_owned(),
+            context: T::CONTEXT.to_owned(),
             message: "the store's batch writer has stopped".to_owned(),
         };
         self.queue
@@ -676,14 +621,7 @@ async fn commit<T: Batched>(pool: &Pool, origin: &Origin, batch: Vec<Queued<T>>)
             return fail_all(answers, lost);
         }
     };
-    // The kind's own words when the batch holds one kind.
-    let context = match writes.split_first() {
-        Some((first, rest)) if rest.iter().all(|w| w.context() == first.context()) => {
-            first.context()
-        }
-        _ => T::CONTEXT,
-    };
-    match T::write_all(&client, origin, &writes).await.pg(context) {
+    match T::write_all(&client, origin, &writes).await.pg(T::CONTEXT) {
         Ok(moved) => {
             for (answer, yes) in answers.into_iter().zip(moved) {
                 let _ = answer.send(Ok(yes));
@@ -694,7 +632,7 @@ async fn commit<T: Batched>(pool: &Pool, origin: &Origin, batch: Vec<Queued<T>>)
             for (write, answer) in writes.iter().zip(answers) {
                 let alone = T::write_all(&client, origin, std::slice::from_ref(write))
                     .await
-                    .pg(write.context())
+                    .pg(T::CONTEXT)
                     .map(|yes| yes.contains(&true));
                 let _ = answer.send(alone);
             }

@@ -45,7 +45,7 @@ use super::{
 };
 use crate::workers::lifecycle::Event;
 use crate::workers::model::{Progress, WorkerEvent, WorkerId, WorkerRecord};
-use batch::{Batcher, ClaimWrite, EarlierEvent, Gather, LifeWrite, Origin, TransitionWrite};
+use batch::{Batcher, ClaimWrite, CreateWrite, EarlierEvent, Gather, Origin, TransitionWrite};
 use cached::exec_cached;
 use context::{PgContext, error_text};
 pub use lease::ReplicaSettings;
@@ -108,9 +108,9 @@ pub struct PostgresStore {
     /// Workers created here and not yet ended here: whether a batch may wait for more writes
     /// (`batch::Gather`). An estimate (a worker ended by another replica is not counted off).
     open: Arc<AtomicUsize>,
-    /// Writes creates and transitions (together), and dedupe claims, in batches (group commit,
-    /// `batch`).
-    lives: Batcher<LifeWrite>,
+    /// Writes transitions, creates and dedupe claims in batches (group commit, `batch`).
+    transitions: Batcher<TransitionWrite>,
+    creates: Batcher<CreateWrite>,
     claims: Batcher<ClaimWrite>,
     publishes: Batcher<PublishWrite>,
     unpublishes: Batcher<UnpublishWrite>,
@@ -282,7 +282,8 @@ impl PostgresStore {
         });
         Ok(PostgresStore {
             open,
-            lives: Batcher::start(batch_pool.clone(), origin.clone(), gather.clone()),
+            transitions: Batcher::start(batch_pool.clone(), origin.clone(), gather.clone()),
+            creates: Batcher::start(batch_pool.clone(), origin.clone(), gather.clone()),
             claims: Batcher::start(batch_pool.clone(), origin.clone(), gather),
             publishes: Batcher::start(batch_pool.clone(), origin.clone(), None),
             unpublishes: Batcher::start(batch_pool.clone(), origin.clone(), None),
@@ -354,9 +355,7 @@ impl PostgresStore {
         let w = &event.worker;
         let mut write = create_write(event)?;
         write.claim = claim.map(|(key, ttl)| (key.to_owned(), lease_ms(ttl)));
-        if self.lives.write(LifeWrite::Create(Box::new(write))).await?
-            || (retry && self.get(&w.id).await?.is_some())
-        {
+        if self.creates.write(write).await? || (retry && self.get(&w.id).await?.is_some()) {
             self.open.fetch_add(1, Ordering::Relaxed);
             return Ok(Some(event.clone()));
         }
@@ -535,10 +534,7 @@ impl PostgresStore {
     /// counts it off the open ones.
     async fn write_batched(&self, write: TransitionWrite) -> Result<bool, StoreError> {
         let ends = write.event.state.is_terminal();
-        let moved = self
-            .lives
-            .write(LifeWrite::Transition(Box::new(write)))
-            .await?;
+        let moved = self.transitions.write(write).await?;
         if moved && ends {
             let _ = self
                 .open
