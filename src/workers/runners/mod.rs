@@ -19,6 +19,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque},
+    ops::Bound,
     sync::{Arc, Mutex, Weak},
     time::{Duration, Instant},
 };
@@ -340,16 +341,11 @@ impl State {
             .map(Runner::free)
             .sum();
         let now = Instant::now();
+        // The last entry looked at: the walk goes on after it (entries may go meanwhile).
         let mut after: Option<(u64, WorkerId)> = None;
         while free > 0 {
-            let next = match &after {
-                None => self.queue.first(),
-                Some(a) => self
-                    .queue
-                    .range((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded))
-                    .next(),
-            };
-            let Some((seq, id)) = next.cloned() else {
+            let from = after.as_ref().map_or(Bound::Unbounded, Bound::Excluded);
+            let Some((seq, id)) = self.queue.range((from, Bound::Unbounded)).next().cloned() else {
                 break;
             };
             after = Some((seq, id.clone()));
