@@ -690,6 +690,36 @@ async fn a_runner_is_offered_only_the_agents_it_serves() {
     assert!(failed.start_time.is_none(), "it never ran");
 }
 
+/// A waiting worker that no connected runner serves does not hold back one behind it that a
+/// runner does: the served one is offered at once, while the first still waits.
+#[tokio::test]
+async fn a_worker_no_runner_serves_does_not_hold_back_the_next() {
+    let s = server().await;
+    let mut r = Runner::connect(&s, hello("quick-only", &["quick_task"], 1)).await;
+    let task = bg(&s, "task", "nobody serves me").await;
+    let quick = bg(&s, "quick_task", "served").await;
+    let a = match r.next_within(Duration::from_millis(500)).await {
+        Some(Out::Assignment(a)) => a,
+        other => panic!("expected the served worker's assignment at once, got {other:?}"),
+    };
+    assert_eq!(a.worker_id, quick.id);
+    assert_eq!(
+        get(&s, &task.id).await.state,
+        pb::WorkerState::Pending as i32
+    );
+    r.accept(&a).await;
+    r.complete(&a, "ok").await;
+    wait_state(&s, &quick.id, pb::WorkerState::Completed).await;
+    s.client
+        .clone()
+        .stop_worker(pb::StopWorkerRequest {
+            worker_id: task.id,
+            reason: "test over".into(),
+        })
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn by_agent_keeps_some_agents_on_exec() {
     let s = crate::workers::with_runtime("echo from-exec", |c| {
